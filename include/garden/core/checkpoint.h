@@ -1,0 +1,69 @@
+// Checkpoints: model_dir/ckpt-<step> files and the `checkpoint` index that
+// names the latest, written so that a kill at any moment leaves the previous
+// checkpoint usable (temporary name, fsync, rename, fsync of the directory).
+//
+// File format (little-endian): "GARDNCK1", u64 header length, the header
+// (JSON: meta plus each tensor's name, dtype, shape, offset, size, CRC-32C),
+// u32 masked CRC-32C of the header, then the tensors' bytes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+namespace garden {
+
+struct CheckpointData {
+  std::map<std::string, at::Tensor> tensors;
+  nlohmann::json meta = nlohmann::json::object();
+};
+
+// Called as bytes reach the file (for progress, and for tests that simulate a
+// crash in the middle of a write by throwing).
+using WriteObserver = std::function<void(uint64_t bytes_written)>;
+
+// Writes `data` to `path` atomically. Throws garden::Error naming the path.
+void write_checkpoint_file(const std::string& path, const CheckpointData& data,
+                           const WriteObserver& observer = {});
+// Reads and verifies every CRC. Throws garden::Error naming the path and what
+// is wrong (not a checkpoint, truncated, corrupt tensor '...').
+CheckpointData read_checkpoint_file(const std::string& path);
+
+class CheckpointManager {
+ public:
+  // Removes temporary files that a killed writer left in `directory`.
+  CheckpointManager(std::string directory, int64_t max_to_keep, std::string prefix = "ckpt");
+
+  const std::string& directory() const { return directory_; }
+  // Paths of the kept checkpoints, oldest first.
+  std::vector<std::string> checkpoints() const;
+  std::optional<std::string> latest_checkpoint() const;
+  // Writes <prefix>-<step>, updates the index, then deletes the oldest beyond
+  // max_to_keep. Returns the path.
+  std::string save(const CheckpointData& data, int64_t step);
+  void set_write_observer(WriteObserver observer) { observer_ = std::move(observer); }
+
+  // The step in a checkpoint path's name (ckpt-200 -> 200), or -1.
+  static int64_t step_of(const std::string& path);
+
+ private:
+  void write_index(const std::vector<std::string>& names) const;
+  std::vector<std::string> scan() const;
+
+  std::string directory_;
+  int64_t max_to_keep_;
+  std::string prefix_;
+  WriteObserver observer_;
+};
+
+// The latest checkpoint in `directory_or_file`: a checkpoint file itself, or a
+// directory with an index; nullopt when there is none.
+std::optional<std::string> latest_checkpoint(const std::string& directory_or_file);
+
+}  // namespace garden

@@ -1,0 +1,257 @@
+// Typed configuration structs, in the manner of Model Garden's `hyperparams`.
+//
+// A config struct derives from `Config` and lists each of its fields once, in
+// `visit()`:
+//
+//   struct MyConfig : garden::config::Config {
+//     int64_t hidden_size = 64;   // the default lives with the member
+//     std::string activation = "relu";
+//     void visit(garden::config::Visitor& v) override {
+//       v("hidden_size", hidden_size, "Width of the hidden layer.");
+//       v("activation", activation, "relu, gelu or tanh.");
+//     }
+//   };
+//
+// Reading YAML, writing YAML, dotted overrides, strict unknown-key checks and
+// validation all work from that one list (see yaml_io.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+namespace garden::config {
+
+// Every configuration error: unknown key, wrong type, failed restriction.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Visitor;
+
+class Config {
+ public:
+  virtual ~Config() = default;
+  // Lists every field: v("name", member, "doc") once per field, in order.
+  virtual void visit(Visitor& v) = 0;
+  // Restrictions between fields; throws ConfigError. Nested configs are
+  // validated by validate_config() before their parent.
+  virtual void validate() const {}
+
+  // A locked config refuses further YAML reads and overrides.
+  void lock() { locked_ = true; }
+  bool locked() const { return locked_; }
+
+ private:
+  bool locked_ = false;
+};
+
+// Model Garden's OneOfConfig: `type` names which subsection is in force; an
+// empty type means none.
+class OneOfConfig : public Config {
+ public:
+  std::string type;
+  // The subsection named by `type`, or nullptr when type is empty.
+  Config* get();
+  const Config* get() const { return const_cast<OneOfConfig*>(this)->get(); }
+  // Names of the subsections, in declaration order.
+  std::vector<std::string> choices();
+  void validate() const override;
+};
+
+// Type-erased access to one field, handed to a Visitor.
+class Field {
+ public:
+  virtual ~Field() = default;
+  virtual YAML::Node to_yaml() const = 0;
+  // Throws ConfigError naming `path`, the value and the type expected.
+  virtual void from_yaml(const YAML::Node& node, const std::string& path) = 0;
+  virtual std::string type_name() const = 0;
+  // The nested config, when this field is one (and is present).
+  virtual Config* config() { return nullptr; }
+};
+
+// Conversions between one C++ type and YAML. Specialized below.
+template <class T, class Enable = void>
+struct Traits;
+
+template <class T>
+class TypedField final : public Field {
+ public:
+  explicit TypedField(T& value) : value_(value) {}
+  YAML::Node to_yaml() const override { return Traits<T>::encode(value_); }
+  void from_yaml(const YAML::Node& node, const std::string& path) override {
+    Traits<T>::decode(node, path, value_);
+  }
+  std::string type_name() const override { return Traits<T>::name(); }
+  Config* config() override { return Traits<T>::config(value_); }
+
+ private:
+  T& value_;
+};
+
+class Visitor {
+ public:
+  virtual ~Visitor() = default;
+  template <class T>
+  void operator()(const char* name, T& value, const char* doc) {
+    TypedField<T> field(value);
+    on_field(name, field, doc);
+  }
+
+ protected:
+  virtual void on_field(const char* name, Field& field, const char* doc) = 0;
+};
+
+// ---- conversions -----------------------------------------------------------
+
+[[noreturn]] void throw_type_error(const std::string& path, const YAML::Node& node,
+                                   const std::string& expected);
+std::string describe_node(const YAML::Node& node);
+
+bool decode_bool(const YAML::Node& node, const std::string& path);
+int64_t decode_int(const YAML::Node& node, const std::string& path);
+double decode_float(const YAML::Node& node, const std::string& path);
+std::string decode_string(const YAML::Node& node, const std::string& path);
+// Defined in yaml_io.cpp; used by nested-config fields.
+void read_config(Config& config, const YAML::Node& node, const std::string& path);
+YAML::Node write_config(Config& config);
+
+template <class T>
+struct ScalarTraitsBase {
+  static Config* config(T&) { return nullptr; }
+};
+
+template <>
+struct Traits<bool> : ScalarTraitsBase<bool> {
+  static YAML::Node encode(bool v) { return YAML::Node(v); }
+  static void decode(const YAML::Node& n, const std::string& p, bool& out) {
+    out = decode_bool(n, p);
+  }
+  static std::string name() { return "bool"; }
+};
+
+template <class T>
+struct Traits<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>>
+    : ScalarTraitsBase<T> {
+  static YAML::Node encode(T v) { return YAML::Node(static_cast<int64_t>(v)); }
+  static void decode(const YAML::Node& n, const std::string& p, T& out) {
+    out = static_cast<T>(decode_int(n, p));
+  }
+  static std::string name() { return "int"; }
+};
+
+YAML::Node encode_float(double v);
+
+template <class T>
+struct Traits<T, std::enable_if_t<std::is_floating_point_v<T>>> : ScalarTraitsBase<T> {
+  static YAML::Node encode(T v) { return encode_float(static_cast<double>(v)); }
+  static void decode(const YAML::Node& n, const std::string& p, T& out) {
+    out = static_cast<T>(decode_float(n, p));
+  }
+  static std::string name() { return "float"; }
+};
+
+template <>
+struct Traits<std::string> : ScalarTraitsBase<std::string> {
+  static YAML::Node encode(const std::string& v) { return YAML::Node(v); }
+  // A YAML null reads as the empty string (Model Garden writes `name: null`).
+  static void decode(const YAML::Node& n, const std::string& p, std::string& out) {
+    out = decode_string(n, p);
+  }
+  static std::string name() { return "string"; }
+};
+
+template <class T>
+struct Traits<std::optional<T>, std::enable_if_t<!std::is_base_of_v<Config, T>>>
+    : ScalarTraitsBase<std::optional<T>> {
+  static YAML::Node encode(const std::optional<T>& v) {
+    return v ? Traits<T>::encode(*v) : YAML::Node(YAML::NodeType::Null);
+  }
+  static void decode(const YAML::Node& n, const std::string& p, std::optional<T>& out) {
+    if (!n.IsDefined() || n.IsNull()) {
+      out.reset();
+      return;
+    }
+    T value{};
+    Traits<T>::decode(n, p, value);
+    out = std::move(value);
+  }
+  static std::string name() { return Traits<T>::name() + " or null"; }
+};
+
+template <class T>
+struct Traits<std::vector<T>> : ScalarTraitsBase<std::vector<T>> {
+  static YAML::Node encode(const std::vector<T>& v) {
+    YAML::Node node(YAML::NodeType::Sequence);
+    for (const auto& x : v) node.push_back(Traits<T>::encode(x));
+    return node;
+  }
+  static void decode(const YAML::Node& n, const std::string& p, std::vector<T>& out) {
+    if (n.IsNull()) {
+      out.clear();
+      return;
+    }
+    if (!n.IsSequence()) throw_type_error(p, n, name());
+    std::vector<T> values;
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      T value{};
+      Traits<T>::decode(n[i], p + "[" + std::to_string(i) + "]", value);
+      values.push_back(std::move(value));
+    }
+    out = std::move(values);
+  }
+  static std::string name() { return "list of " + Traits<T>::name(); }
+};
+
+// A nested config, held by value.
+template <class T>
+struct Traits<T, std::enable_if_t<std::is_base_of_v<Config, T>>> {
+  static YAML::Node encode(T& v) { return write_config(v); }
+  static void decode(const YAML::Node& n, const std::string& p, T& out) { read_config(out, n, p); }
+  static std::string name() { return "mapping"; }
+  static Config* config(T& v) { return &v; }
+};
+
+// An optional nested config (Model Garden's `Optional[SomeConfig] = None`):
+// null when absent; a mapping creates it with its defaults, then applies.
+template <class T>
+struct Traits<std::optional<T>, std::enable_if_t<std::is_base_of_v<Config, T>>> {
+  static YAML::Node encode(std::optional<T>& v) {
+    return v ? write_config(*v) : YAML::Node(YAML::NodeType::Null);
+  }
+  static void decode(const YAML::Node& n, const std::string& p, std::optional<T>& out) {
+    if (n.IsNull()) {
+      out.reset();
+      return;
+    }
+    if (!out) out.emplace();
+    read_config(*out, n, p);
+  }
+  static std::string name() { return "mapping or null"; }
+  static Config* config(std::optional<T>& v) { return v ? &*v : nullptr; }
+};
+
+// A config held by pointer, so that its concrete type can be chosen by a
+// factory (ExperimentConfig::task).
+template <class T>
+struct Traits<std::shared_ptr<T>, std::enable_if_t<std::is_base_of_v<Config, T>>> {
+  static YAML::Node encode(std::shared_ptr<T>& v) {
+    return v ? write_config(*v) : YAML::Node(YAML::NodeType::Null);
+  }
+  static void decode(const YAML::Node& n, const std::string& p, std::shared_ptr<T>& out) {
+    if (!out) throw ConfigError(p + ": this config has no concrete type to read into");
+    read_config(*out, n, p);
+  }
+  static std::string name() { return "mapping"; }
+  static Config* config(std::shared_ptr<T>& v) { return v.get(); }
+};
+
+}  // namespace garden::config

@@ -1,0 +1,128 @@
+// Model Garden's `config_definitions`: the same key names and defaults.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "garden/core/config/config.h"
+#include "garden/core/config/optimization.h"
+
+namespace garden::config {
+
+// Model Garden's DataConfig (official/core/config_definitions.py).
+struct DataConfig : Config {
+  std::string input_path;
+  int64_t global_batch_size = 0;
+  std::optional<bool> is_training;
+  bool drop_remainder = true;
+  int64_t shuffle_buffer_size = 100;
+  bool cache = false;
+  std::optional<int64_t> cycle_length;
+  int64_t block_length = 1;
+  std::optional<bool> deterministic;
+  bool sharding = true;
+  std::optional<int64_t> seed;
+  std::optional<int64_t> prefetch_buffer_size;
+  void visit(Visitor& v) override;
+  void validate() const override;
+};
+
+// Model Garden's DifferentialPrivacyConfig (official/modeling/privacy).
+struct DifferentialPrivacyConfig : Config {
+  double clipping_norm = 100000000.0;
+  double noise_multiplier = 0.0;
+  void visit(Visitor& v) override;
+  void validate() const override;
+};
+
+// Model Garden's RuntimeConfig, plus LibTorch's threads and device.
+struct RuntimeConfig : Config {
+  std::string distribution_strategy = "mirrored";
+  bool enable_xla = false;
+  int64_t num_gpus = 0;
+  std::optional<std::string> worker_hosts;
+  int64_t task_index = -1;
+  std::optional<std::string> mixed_precision_dtype;
+  std::optional<std::string> loss_scale;
+  bool run_eagerly = false;
+  // LibTorch-specific settings.
+  std::string device = "cpu";
+  int64_t intra_op_parallelism_threads = 0;
+  int64_t inter_op_parallelism_threads = 0;
+  std::optional<int64_t> seed;
+  void visit(Visitor& v) override;
+  void validate() const override;
+};
+
+// Model Garden's TrainerConfig.
+struct TrainerConfig : Config {
+  OptimizationConfig optimizer_config;
+  int64_t steps_per_loop = 1000;
+  int64_t summary_interval = 1000;
+  int64_t checkpoint_interval = 1000;
+  int64_t max_to_keep = 5;
+  int64_t continuous_eval_timeout = 60 * 60;
+  int64_t train_steps = 0;
+  int64_t validation_steps = -1;
+  int64_t validation_interval = 1000;
+  std::string best_checkpoint_export_subdir;
+  std::string best_checkpoint_eval_metric;
+  std::string best_checkpoint_metric_comp = "higher";
+  double loss_upper_bound = 1e6;
+  int64_t recovery_begin_steps = 0;
+  int64_t recovery_max_trials = 0;
+  std::string validation_summary_subdir = "validation";
+  bool preemption_on_demand_checkpoint = true;
+  void visit(Visitor& v) override;
+  void validate() const override;
+};
+
+// Model Garden's TaskConfig. A task's own config derives from
+// TaskConfigWith<ModelConfig, DataConfigType> (below), which supplies the
+// typed `model`, `train_data` and `validation_data`; extra task keys go in
+// visit_task_fields().
+struct TaskConfig : Config {
+  std::string init_checkpoint;
+  std::string name;
+  std::optional<DifferentialPrivacyConfig> differential_privacy_config;
+
+  virtual Config* model_config() = 0;
+  virtual DataConfig& train_data_config() = 0;
+  virtual DataConfig& validation_data_config() = 0;
+  const DataConfig& train_data_config() const {
+    return const_cast<TaskConfig*>(this)->train_data_config();
+  }
+  const DataConfig& validation_data_config() const {
+    return const_cast<TaskConfig*>(this)->validation_data_config();
+  }
+
+  void visit(Visitor& v) final;
+
+ protected:
+  // Task-specific keys, written after the common ones.
+  virtual void visit_task_fields(Visitor&) {}
+};
+
+template <class ModelConfigType, class DataConfigType = DataConfig>
+struct TaskConfigWith : TaskConfig {
+  ModelConfigType model;
+  DataConfigType train_data;
+  DataConfigType validation_data;
+  Config* model_config() override { return &model; }
+  DataConfig& train_data_config() override { return train_data; }
+  DataConfig& validation_data_config() override { return validation_data; }
+};
+
+// Model Garden's ExperimentConfig: task, trainer, runtime.
+struct ExperimentConfig : Config {
+  std::shared_ptr<TaskConfig> task;
+  TrainerConfig trainer;
+  RuntimeConfig runtime;
+  void visit(Visitor& v) override;
+  void validate() const override;
+};
+
+}  // namespace garden::config

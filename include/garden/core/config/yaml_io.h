@@ -1,0 +1,42 @@
+// Reading, writing, overriding and validating configs (Model Garden's
+// `params_dict` / `hyperparams` behaviour), all driven by Config::visit.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "garden/core/config/config.h"
+
+namespace garden::config {
+
+// Applies a YAML mapping onto `config`. Strict: a key the config does not have
+// fails with its full dotted path and the nearest valid key; a value of the
+// wrong type names the key, the value and the type expected.
+void read_config(Config& config, const YAML::Node& node, const std::string& path = "");
+
+// The whole config as a YAML mapping (every field, in declaration order).
+YAML::Node write_config(Config& config);
+std::string to_yaml_string(Config& config);
+
+// Reads a YAML (or JSON) file onto `config`; errors name the file.
+void apply_file(Config& config, const std::string& file);
+
+// Model Garden's --params_override: either `a.b=1,c.d='x',e=[1,2]` or a YAML
+// / JSON mapping such as `{a: {b: 1}}`.
+void apply_override(Config& config, std::string_view text);
+// The mapping an override string stands for (exposed for tests and tools).
+YAML::Node parse_override(std::string_view text);
+
+// Runs validate() on every nested config, innermost first; errors are
+// prefixed with the config's dotted path.
+void validate_config(Config& config);
+
+// The dotted paths of every leaf field (for `garden config --keys`, and the
+// nearest-key suggestions).
+std::vector<std::string> field_paths(Config& config);
+
+// The candidate closest to `name` by edit distance, or "" when none is close.
+std::string nearest(const std::string& name, const std::vector<std::string>& candidates);
+
+}  // namespace garden::config

@@ -1,0 +1,36 @@
+// Model Garden's train_lib.run_experiment: builds the task, model, optimizer,
+// Trainer and Controller for a config and runs one mode.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "garden/core/config/definitions.h"
+#include "garden/core/types.h"
+
+namespace garden {
+
+// train, eval, train_and_eval, continuous_eval, train_and_post_eval.
+const std::vector<std::string>& experiment_modes();
+
+struct RunOptions {
+  std::string mode = "train_and_eval";
+  std::string model_dir;
+  bool interactive = false;          // progress bar on stderr
+  double continuous_eval_poll_seconds = 1.0;
+  // Train modes write model_dir/params.yaml and model_dir/train.log, once
+  // the task, model and data have been built without error.
+  bool write_params = true;
+};
+
+// Runs `params` (finalized and locked by finalize_config) in `options.mode`.
+// Returns the last evaluation's logs (empty when the mode does not evaluate).
+Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
+                    const RunOptions& options);
+
+// Writes params.yaml into model_dir atomically (Model Garden's
+// serialize_config).
+void write_params_yaml(config::ExperimentConfig& params, const std::string& model_dir);
+
+}  // namespace garden

@@ -1,0 +1,131 @@
+// Model Garden's base_trainer.Trainer (an Orbit StandardTrainer and
+// StandardEvaluator): runs the Task's steps over the datasets, keeps the
+// global step, the loss means and the metrics.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "garden/core/checkpoint.h"
+#include "garden/core/config/definitions.h"
+#include "garden/core/task.h"
+
+namespace garden {
+
+class Trainer;
+
+// Called after each evaluation with its logs (best-checkpoint export).
+class CheckpointExporter {
+ public:
+  virtual ~CheckpointExporter() = default;
+  virtual void maybe_export_checkpoint(Trainer& trainer, const Logs& eval_logs,
+                                       int64_t global_step) = 0;
+};
+
+// Stands for the parameter-server coordinator of asynchronous training; one
+// process has none.
+class Coordinator {
+ public:
+  virtual ~Coordinator() = default;
+  virtual void join() = 0;
+};
+
+class Trainer {
+ public:
+  using LoopFn = std::function<void(int64_t num_steps)>;
+  using EvalLoopFn = std::function<Logs(int64_t num_steps)>;
+  using DatasetFn =
+      std::function<DatasetPtr(const config::DataConfig&, const InputContext& context)>;
+
+  Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr task, ModelPtr model,
+          std::shared_ptr<optim::Optimizer> optimizer, bool train = true, bool evaluate = true,
+          DatasetPtr train_dataset = nullptr, DatasetPtr validation_dataset = nullptr,
+          std::shared_ptr<CheckpointExporter> checkpoint_exporter = nullptr);
+
+  // Orbit's AbstractTrainer.train: begin, num_steps steps, end.
+  Logs train(int64_t num_steps);
+  // Orbit's AbstractEvaluator.evaluate: num_steps = -1 runs until the
+  // validation data ends. Starts from the beginning of the validation data.
+  Logs evaluate(int64_t num_steps);
+
+  void train_loop_begin();
+  // The metric results, training_loss and learning_rate; then resets them.
+  Logs train_loop_end();
+  void eval_begin();
+  // Validation metrics, validation_loss and the task's reduced logs.
+  Logs eval_end(const Logs& aggregated_logs);
+  // Folds one step's outputs into the evaluation state (task.aggregate_logs).
+  void eval_reduce(Logs& state, const Logs& step_outputs);
+
+  // The next training batch, on the device (training data repeats forever
+  // unless it is finite, in which case the end is an error).
+  Batch next_train_inputs();
+  // The next validation batch plus pass-through logs, or nullopt at the end.
+  std::optional<std::pair<Batch, Logs>> next_eval_inputs();
+  void train_step(const Batch& inputs);
+  Logs eval_step(const Batch& inputs, const Logs& passthrough = {});
+  LoopFn create_train_loop_fn();
+  EvalLoopFn create_eval_loop_fn();
+
+  // Restores task_config().init_checkpoint (task.initialize).
+  void initialize();
+  // Builds a dataset for this process's input pipeline.
+  DatasetPtr distribute_dataset(const DatasetFn& dataset_fn, const config::DataConfig& params);
+  // Asynchronous (parameter-server) training; in one process: nothing to do.
+  void init_async();
+  void join();
+  Coordinator* coordinator_for_async() { return nullptr; }
+
+  int64_t global_step() const { return global_step_; }
+  int64_t examples_seen() const { return examples_seen_; }
+  const config::ExperimentConfig& config() const { return *config_; }
+  Task& task() { return *task_; }
+  Model& model() { return *model_; }
+  ModelPtr model_ptr() { return model_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  Mean& training_loss() { return training_loss_; }
+  Mean& validation_loss() { return validation_loss_; }
+  MetricList& train_metrics() { return train_metrics_; }
+  MetricList& validation_metrics() { return validation_metrics_; }
+  const DatasetPtr& train_dataset() const { return train_dataset_; }
+  const DatasetPtr& validation_dataset() const { return validation_dataset_; }
+  CheckpointExporter* checkpoint_exporter() { return checkpoint_exporter_.get(); }
+  const at::Device& device() const { return device_; }
+  // The loss of the last training step (for recovery checks).
+  double last_train_loss() const { return last_train_loss_; }
+  // Called after every training step with the new global step (progress).
+  void set_step_observer(std::function<void(int64_t)> observer) {
+    step_observer_ = std::move(observer);
+  }
+
+  // Everything a checkpoint holds: model, optimizer, global step, random
+  // state, input position, task metadata.
+  CheckpointData checkpoint_state() const;
+  void restore_checkpoint_state(const CheckpointData& data);
+
+ private:
+  Batch to_device(const Batch& batch) const;
+
+  std::shared_ptr<const config::ExperimentConfig> config_;
+  TaskPtr task_;
+  ModelPtr model_;
+  std::shared_ptr<optim::Optimizer> optimizer_;
+  DatasetPtr train_dataset_;
+  DatasetPtr validation_dataset_;
+  std::shared_ptr<CheckpointExporter> checkpoint_exporter_;
+  at::Device device_{at::kCPU};
+  int64_t global_step_ = 0;
+  int64_t examples_seen_ = 0;
+  double last_train_loss_ = 0.0;
+  Mean training_loss_{"training_loss"};
+  Mean validation_loss_{"validation_loss"};
+  MetricList train_metrics_;
+  MetricList validation_metrics_;
+  std::function<void(int64_t)> step_observer_;
+};
+
+}  // namespace garden

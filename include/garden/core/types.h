@@ -1,0 +1,37 @@
+// The shapes that flow between Task, Trainer and Controller.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace garden {
+
+// A batch: named tensors, like Model Garden's dict of tensors.
+using Batch = std::map<std::string, at::Tensor>;
+
+// One value in the logs: a number, a tensor, or host-side data such as
+// decoded strings or token ids that a task aggregates over an evaluation.
+using LogValue = std::variant<double, at::Tensor, std::vector<std::string>,
+                              std::vector<std::vector<int64_t>>>;
+using Logs = std::map<std::string, LogValue>;
+
+// The number a log value stands for (a tensor must hold one element); throws
+// garden::Error for host-side data.
+double to_double(const LogValue& value);
+bool is_scalar(const LogValue& value);
+
+// tf.distribute.InputContext: which input pipeline this is, out of how many.
+struct InputContext {
+  int64_t num_input_pipelines = 1;
+  int64_t input_pipeline_id = 0;
+  int64_t num_replicas_in_sync = 1;
+  // The batch one replica sees; throws unless it divides evenly.
+  int64_t per_replica_batch_size(int64_t global_batch_size) const;
+};
+
+}  // namespace garden

@@ -1,0 +1,143 @@
+#include "garden/cli/cli.h"
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+
+#include "garden/core/builtins.h"
+#include "garden/core/config/registry.h"
+#include "garden/core/config/yaml_io.h"
+#include "garden/core/error.h"
+#include "garden/core/logging.h"
+#include "garden/core/runtime.h"
+#include "garden/core/train_lib.h"
+
+namespace garden {
+
+std::shared_ptr<config::ExperimentConfig> resolve_experiment(
+    const std::string& name, const std::vector<std::string>& config_files,
+    const std::string& params_override) {
+  auto params = config::get_experiment_config(name);
+  for (const auto& file : config_files) config::apply_file(*params, file);
+  if (!params_override.empty()) config::apply_override(*params, params_override);
+  config::validate_config(*params);
+  return params;
+}
+
+namespace {
+
+// Errors print as one line, whatever the library put in them.
+std::string one_line(std::string text) {
+  for (auto& c : text)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
+struct ExperimentFlags {
+  std::string experiment;
+  std::vector<std::string> config_files;
+  std::string params_override;
+};
+
+void add_experiment_flags(CLI::App& command, ExperimentFlags& flags) {
+  command.add_option("--experiment", flags.experiment, "Registered experiment name")->required();
+  command.add_option("--config_file", flags.config_files,
+                     "YAML file applied over the experiment's defaults (repeatable, in order)");
+  command.add_option("--params_override", flags.params_override,
+                     "Overrides applied last: a.b=1,c.d='x' or a YAML/JSON mapping");
+}
+
+void print_experiments() {
+  const auto names = config::experiment_registry().names();
+  std::size_t width = 0;
+  for (const auto& n : names) width = std::max(width, n.size());
+  for (const auto& n : names)
+    std::cout << std::left << std::setw(static_cast<int>(width) + 2) << n
+              << config::experiment_registry().get(n).description << "\n";
+}
+
+int run_train(const ExperimentFlags& flags, const std::string& mode, const std::string& model_dir) {
+  auto params = resolve_experiment(flags.experiment, flags.config_files, flags.params_override);
+  finalize_config(*params);
+  RunOptions options;
+  options.mode = mode;
+  options.model_dir = model_dir;
+  options.interactive = stderr_is_terminal();
+  const Logs logs = run_experiment(params, options);
+  namespace fs = std::filesystem;
+  const bool trained = mode.rfind("train", 0) == 0;
+  std::cout << "\nmodel_dir:   " << fs::absolute(model_dir).string() << "\n";
+  if (trained) std::cout << "params.yaml: " << (fs::absolute(model_dir) / "params.yaml").string() << "\n";
+  std::cout << "summaries:   tensorboard --logdir " << fs::absolute(model_dir).string() << "\n";
+  if (!logs.empty()) {
+    std::cout << "evaluation:  ";
+    bool first = true;
+    for (const auto& [key, value] : logs) {
+      if (!is_scalar(value)) continue;
+      std::cout << (first ? "" : ", ") << key << " " << std::setprecision(4) << to_double(value);
+      first = false;
+    }
+    std::cout << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_main(int argc, char** argv) {
+  try {
+    register_builtins();
+    CLI::App app{"garden: Model Garden-style training on LibTorch"};
+    app.require_subcommand(1);
+
+    ExperimentFlags train_flags;
+    std::string mode = "train_and_eval";
+    std::string model_dir;
+    auto* train = app.add_subcommand("train", "Train and/or evaluate an experiment");
+    add_experiment_flags(*train, train_flags);
+    train->add_option("--mode", mode,
+                      "train, eval, train_and_eval, continuous_eval or train_and_post_eval")
+        ->capture_default_str();
+    train->add_option("--model_dir", model_dir, "Directory for checkpoints, summaries, params.yaml")
+        ->required();
+
+    app.add_subcommand("experiments", "List the registered experiments");
+
+    ExperimentFlags config_flags;
+    auto* config_command =
+        app.add_subcommand("config", "Print an experiment's resolved config as YAML");
+    add_experiment_flags(*config_command, config_flags);
+
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      if (e.get_exit_code() == 0) return app.exit(e);  // --help
+      std::cerr << "garden: error: " << e.what() << " (see garden --help)\n";
+      return 2;
+    }
+
+    if (train->parsed()) return run_train(train_flags, mode, model_dir);
+    if (app.got_subcommand("experiments")) {
+      print_experiments();
+      return 0;
+    }
+    if (config_command->parsed()) {
+      auto params = resolve_experiment(config_flags.experiment, config_flags.config_files,
+                                       config_flags.params_override);
+      std::cout << config::to_yaml_string(*params);
+      return 0;
+    }
+    return 0;
+  } catch (const c10::Error& e) {
+    std::cerr << "garden: error: " << one_line(e.what_without_backtrace()) << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "garden: error: " << one_line(e.what()) << "\n";
+  }
+  return 1;
+}
+
+}  // namespace garden

@@ -1,0 +1,77 @@
+#include "garden/core/runtime.h"
+
+#include <torch/torch.h>
+
+#include <fstream>
+#include <random>
+
+#include "garden/core/config/yaml_io.h"
+#include "garden/core/error.h"
+#include "garden/core/logging.h"
+
+namespace garden {
+
+void finalize_config(config::ExperimentConfig& params) {
+  if (params.locked()) return;
+  if (!params.runtime.seed) {
+    std::random_device device;
+    params.runtime.seed = static_cast<int64_t>(device() & 0x7fffffff);
+  }
+  if (params.task) {
+    auto& train = params.task->train_data_config();
+    auto& validation = params.task->validation_data_config();
+    if (!train.seed) train.seed = *params.runtime.seed;
+    if (!validation.seed) validation.seed = *params.runtime.seed + 1;
+  }
+  config::validate_config(params);
+  params.lock();
+}
+
+void apply_runtime(const config::RuntimeConfig& runtime) {
+  if (runtime.intra_op_parallelism_threads > 0)
+    at::set_num_threads(static_cast<int>(runtime.intra_op_parallelism_threads));
+  if (runtime.inter_op_parallelism_threads > 0) {
+    try {
+      at::set_num_interop_threads(static_cast<int>(runtime.inter_op_parallelism_threads));
+    } catch (const c10::Error&) {
+      // LibTorch allows this once per process, before any parallel work.
+      log_warning() << "inter_op_parallelism_threads can be set only once per process; kept "
+                    << at::get_num_interop_threads();
+    }
+  }
+  if (runtime.seed) torch::manual_seed(static_cast<uint64_t>(*runtime.seed));
+  const torch::Device device(runtime.device);
+  if (device.is_cuda() && !torch::cuda::is_available())
+    throw Error("runtime.device is '" + runtime.device +
+                "' but this LibTorch has no CUDA device; use runtime.device=cpu");
+  warn_if_slow_blas();
+}
+
+std::string loaded_blas_library() {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    if (path.find("libblas.so") != std::string::npos ||
+        path.find("libopenblas") != std::string::npos || path.find("libmkl") != std::string::npos)
+      return path;
+  }
+  return "";
+}
+
+void warn_if_slow_blas() {
+  static bool warned = false;
+  if (warned) return;
+  warned = true;
+  const std::string blas = loaded_blas_library();
+  if (blas.empty() || blas.find("openblas") != std::string::npos ||
+      blas.find("mkl") != std::string::npos || blas.find("blis") != std::string::npos)
+    return;
+  log_warning() << "**************************************************************";
+  log_warning() << "SLOW BLAS: " << blas << " is the reference BLAS; matrix products run";
+  log_warning() << "about 25x slower. Install libopenblas0-pthread (scripts/setup.sh does).";
+  log_warning() << "**************************************************************";
+}
+
+}  // namespace garden

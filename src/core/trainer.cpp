@@ -1,0 +1,198 @@
+#include "garden/core/trainer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include "garden/core/error.h"
+#include "garden/core/logging.h"
+
+namespace garden {
+
+Trainer::Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr task,
+                 ModelPtr model, std::shared_ptr<optim::Optimizer> optimizer, bool train,
+                 bool evaluate, DatasetPtr train_dataset, DatasetPtr validation_dataset,
+                 std::shared_ptr<CheckpointExporter> checkpoint_exporter)
+    : config_(std::move(config)),
+      task_(std::move(task)),
+      model_(std::move(model)),
+      optimizer_(std::move(optimizer)),
+      train_dataset_(std::move(train_dataset)),
+      validation_dataset_(std::move(validation_dataset)),
+      checkpoint_exporter_(std::move(checkpoint_exporter)) {
+  if (!config_ || !task_ || !model_) throw Error("Trainer needs a config, a task and a model");
+  device_ = at::Device(config_->runtime.device);
+  const auto build = [this](const config::DataConfig& params, const InputContext& context) {
+    return task_->build_inputs(params, context);
+  };
+  if (train) {
+    if (!optimizer_) throw Error("a training Trainer needs an optimizer");
+    if (!train_dataset_)
+      train_dataset_ = distribute_dataset(build, config_->task->train_data_config());
+    train_metrics_ = task_->build_metrics(/*training=*/true);
+  }
+  if (evaluate) {
+    if (!validation_dataset_)
+      validation_dataset_ = distribute_dataset(build, config_->task->validation_data_config());
+    validation_metrics_ = task_->build_metrics(/*training=*/false);
+  }
+}
+
+DatasetPtr Trainer::distribute_dataset(const DatasetFn& dataset_fn,
+                                       const config::DataConfig& params) {
+  // One process is one input pipeline and one replica.
+  return dataset_fn(params, InputContext{});
+}
+
+void Trainer::init_async() {}
+void Trainer::join() {}
+
+void Trainer::initialize() { task_->initialize(*model_); }
+
+Batch Trainer::to_device(const Batch& batch) const {
+  if (device_.is_cpu()) return batch;
+  Batch out;
+  for (const auto& [key, tensor] : batch) out[key] = tensor.to(device_, /*non_blocking=*/true);
+  return out;
+}
+
+Batch Trainer::next_train_inputs() {
+  if (!train_dataset_) throw Error("this Trainer has no training data");
+  auto batch = train_dataset_->next();
+  if (!batch) throw Error("the training data ended; set task.train_data.is_training: true so it repeats");
+  return to_device(*batch);
+}
+
+std::optional<std::pair<Batch, Logs>> Trainer::next_eval_inputs() {
+  if (!validation_dataset_) throw Error("this Trainer has no validation data");
+  auto batch = validation_dataset_->next();
+  if (!batch) return std::nullopt;
+  return std::make_pair(to_device(*batch), Logs{});
+}
+
+void Trainer::train_step(const Batch& inputs) {
+  const Logs logs = task_->train_step(inputs, *model_, *optimizer_, train_metrics_);
+  const auto it = logs.find(task_->loss());
+  if (it == logs.end()) throw Error("task train_step returned no '" + std::string(task_->loss()) + "'");
+  last_train_loss_ = to_double(it->second);
+  training_loss_.update(last_train_loss_);
+  examples_seen_ += task_->num_examples(inputs);
+  ++global_step_;
+  if (step_observer_) step_observer_(global_step_);
+}
+
+Logs Trainer::eval_step(const Batch& inputs, const Logs& passthrough) {
+  Logs logs = task_->validation_step(inputs, *model_, validation_metrics_);
+  const auto it = logs.find(task_->loss());
+  if (it != logs.end()) validation_loss_.update(to_double(it->second));
+  for (const auto& [key, value] : passthrough) logs.emplace(key, value);
+  return logs;
+}
+
+void Trainer::train_loop_begin() {
+  // Metrics are reset at the end of each loop, so a loop's logs cover it alone.
+}
+
+Logs Trainer::train_loop_end() {
+  Logs logs;
+  for (auto& metric : train_metrics_) {
+    logs[metric->name()] = metric->result();
+    metric->reset();
+  }
+  logs[training_loss_.name()] = training_loss_.result();
+  training_loss_.reset();
+  logs["learning_rate"] = optimizer_->learning_rate();
+  return logs;
+}
+
+void Trainer::eval_begin() {
+  for (auto& metric : validation_metrics_) metric->reset();
+  validation_loss_.reset();
+  validation_dataset_->reset();
+}
+
+void Trainer::eval_reduce(Logs& state, const Logs& step_outputs) {
+  task_->aggregate_logs(state, step_outputs);
+}
+
+Logs Trainer::eval_end(const Logs& aggregated_logs) {
+  Logs logs;
+  for (auto& metric : validation_metrics_) logs[metric->name()] = metric->result();
+  logs[validation_loss_.name()] = validation_loss_.result();
+  for (auto& [key, value] : task_->reduce_aggregated_logs(aggregated_logs, global_step_))
+    logs[key] = value;
+  return logs;
+}
+
+Trainer::LoopFn Trainer::create_train_loop_fn() {
+  return [this](int64_t num_steps) {
+    for (int64_t i = 0; i < num_steps; ++i) train_step(next_train_inputs());
+  };
+}
+
+Trainer::EvalLoopFn Trainer::create_eval_loop_fn() {
+  return [this](int64_t num_steps) {
+    Logs state;
+    for (int64_t i = 0; num_steps < 0 || i < num_steps; ++i) {
+      auto next = next_eval_inputs();
+      if (!next) break;
+      eval_reduce(state, eval_step(next->first, next->second));
+    }
+    return state;
+  };
+}
+
+Logs Trainer::train(int64_t num_steps) {
+  train_loop_begin();
+  create_train_loop_fn()(num_steps);
+  return train_loop_end();
+}
+
+Logs Trainer::evaluate(int64_t num_steps) {
+  eval_begin();
+  const Logs state = create_eval_loop_fn()(num_steps);
+  return eval_end(state);
+}
+
+CheckpointData Trainer::checkpoint_state() const {
+  CheckpointData data;
+  for (const auto& [name, tensor] : model_state(*model_)) data.tensors["model/" + name] = tensor;
+  nlohmann::json meta;
+  meta["global_step"] = global_step_;
+  meta["examples_seen"] = examples_seen_;
+  if (optimizer_) {
+    for (const auto& [name, tensor] : optimizer_->state_tensors())
+      data.tensors["optimizer/" + name] = tensor;
+    meta["optimizer"] = optimizer_->state_meta();
+  }
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    data.tensors["rng/cpu"] = generator.get_state();
+  }
+  if (train_dataset_) meta["train_data"] = train_dataset_->state();
+  meta["task"] = task_->checkpoint_metadata();
+  data.meta = std::move(meta);
+  return data;
+}
+
+void Trainer::restore_checkpoint_state(const CheckpointData& data) {
+  load_model_state(*model_, data.tensors, "model/", /*strict=*/true);
+  global_step_ = data.meta.value("global_step", int64_t{0});
+  examples_seen_ = data.meta.value("examples_seen", int64_t{0});
+  if (optimizer_) {
+    std::map<std::string, at::Tensor> slots;
+    for (const auto& [name, tensor] : data.tensors)
+      if (name.rfind("optimizer/", 0) == 0) slots[name.substr(10)] = tensor;
+    optimizer_->load_state(slots, data.meta.value("optimizer", nlohmann::json::object()));
+  }
+  if (const auto it = data.tensors.find("rng/cpu"); it != data.tensors.end()) {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(it->second);
+  }
+  if (train_dataset_ && data.meta.contains("train_data"))
+    train_dataset_->restore(data.meta.at("train_data"));
+  if (data.meta.contains("task")) task_->restore_checkpoint_metadata(data.meta.at("task"));
+}
+
+}  // namespace garden

@@ -1,0 +1,33 @@
+#include "garden/core/types.h"
+
+#include <ATen/ATen.h>
+
+#include "garden/core/error.h"
+
+namespace garden {
+
+bool is_scalar(const LogValue& value) {
+  if (std::holds_alternative<double>(value)) return true;
+  if (const auto* t = std::get_if<at::Tensor>(&value)) return t->defined() && t->numel() == 1;
+  return false;
+}
+
+double to_double(const LogValue& value) {
+  if (const auto* d = std::get_if<double>(&value)) return *d;
+  if (const auto* t = std::get_if<at::Tensor>(&value)) {
+    if (!t->defined() || t->numel() != 1)
+      throw Error("log value is a tensor of " + std::to_string(t->defined() ? t->numel() : 0) +
+                  " elements, not a scalar");
+    return t->detach().to(at::kCPU).to(at::kDouble).item<double>();
+  }
+  throw Error("log value is host-side data, not a number");
+}
+
+int64_t InputContext::per_replica_batch_size(int64_t global_batch_size) const {
+  if (num_replicas_in_sync < 1 || global_batch_size % num_replicas_in_sync != 0)
+    throw Error("global_batch_size " + std::to_string(global_batch_size) +
+                " is not divisible by the " + std::to_string(num_replicas_in_sync) + " replicas");
+  return global_batch_size / num_replicas_in_sync;
+}
+
+}  // namespace garden

@@ -1,0 +1,97 @@
+#include "garden/data/csv.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "garden/core/error.h"
+
+namespace garden::data {
+
+CsvReader::CsvReader(const std::string& path, char delimiter)
+    : path_(path), delimiter_(delimiter), in_(path) {
+  if (!in_) throw Error("cannot open CSV file '" + path + "': " + std::strerror(errno));
+  if (!read_record(header_) || (header_.size() == 1 && header_[0].empty()))
+    throw Error("CSV file '" + path + "' is empty: expected a header row");
+}
+
+std::size_t CsvReader::column(const std::string& name) const {
+  for (std::size_t i = 0; i < header_.size(); ++i)
+    if (header_[i] == name) return i;
+  std::string columns;
+  for (const auto& h : header_) columns += (columns.empty() ? "" : ", ") + h;
+  throw Error("CSV file '" + path_ + "' has no column '" + name + "'; its columns: " + columns);
+}
+
+bool CsvReader::read_record(std::vector<std::string>& fields) {
+  fields.clear();
+  std::string line;
+  // Skip blank lines between records.
+  do {
+    if (!std::getline(in_, line)) return false;
+    ++line_;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+  } while (line.empty());
+  row_line_ = line_;
+  std::string field;
+  bool quoted = false;
+  std::size_t i = 0;
+  while (true) {
+    if (i == line.size()) {
+      if (!quoted) break;
+      // A quoted field runs over the line break.
+      std::string more;
+      if (!std::getline(in_, more))
+        throw Error("CSV file '" + path_ + "' line " + std::to_string(row_line_) +
+                    ": unterminated quoted field");
+      ++line_;
+      if (!more.empty() && more.back() == '\r') more.pop_back();
+      field += '\n';
+      line = more;
+      i = 0;
+      continue;
+    }
+    const char c = line[i++];
+    if (quoted) {
+      if (c == '"') {
+        if (i < line.size() && line[i] == '"') {
+          field += '"';
+          ++i;
+        } else {
+          quoted = false;
+        }
+      } else {
+        field += c;
+      }
+    } else if (c == '"' && field.empty()) {
+      quoted = true;
+    } else if (c == delimiter_) {
+      fields.push_back(std::move(field));
+      field.clear();
+    } else {
+      field += c;
+    }
+  }
+  fields.push_back(std::move(field));
+  return true;
+}
+
+bool CsvReader::next(std::vector<std::string>& fields) {
+  if (!read_record(fields)) return false;
+  if (fields.size() != header_.size())
+    throw Error("CSV file '" + path_ + "' line " + std::to_string(row_line_) + ": " +
+                std::to_string(fields.size()) + " fields, the header has " +
+                std::to_string(header_.size()));
+  return true;
+}
+
+bool parse_double(const std::string& text, double& value) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  value = std::strtod(text.c_str(), &end);
+  return errno == 0 && end == text.c_str() + text.size() && std::isfinite(value);
+}
+
+}  // namespace garden::data

@@ -1,0 +1,149 @@
+#include "garden/optim/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+namespace garden::optim {
+namespace {
+using config::ConfigError;
+
+class FunctionSchedule : public LearningRateSchedule {
+ public:
+  explicit FunctionSchedule(std::function<double(double)> f, int64_t offset = 0)
+      : f_(std::move(f)), offset_(offset) {}
+  double operator()(int64_t step) const override {
+    return f_(static_cast<double>(step - offset_));
+  }
+
+ private:
+  std::function<double(double)> f_;
+  int64_t offset_;
+};
+
+template <class T>
+T require(const std::optional<T>& value, const char* schedule, const char* key) {
+  if (!value)
+    throw ConfigError("trainer.optimizer_config." + std::string(schedule) + "." +
+                      key + " must be set");
+  return *value;
+}
+
+SchedulePtr base_schedule(const config::LrConfig& c) {
+  const std::string& type = c.type;
+  if (type.empty() || type == "constant") {
+    const double lr = c.constant.learning_rate;
+    return std::make_shared<FunctionSchedule>([lr](double) { return lr; });
+  }
+  if (type == "stepwise") {
+    const auto boundaries = require(c.stepwise.boundaries, "learning_rate.stepwise", "boundaries");
+    const auto values = require(c.stepwise.values, "learning_rate.stepwise", "values");
+    if (values.size() != boundaries.size() + 1)
+      throw ConfigError("stepwise learning rate needs one more value than boundaries");
+    return std::make_shared<FunctionSchedule>(
+        [boundaries, values](double step) {
+          // Keras PiecewiseConstantDecay: values[i] while step <= boundaries[i].
+          for (std::size_t i = 0; i < boundaries.size(); ++i)
+            if (step <= static_cast<double>(boundaries[i])) return values[i];
+          return values.back();
+        },
+        c.stepwise.offset);
+  }
+  if (type == "exponential") {
+    const double initial = require(c.exponential.initial_learning_rate, "learning_rate.exponential",
+                                   "initial_learning_rate");
+    const double decay_steps =
+        static_cast<double>(require(c.exponential.decay_steps, "learning_rate.exponential", "decay_steps"));
+    const double rate = require(c.exponential.decay_rate, "learning_rate.exponential", "decay_rate");
+    const bool staircase = c.exponential.staircase.value_or(false);
+    return std::make_shared<FunctionSchedule>(
+        [=](double step) {
+          double p = step / decay_steps;
+          if (staircase) p = std::floor(p);
+          return initial * std::pow(rate, p);
+        },
+        c.exponential.offset);
+  }
+  if (type == "polynomial") {
+    const double initial =
+        require(c.polynomial.initial_learning_rate, "learning_rate.polynomial", "initial_learning_rate");
+    const double decay_steps =
+        static_cast<double>(require(c.polynomial.decay_steps, "learning_rate.polynomial", "decay_steps"));
+    const double end = c.polynomial.end_learning_rate;
+    const double power = c.polynomial.power;
+    const bool cycle = c.polynomial.cycle;
+    return std::make_shared<FunctionSchedule>(
+        [=](double step) {
+          double steps = decay_steps;
+          if (cycle) {
+            // Keras: multiplier 1 at step 0, then ceil(step / decay_steps).
+            const double multiplier = step == 0 ? 1.0 : std::ceil(step / decay_steps);
+            steps = decay_steps * multiplier;
+          } else {
+            step = std::min(step, decay_steps);
+          }
+          return (initial - end) * std::pow(1.0 - step / steps, power) + end;
+        },
+        c.polynomial.offset);
+  }
+  if (type == "cosine") {
+    const double initial =
+        require(c.cosine.initial_learning_rate, "learning_rate.cosine", "initial_learning_rate");
+    const double decay_steps =
+        static_cast<double>(require(c.cosine.decay_steps, "learning_rate.cosine", "decay_steps"));
+    const double alpha = c.cosine.alpha;
+    return std::make_shared<FunctionSchedule>(
+        [=](double step) {
+          step = std::min(step, decay_steps);
+          const double cosine = 0.5 * (1.0 + std::cos(M_PI * step / decay_steps));
+          return initial * ((1.0 - alpha) * cosine + alpha);
+        },
+        c.cosine.offset);
+  }
+  throw ConfigError("unknown learning_rate type '" + type + "'");
+}
+
+class WarmupSchedule : public LearningRateSchedule {
+ public:
+  WarmupSchedule(SchedulePtr after, int64_t warmup_steps, std::function<double(double, double)> f)
+      : after_(std::move(after)), warmup_steps_(warmup_steps), f_(std::move(f)) {}
+  double operator()(int64_t step) const override {
+    if (step < warmup_steps_) {
+      const double target = (*after_)(warmup_steps_);
+      return f_(static_cast<double>(step), target);
+    }
+    return (*after_)(step);
+  }
+
+ private:
+  SchedulePtr after_;
+  int64_t warmup_steps_;
+  std::function<double(double, double)> f_;
+};
+
+}  // namespace
+
+SchedulePtr make_schedule(const config::LrConfig& learning_rate,
+                          const config::WarmupConfig& warmup) {
+  SchedulePtr base = base_schedule(learning_rate);
+  if (warmup.type.empty()) return base;
+  if (warmup.type == "linear") {
+    const int64_t steps = require(warmup.linear.warmup_steps, "warmup.linear", "warmup_steps");
+    const double start = warmup.linear.warmup_learning_rate;
+    return std::make_shared<WarmupSchedule>(base, steps, [=](double step, double target) {
+      return start + step / static_cast<double>(steps) * (target - start);
+    });
+  }
+  if (warmup.type == "polynomial") {
+    const int64_t steps =
+        require(warmup.polynomial.warmup_steps, "warmup.polynomial", "warmup_steps");
+    const double power = warmup.polynomial.power;
+    return std::make_shared<WarmupSchedule>(base, steps, [=](double step, double target) {
+      const double done = steps <= 0 ? 1.0 : step / static_cast<double>(steps);
+      return target * std::pow(done, power);
+    });
+  }
+  throw ConfigError("unknown warmup type '" + warmup.type + "'");
+}
+
+}  // namespace garden::optim

@@ -1,0 +1,453 @@
+// Tests of SummaryWriter. The event files are decoded here by hand (TFRecord framing
+// with a bitwise CRC-32C, and a minimal protobuf wire-format decoder) using
+// TensorFlow's field numbers, so the test shares no code with the writer and does not
+// use the generated protobuf classes.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <regex>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "garden/core/summary_writer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- TFRecord framing
+
+uint32_t ref_crc32c(std::string_view bytes) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (unsigned char byte : bytes) {
+    crc ^= byte;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc & 1u) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
+  }
+  return ~crc;
+}
+
+uint32_t ref_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+uint64_t read_le(std::string_view in, size_t pos, int bytes) {
+  uint64_t value = 0;
+  for (int i = bytes - 1; i >= 0; --i) {
+    value = (value << 8) | static_cast<unsigned char>(in[pos + i]);
+  }
+  return value;
+}
+
+std::vector<std::string> read_records(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> records;
+  for (size_t pos = 0; pos < file.size();) {
+    if (file.size() - pos < 12) throw std::runtime_error("truncated header");
+    const uint64_t length = read_le(file, pos, 8);
+    if (read_le(file, pos + 8, 4) != ref_mask(ref_crc32c(file.substr(pos, 8)))) {
+      throw std::runtime_error("bad length CRC");
+    }
+    if (file.size() - pos - 12 < length + 4) throw std::runtime_error("truncated record");
+    std::string data = file.substr(pos + 12, length);
+    if (read_le(file, pos + 12 + length, 4) != ref_mask(ref_crc32c(data))) {
+      throw std::runtime_error("bad data CRC");
+    }
+    records.push_back(std::move(data));
+    pos += 12 + length + 4;
+  }
+  return records;
+}
+
+// ---- protobuf wire format
+
+constexpr int kVarint = 0;
+constexpr int kFixed64 = 1;
+constexpr int kLengthDelimited = 2;
+constexpr int kFixed32 = 5;
+
+struct Field {
+  uint32_t number = 0;
+  int wire_type = 0;
+  uint64_t scalar = 0;  // varint value, or the raw bits of a fixed32/fixed64
+  std::string bytes;    // payload of a length-delimited field
+};
+using Message = std::vector<Field>;
+
+uint64_t decode_varint(std::string_view in, size_t& pos) {
+  uint64_t value = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (pos >= in.size()) throw std::runtime_error("truncated varint");
+    const auto byte = static_cast<unsigned char>(in[pos++]);
+    value |= uint64_t{byte & 0x7Fu} << shift;
+    if ((byte & 0x80) == 0) return value;
+  }
+  throw std::runtime_error("varint longer than 10 bytes");
+}
+
+Message decode(std::string_view in) {
+  Message message;
+  for (size_t pos = 0; pos < in.size();) {
+    const uint64_t key = decode_varint(in, pos);
+    Field field;
+    field.number = static_cast<uint32_t>(key >> 3);
+    field.wire_type = static_cast<int>(key & 7);
+    switch (field.wire_type) {
+      case kVarint:
+        field.scalar = decode_varint(in, pos);
+        break;
+      case kFixed64:
+      case kFixed32: {
+        const size_t size = field.wire_type == kFixed64 ? 8 : 4;
+        if (in.size() - pos < size) throw std::runtime_error("truncated fixed field");
+        field.scalar = read_le(in, pos, static_cast<int>(size));
+        pos += size;
+        break;
+      }
+      case kLengthDelimited: {
+        const uint64_t size = decode_varint(in, pos);
+        if (in.size() - pos < size) throw std::runtime_error("truncated length-delimited field");
+        field.bytes = std::string(in.substr(pos, size));
+        pos += size;
+        break;
+      }
+      default:
+        throw std::runtime_error("unexpected wire type " + std::to_string(field.wire_type));
+    }
+    message.push_back(std::move(field));
+  }
+  return message;
+}
+
+std::vector<const Field*> all(const Message& message, uint32_t number) {
+  std::vector<const Field*> found;
+  for (const Field& f : message) {
+    if (f.number == number) found.push_back(&f);
+  }
+  return found;
+}
+
+bool has(const Message& message, uint32_t number) { return !all(message, number).empty(); }
+
+// The one occurrence of a field, which must have the given wire type.
+const Field& only(const Message& message, uint32_t number, int wire_type) {
+  const auto found = all(message, number);
+  if (found.size() != 1) {
+    throw std::runtime_error("field " + std::to_string(number) + " occurs " +
+                             std::to_string(found.size()) + " times");
+  }
+  if (found[0]->wire_type != wire_type) {
+    throw std::runtime_error("field " + std::to_string(number) + " has wire type " +
+                             std::to_string(found[0]->wire_type));
+  }
+  return *found[0];
+}
+
+double as_double(const Field& f) {
+  double d;
+  std::memcpy(&d, &f.scalar, sizeof d);
+  return d;
+}
+
+float as_float(const Field& f) {
+  const auto bits = static_cast<uint32_t>(f.scalar);
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+// TensorFlow's field numbers.
+namespace event_field {
+constexpr uint32_t kWallTime = 1, kStep = 2, kFileVersion = 3, kSummary = 5;
+}
+constexpr uint32_t kSummaryValue = 1;
+namespace value_field {
+constexpr uint32_t kTag = 1, kSimpleValue = 2, kTensor = 8, kMetadata = 9;
+}
+namespace metadata_field {
+constexpr uint32_t kPluginData = 1, kDataClass = 4;
+}
+constexpr uint32_t kPluginName = 1;
+namespace tensor_field {
+constexpr uint32_t kDtype = 1, kShape = 2, kStringVal = 8;
+}
+constexpr uint32_t kShapeDim = 2;
+constexpr uint64_t kDtString = 7;
+constexpr uint64_t kDataClassTensor = 2;
+
+std::vector<Message> read_events(const std::string& path) {
+  std::vector<Message> events;
+  for (const std::string& record : read_records(path)) events.push_back(decode(record));
+  return events;
+}
+
+// proto3 leaves out fields equal to zero.
+int64_t step_of(const Message& event) {
+  if (!has(event, event_field::kStep)) return 0;
+  return static_cast<int64_t>(only(event, event_field::kStep, kVarint).scalar);
+}
+
+std::vector<Message> values_of(const Message& event) {
+  const Message summary = decode(only(event, event_field::kSummary, kLengthDelimited).bytes);
+  std::vector<Message> values;
+  for (const Field* f : all(summary, kSummaryValue)) values.push_back(decode(f->bytes));
+  return values;
+}
+
+std::string tag_of(const Message& value) {
+  return only(value, value_field::kTag, kLengthDelimited).bytes;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string host_name() {
+  char name[HOST_NAME_MAX + 1] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+class SummaryWriterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) / ("garden_summary_writer_" + std::string(info->name()) +
+                                             "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    logdir_ = (dir_ / "run").string();
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+
+  // Every event's wall_time lies between the test's own clock readings around it.
+  static void expect_plausible_wall_times(const std::vector<Message>& events, double before,
+                                          double after) {
+    double previous = before;
+    for (const Message& event : events) {
+      const double wall_time = as_double(only(event, event_field::kWallTime, kFixed64));
+      EXPECT_GE(wall_time, before - 1e-3);
+      EXPECT_LE(wall_time, after + 1e-3);
+      EXPECT_GE(wall_time, previous - 1e-3);  // written in order from one thread
+      previous = wall_time;
+    }
+  }
+
+  fs::path dir_;
+  std::string logdir_;
+};
+
+TEST_F(SummaryWriterTest, CreatesNamedFileStartingWithFileVersion) {
+  const double before = now_seconds();
+  std::string path;
+  {
+    garden::SummaryWriter writer(logdir_ + "/nested/deeper");
+    path = writer.path();
+  }
+  const double after = now_seconds();
+
+  EXPECT_EQ(fs::path(path).parent_path(), fs::path(logdir_ + "/nested/deeper"));
+  const std::string name = fs::path(path).filename().string();
+  std::smatch match;
+  ASSERT_TRUE(std::regex_match(name, match, std::regex(R"(events\.out\.tfevents\.(\d+)\.(.+))")))
+      << name;
+  const long long seconds = std::stoll(match[1].str());
+  EXPECT_GE(seconds, static_cast<long long>(before));
+  EXPECT_LE(seconds, static_cast<long long>(after));
+  EXPECT_EQ(match[2].str(), host_name());
+
+  const std::vector<Message> events = read_events(path);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(only(events[0], event_field::kFileVersion, kLengthDelimited).bytes, "brain.Event:2");
+  EXPECT_EQ(step_of(events[0]), 0);
+  EXPECT_FALSE(has(events[0], event_field::kSummary));
+  expect_plausible_wall_times(events, before, after);
+}
+
+TEST_F(SummaryWriterTest, ScalarsAtSeveralSteps) {
+  const double before = now_seconds();
+  std::string path;
+  {
+    garden::SummaryWriter writer(logdir_);
+    path = writer.path();
+    writer.scalar("loss", 0.1, 0);
+    writer.scalar("loss", 1e-3, 1);
+    writer.scalar("train/lr", 3.14159265358979, 100);
+    writer.scalars({{"acc", 0.5}, {"big", 123456789.123}, {"neg", -2.7e-7}}, int64_t{1} << 40);
+    writer.scalars({}, 5);  // writes nothing
+  }
+  const double after = now_seconds();
+
+  const std::vector<Message> events = read_events(path);
+  ASSERT_EQ(events.size(), 5u);
+  expect_plausible_wall_times(events, before, after);
+
+  struct Expected {
+    int64_t step;
+    std::vector<std::pair<std::string, double>> values;
+  };
+  const std::vector<Expected> expected = {
+      {0, {{"loss", 0.1}}},
+      {1, {{"loss", 1e-3}}},
+      {100, {{"train/lr", 3.14159265358979}}},
+      {int64_t{1} << 40, {{"acc", 0.5}, {"big", 123456789.123}, {"neg", -2.7e-7}}},
+  };
+  for (size_t i = 0; i < expected.size(); ++i) {
+    SCOPED_TRACE("event " + std::to_string(i + 1));
+    const Message& event = events[i + 1];
+    EXPECT_EQ(step_of(event), expected[i].step);
+    EXPECT_FALSE(has(event, event_field::kFileVersion));
+    const std::vector<Message> values = values_of(event);
+    ASSERT_EQ(values.size(), expected[i].values.size());
+    for (size_t j = 0; j < values.size(); ++j) {
+      EXPECT_EQ(tag_of(values[j]), expected[i].values[j].first);
+      const float stored = as_float(only(values[j], value_field::kSimpleValue, kFixed32));
+      EXPECT_EQ(stored, static_cast<float>(expected[i].values[j].second));
+      EXPECT_FALSE(has(values[j], value_field::kTensor));
+    }
+  }
+}
+
+TEST_F(SummaryWriterTest, TextUsesTextPluginAndStringTensor) {
+  const std::string markdown =
+      "# Config\n\n| key | value |\n|---|---|\n| lr | 0.001 |\n\xC3\xA9t\xC3\xA9";
+  std::string path;
+  {
+    garden::SummaryWriter writer(logdir_);
+    path = writer.path();
+    writer.text("config", markdown, 3);
+    writer.text("notes", "", 4);
+  }
+  const std::vector<Message> events = read_events(path);
+  ASSERT_EQ(events.size(), 3u);
+
+  const std::pair<std::string, std::string> expected[] = {{"config", markdown}, {"notes", ""}};
+  for (size_t i = 0; i < 2; ++i) {
+    SCOPED_TRACE("event " + std::to_string(i + 1));
+    const Message& event = events[i + 1];
+    EXPECT_EQ(step_of(event), static_cast<int64_t>(3 + i));
+    const std::vector<Message> values = values_of(event);
+    ASSERT_EQ(values.size(), 1u);
+    const Message& value = values[0];
+    EXPECT_EQ(tag_of(value), expected[i].first);
+    EXPECT_FALSE(has(value, value_field::kSimpleValue));
+
+    const Message metadata = decode(only(value, value_field::kMetadata, kLengthDelimited).bytes);
+    const Message plugin_data =
+        decode(only(metadata, metadata_field::kPluginData, kLengthDelimited).bytes);
+    EXPECT_EQ(only(plugin_data, kPluginName, kLengthDelimited).bytes, "text");
+    EXPECT_EQ(only(metadata, metadata_field::kDataClass, kVarint).scalar, kDataClassTensor);
+
+    const Message tensor = decode(only(value, value_field::kTensor, kLengthDelimited).bytes);
+    EXPECT_EQ(only(tensor, tensor_field::kDtype, kVarint).scalar, kDtString);
+    const Message shape = decode(only(tensor, tensor_field::kShape, kLengthDelimited).bytes);
+    EXPECT_FALSE(has(shape, kShapeDim)) << "a scalar tensor has no dims";
+    EXPECT_EQ(only(tensor, tensor_field::kStringVal, kLengthDelimited).bytes, expected[i].second);
+  }
+}
+
+TEST_F(SummaryWriterTest, FlushMakesEventsVisibleWhileWriterLives) {
+  garden::SummaryWriter writer(logdir_);
+  writer.scalar("loss", 2.5, 7);
+  writer.text("note", "hello", 7);
+  writer.flush();
+
+  const std::vector<Message> events = read_events(writer.path());
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(step_of(events[1]), 7);
+  EXPECT_EQ(as_float(only(values_of(events[1])[0], value_field::kSimpleValue, kFixed32)), 2.5f);
+  EXPECT_EQ(tag_of(values_of(events[2])[0]), "note");
+
+  writer.scalar("loss", 1.5, 8);
+  writer.flush();
+  EXPECT_EQ(read_events(writer.path()).size(), 4u);
+}
+
+TEST_F(SummaryWriterTest, ExistingFileNameGetsSuffix) {
+  // Occupy the names for this second and the next, in case the clock ticks meanwhile.
+  fs::create_directories(logdir_);
+  const auto seconds = static_cast<long long>(now_seconds());
+  std::vector<std::string> taken;
+  for (long long s : {seconds, seconds + 1}) {
+    taken.push_back(
+        (fs::path(logdir_) / ("events.out.tfevents." + std::to_string(s) + "." + host_name()))
+            .string());
+    std::ofstream(taken.back()) << "keep";
+  }
+
+  std::string path;
+  {
+    garden::SummaryWriter writer(logdir_);
+    path = writer.path();
+  }
+  EXPECT_TRUE(path == taken[0] + ".1" || path == taken[1] + ".1") << path;
+  for (const std::string& name : taken) {
+    std::ifstream in(name);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()),
+              "keep");
+  }
+  EXPECT_EQ(read_events(path).size(), 1u);
+
+  // Two writers on one logdir never share a file.
+  garden::SummaryWriter first(logdir_);
+  garden::SummaryWriter second(logdir_);
+  EXPECT_NE(first.path(), second.path());
+}
+
+TEST_F(SummaryWriterTest, ConcurrentWritesStayIntact) {
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 200;
+  std::string path;
+  {
+    garden::SummaryWriter writer(logdir_);
+    path = writer.path();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&writer, t] {
+        for (int i = 0; i < kPerThread; ++i) {
+          if (i % 2 == 0) {
+            writer.scalar("thread" + std::to_string(t), i, i);
+          } else {
+            writer.text("thread" + std::to_string(t), std::to_string(i), i);
+          }
+        }
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+
+  const std::vector<Message> events = read_events(path);
+  ASSERT_EQ(events.size(), 1u + kThreads * kPerThread);
+  std::map<std::string, std::set<int64_t>> steps_by_tag;
+  for (size_t i = 1; i < events.size(); ++i) {
+    const int64_t step = step_of(events[i]);
+    const Message value = values_of(events[i]).at(0);
+    if (step % 2 == 0) {
+      EXPECT_EQ(as_float(only(value, value_field::kSimpleValue, kFixed32)),
+                static_cast<float>(step));
+    } else {
+      const Message tensor = decode(only(value, value_field::kTensor, kLengthDelimited).bytes);
+      EXPECT_EQ(only(tensor, tensor_field::kStringVal, kLengthDelimited).bytes,
+                std::to_string(step));
+    }
+    steps_by_tag[tag_of(value)].insert(step);
+  }
+  ASSERT_EQ(steps_by_tag.size(), static_cast<size_t>(kThreads));
+  for (const auto& [tag, steps] : steps_by_tag) {
+    EXPECT_EQ(steps.size(), static_cast<size_t>(kPerThread)) << tag;
+  }
+}
+
+}  // namespace
