@@ -112,7 +112,9 @@ void Optimizer::load_state(const std::map<std::string, at::Tensor>& tensors,
     if (tensor.sizes() != target.sizes())
       throw Error("optimizer state '" + key + "' has shape " + c10::str(tensor.sizes()) +
                   ", the parameter has " + c10::str(target.sizes()));
-    slots_[it->second][key.substr(slash + 1)] = tensor.to(target.device(), target.scalar_type());
+    // A copy: the optimizer must own its state, never alias the caller's.
+    slots_[it->second][key.substr(slash + 1)] =
+        tensor.to(target.device(), target.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
   }
   iterations_ = meta.value("iterations", int64_t{0});
 }

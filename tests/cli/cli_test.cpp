@@ -1,0 +1,468 @@
+// Tests of the `garden` command line as a user meets it: the real binary
+// (GARDEN_CLI_PATH) run through the shell, its stdout and stderr captured in
+// files, its exit status and the files it leaves behind checked.
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- helpers -------------------------------------------------------------------
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  ASSERT_TRUE(out.good()) << "cannot write " << path;
+}
+
+// A fresh directory under ::testing::TempDir(), removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string("garden_cli_") + (info ? info->name() : "test") + "_XXXXXX";
+    std::string pattern = (fs::path(::testing::TempDir()) / name).string();
+    std::vector<char> buffer(pattern.begin(), pattern.end());
+    buffer.push_back('\0');
+    if (!::mkdtemp(buffer.data())) throw std::runtime_error("mkdtemp failed for " + pattern);
+    path_ = buffer.data();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fs::path path_;
+};
+
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
+  }
+  return out + "'";
+}
+
+struct Result {
+  int status = -1;  // the exit status; 128 + signal when killed
+  std::string out;
+  std::string err;
+  std::string command;
+};
+
+std::ostream& operator<<(std::ostream& os, const Result& r) {
+  return os << "command: " << r.command << "\nstatus: " << r.status << "\n--- stdout ---\n"
+            << r.out << "--- stderr ---\n"
+            << r.err << "---";
+}
+
+// Runs `garden args...` with stdout and stderr in files under `scratch`.
+Result run_garden(const std::vector<std::string>& args, const fs::path& scratch) {
+  static int counter = 0;
+  const std::string id = std::to_string(++counter);
+  const fs::path out = scratch / ("stdout." + id);
+  const fs::path err = scratch / ("stderr." + id);
+  std::string command = shell_quote(GARDEN_CLI_PATH);
+  for (const auto& arg : args) command += " " + shell_quote(arg);
+  Result result;
+  result.command = command;
+  // A hung run fails the test instead of stalling the suite.
+  const std::string prefix = fs::exists("/usr/bin/timeout") ? "/usr/bin/timeout 120 " : "";
+  const int raw = std::system((prefix + command + " </dev/null >" + shell_quote(out.string()) +
+                               " 2>" + shell_quote(err.string()))
+                                  .c_str());
+  if (raw != -1 && WIFEXITED(raw))
+    result.status = WEXITSTATUS(raw);
+  else if (raw != -1 && WIFSIGNALED(raw))
+    result.status = 128 + WTERMSIG(raw);
+  result.out = read_file(out);
+  result.err = read_file(err);
+  std::error_code ec;
+  fs::remove(out, ec);
+  fs::remove(err, ec);
+  return result;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Every file under `root` with its contents (directories as "<dir>").
+std::map<std::string, std::string> snapshot(const fs::path& root) {
+  std::map<std::string, std::string> files;
+  if (!fs::exists(root)) return files;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    const std::string name = fs::relative(entry.path(), root).string();
+    files[name] = entry.is_directory() ? "<dir>" : read_file(entry.path());
+  }
+  return files;
+}
+
+// The error contract: a non-zero status (exactly `status` when given), no
+// stdout, and one stderr line "garden: error: ..." holding each of `parts`
+// and nothing that looks like a stack trace.
+void expect_one_line_error(const Result& r, std::initializer_list<std::string> parts,
+                           int status = -1) {
+  if (status >= 0)
+    EXPECT_EQ(r.status, status) << r;
+  else
+    EXPECT_NE(r.status, 0) << r;
+  EXPECT_LT(r.status, 124) << "killed or timed out\n" << r;
+  EXPECT_EQ(r.out, "") << "an error printed on stdout\n" << r;
+  ASSERT_FALSE(r.err.empty()) << r;
+  EXPECT_EQ(r.err.back(), '\n') << r;
+  const auto lines = lines_of(r.err);
+  EXPECT_EQ(lines.size(), 1u) << "stderr is not exactly one line\n" << r;
+  EXPECT_EQ(r.err.rfind("garden: error: ", 0), 0u) << r;
+  for (const auto& part : parts) EXPECT_TRUE(contains(r.err, part)) << "no '" << part << "'\n" << r;
+  for (const char* trace : {"Exception raised from", "frame #", "terminate called", "what():",
+                            "Aborted", "Segmentation fault", "Traceback"})
+    EXPECT_FALSE(contains(r.err, trace)) << "looks like a stack trace\n" << r;
+}
+
+// Runs a failing `garden train` twice: into a model_dir that does not exist
+// (it must not be created), and into one that holds files (they must stay
+// as they were). `args` must not name --model_dir.
+void expect_train_fails_cleanly(const std::vector<std::string>& args,
+                                std::initializer_list<std::string> parts, int status = -1) {
+  TempDir dir;
+  {
+    SCOPED_TRACE("model_dir that does not exist");
+    const fs::path model_dir = dir / "model";
+    std::vector<std::string> full = args;
+    full.push_back("--model_dir=" + model_dir.string());
+    const Result r = run_garden(full, dir.path());
+    expect_one_line_error(r, parts, status);
+    EXPECT_FALSE(fs::exists(model_dir)) << "the failed run created model_dir\n" << r;
+  }
+  {
+    SCOPED_TRACE("model_dir that holds files");
+    const fs::path model_dir = dir / "existing";
+    fs::create_directories(model_dir / "sub");
+    write_file(model_dir / "marker.txt", "keep me\n");
+    write_file(model_dir / "sub" / "params.yaml", "trainer: {train_steps: 3}\n");
+    const auto before = snapshot(model_dir);
+    std::vector<std::string> full = args;
+    full.push_back("--model_dir=" + model_dir.string());
+    const Result r = run_garden(full, dir.path());
+    expect_one_line_error(r, parts, status);
+    EXPECT_EQ(snapshot(model_dir), before) << "the failed run changed model_dir\n" << r;
+  }
+}
+
+std::vector<std::string> glob_prefix(const fs::path& dir, const std::string& prefix) {
+  std::vector<std::string> names;
+  if (!fs::is_directory(dir)) return names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+// Small, quick overrides for training tabular/iris.
+const std::string kQuickIris = "trainer.train_steps=100";
+
+// ---- garden experiments --------------------------------------------------------
+
+TEST(CliExperiments, ListsBuiltinsWithDescriptions) {
+  TempDir dir;
+  const Result r = run_garden({"experiments"}, dir.path());
+  ASSERT_EQ(r.status, 0) << r;
+  std::map<std::string, std::string> described;
+  for (const auto& line : lines_of(r.out)) {
+    const auto space = line.find(' ');
+    if (space == std::string::npos) continue;
+    const auto text = line.find_first_not_of(' ', space);
+    described[line.substr(0, space)] = text == std::string::npos ? "" : line.substr(text);
+  }
+  for (const char* name : {"tabular/iris", "tabular/classification"}) {
+    ASSERT_TRUE(described.count(name)) << name << " is not listed\n" << r;
+    EXPECT_GE(described[name].size(), 10u) << name << " has no description\n" << r;
+  }
+  EXPECT_TRUE(contains(described["tabular/iris"], "iris")) << r;
+}
+
+// ---- garden config ---------------------------------------------------------------
+
+TEST(CliConfig, PrintsParseableYaml) {
+  TempDir dir;
+  const Result r = run_garden({"config", "--experiment=tabular/iris"}, dir.path());
+  ASSERT_EQ(r.status, 0) << r;
+  YAML::Node node;
+  ASSERT_NO_THROW(node = YAML::Load(r.out)) << r;
+  ASSERT_TRUE(node.IsMap()) << r;
+  EXPECT_EQ(node["task"]["train_data"]["global_batch_size"].as<int64_t>(), 16) << r;
+  EXPECT_EQ(node["trainer"]["train_steps"].as<int64_t>(), 400) << r;
+  EXPECT_EQ(node["trainer"]["optimizer_config"]["optimizer"]["type"].as<std::string>(), "adam");
+  EXPECT_TRUE(node["runtime"].IsMap()) << r;
+}
+
+TEST(CliConfig, ParamsOverrideApplies) {
+  TempDir dir;
+  const Result r = run_garden(
+      {"config", "--experiment=tabular/iris", "--params_override=trainer.train_steps=7"},
+      dir.path());
+  ASSERT_EQ(r.status, 0) << r;
+  const YAML::Node node = YAML::Load(r.out);
+  EXPECT_EQ(node["trainer"]["train_steps"].as<int64_t>(), 7) << r;
+  EXPECT_EQ(node["task"]["train_data"]["global_batch_size"].as<int64_t>(), 16) << r;
+}
+
+TEST(CliConfig, ConfigFilesInOrderThenParamsOverrideLast) {
+  TempDir dir;
+  const fs::path first = dir / "first.yaml";
+  const fs::path second = dir / "second.yaml";
+  write_file(first,
+             "trainer:\n  train_steps: 11\n  max_to_keep: 9\n"
+             "task:\n  train_data:\n    global_batch_size: 8\n");
+  write_file(second, "trainer:\n  train_steps: 22\n");
+  {
+    SCOPED_TRACE("the later config file wins; keys it does not set survive");
+    const Result r = run_garden({"config", "--experiment=tabular/iris",
+                                 "--config_file=" + first.string(),
+                                 "--config_file=" + second.string()},
+                                dir.path());
+    ASSERT_EQ(r.status, 0) << r;
+    const YAML::Node node = YAML::Load(r.out);
+    EXPECT_EQ(node["trainer"]["train_steps"].as<int64_t>(), 22) << r;
+    EXPECT_EQ(node["trainer"]["max_to_keep"].as<int64_t>(), 9) << r;
+    EXPECT_EQ(node["task"]["train_data"]["global_batch_size"].as<int64_t>(), 8) << r;
+  }
+  {
+    SCOPED_TRACE("file order is the command line's");
+    const Result r = run_garden({"config", "--experiment=tabular/iris",
+                                 "--config_file=" + second.string(),
+                                 "--config_file=" + first.string()},
+                                dir.path());
+    ASSERT_EQ(r.status, 0) << r;
+    EXPECT_EQ(YAML::Load(r.out)["trainer"]["train_steps"].as<int64_t>(), 11) << r;
+  }
+  {
+    SCOPED_TRACE("params_override comes last, wherever it is on the command line");
+    const Result r = run_garden({"config", "--experiment=tabular/iris",
+                                 "--params_override=trainer.train_steps=7",
+                                 "--config_file=" + first.string(),
+                                 "--config_file=" + second.string()},
+                                dir.path());
+    ASSERT_EQ(r.status, 0) << r;
+    const YAML::Node node = YAML::Load(r.out);
+    EXPECT_EQ(node["trainer"]["train_steps"].as<int64_t>(), 7) << r;
+    EXPECT_EQ(node["trainer"]["max_to_keep"].as<int64_t>(), 9) << r;
+  }
+}
+
+// ---- errors ----------------------------------------------------------------------
+
+TEST(CliErrors, UnknownExperimentListsRegisteredOnes) {
+  expect_train_fails_cleanly({"train", "--experiment=tabular/no_such_thing"},
+                             {"tabular/no_such_thing", "tabular/iris", "tabular/classification"});
+  TempDir dir;
+  expect_one_line_error(run_garden({"config", "--experiment=nope"}, dir.path()),
+                        {"'nope'", "tabular/iris"});
+}
+
+TEST(CliErrors, UnknownKeyNamesFullPathAndNearestKey) {
+  expect_train_fails_cleanly(
+      {"train", "--experiment=tabular/iris",
+       "--params_override=task.train_data.global_batch_sise=8"},
+      {"task.train_data.global_batch_sise", "did you mean", "task.train_data.global_batch_size"});
+}
+
+TEST(CliErrors, WrongTypeNamesKeyValueAndType) {
+  expect_train_fails_cleanly(
+      {"train", "--experiment=tabular/iris", "--params_override=trainer.train_steps=lots"},
+      {"trainer.train_steps", "lots", "int"});
+}
+
+TEST(CliErrors, MissingConfigFile) {
+  TempDir dir;
+  const std::string missing = (dir / "no_such_file.yaml").string();
+  expect_train_fails_cleanly({"train", "--experiment=tabular/iris", "--config_file=" + missing},
+                             {missing});
+}
+
+TEST(CliErrors, InvalidYamlInConfigFile) {
+  TempDir dir;
+  const fs::path bad = dir / "bad.yaml";
+  write_file(bad, "trainer:\n  train_steps: [1, 2\n  max_to_keep: {\n");
+  expect_train_fails_cleanly({"train", "--experiment=tabular/iris", "--config_file=" + bad.string()},
+                             {bad.string(), "YAML"});
+}
+
+TEST(CliErrors, FailedValidation) {
+  expect_train_fails_cleanly(
+      {"train", "--experiment=tabular/iris", "--params_override=trainer.steps_per_loop=0"},
+      {"steps_per_loop", ">= 1"});
+}
+
+TEST(CliErrors, UnknownMode) {
+  expect_train_fails_cleanly({"train", "--experiment=tabular/iris", "--mode=trian"},
+                             {"trian", "train_and_eval"});
+}
+
+TEST(CliErrors, MissingCsvInputPath) {
+  TempDir dir;
+  const std::string missing = (dir / "missing.csv").string();
+  expect_train_fails_cleanly({"train", "--experiment=tabular/iris",
+                              "--params_override=task.train_data.input_path=" + missing},
+                             {missing});
+}
+
+TEST(CliErrors, MissingRequiredFlagIsUsageError) {
+  TempDir dir;
+  {
+    SCOPED_TRACE("no --model_dir");
+    expect_one_line_error(run_garden({"train", "--experiment=tabular/iris"}, dir.path()),
+                          {"--model_dir"}, 2);
+  }
+  {
+    SCOPED_TRACE("no --experiment");
+    const fs::path model_dir = dir / "model";
+    expect_one_line_error(
+        run_garden({"train", "--model_dir=" + model_dir.string()}, dir.path()),
+        {"--experiment"}, 2);
+    EXPECT_FALSE(fs::exists(model_dir));
+  }
+  {
+    SCOPED_TRACE("config without --experiment");
+    expect_one_line_error(run_garden({"config"}, dir.path()), {"--experiment"}, 2);
+  }
+  {
+    SCOPED_TRACE("no subcommand");
+    expect_one_line_error(run_garden({}, dir.path()), {}, 2);
+  }
+}
+
+// ---- garden train ----------------------------------------------------------------
+
+TEST(CliTrain, TrainAndEvalWritesModelDir) {
+  TempDir dir;
+  const fs::path model_dir = dir / "model";
+  const Result r = run_garden({"train", "--experiment=tabular/iris", "--mode=train_and_eval",
+                               "--params_override=" + kQuickIris,
+                               "--model_dir=" + model_dir.string()},
+                              dir.path());
+  ASSERT_EQ(r.status, 0) << r;
+  const std::string absolute = fs::absolute(model_dir).string();
+  bool saw_model_dir = false, saw_params = false, saw_summaries = false, saw_evaluation = false;
+  for (const auto& line : lines_of(r.out)) {
+    if (line.rfind("model_dir:", 0) == 0) saw_model_dir = contains(line, absolute);
+    if (line.rfind("params.yaml:", 0) == 0)
+      saw_params = contains(line, (fs::path(absolute) / "params.yaml").string());
+    if (line.rfind("summaries:", 0) == 0)
+      saw_summaries = contains(line, "tensorboard --logdir " + absolute);
+    if (line.rfind("evaluation:", 0) == 0)
+      saw_evaluation = contains(line, "accuracy") && contains(line, "validation_loss");
+  }
+  EXPECT_TRUE(saw_model_dir) << r;
+  EXPECT_TRUE(saw_params) << r;
+  EXPECT_TRUE(saw_summaries) << r;
+  EXPECT_TRUE(saw_evaluation) << r;
+
+  for (const char* name : {"params.yaml", "train.log", "ckpt-100", "checkpoint"})
+    EXPECT_TRUE(fs::is_regular_file(model_dir / name)) << name << " is missing\n" << r;
+  EXPECT_FALSE(glob_prefix(model_dir / "train", "events.out.tfevents.").empty()) << r;
+  EXPECT_FALSE(glob_prefix(model_dir / "validation", "events.out.tfevents.").empty()) << r;
+  EXPECT_TRUE(contains(read_file(model_dir / "checkpoint"), "ckpt-100"));
+
+  // params.yaml is the resolved config, overrides included.
+  const YAML::Node params = YAML::LoadFile((model_dir / "params.yaml").string());
+  EXPECT_EQ(params["trainer"]["train_steps"].as<int64_t>(), 100);
+  EXPECT_FALSE(read_file(model_dir / "train.log").empty());
+}
+
+TEST(CliTrain, RerunFromParamsYamlIsBitIdentical) {
+  TempDir dir;
+  const fs::path first = dir / "first";
+  const fs::path second = dir / "second";
+  const Result a = run_garden({"train", "--experiment=tabular/iris", "--mode=train_and_eval",
+                               "--params_override=" + kQuickIris,
+                               "--model_dir=" + first.string()},
+                              dir.path());
+  ASSERT_EQ(a.status, 0) << a;
+  ASSERT_TRUE(fs::is_regular_file(first / "ckpt-100")) << a;
+  const Result b = run_garden({"train", "--experiment=tabular/iris", "--mode=train_and_eval",
+                               "--config_file=" + (first / "params.yaml").string(),
+                               "--model_dir=" + second.string()},
+                              dir.path());
+  ASSERT_EQ(b.status, 0) << b;
+  ASSERT_TRUE(fs::is_regular_file(second / "ckpt-100")) << b;
+  const std::string bytes_a = read_file(first / "ckpt-100");
+  const std::string bytes_b = read_file(second / "ckpt-100");
+  EXPECT_EQ(bytes_a.size(), bytes_b.size());
+  EXPECT_TRUE(bytes_a == bytes_b) << "ckpt-100 differs between the run and its rerun from "
+                                     "params.yaml";
+  EXPECT_EQ(read_file(first / "params.yaml"), read_file(second / "params.yaml"));
+}
+
+// ---- garden train --mode=eval --------------------------------------------------------
+
+TEST(CliEval, NeedsACheckpointThenEvaluates) {
+  TempDir dir;
+  const fs::path model_dir = dir / "model";
+  fs::create_directories(model_dir);
+  {
+    SCOPED_TRACE("empty model_dir");
+    const Result r = run_garden({"train", "--experiment=tabular/iris", "--mode=eval",
+                                 "--model_dir=" + model_dir.string()},
+                                dir.path());
+    expect_one_line_error(r, {"no checkpoint"});
+    EXPECT_TRUE(snapshot(model_dir).empty()) << "eval wrote into model_dir\n" << r;
+  }
+  const Result t = run_garden({"train", "--experiment=tabular/iris", "--mode=train",
+                               "--params_override=" + kQuickIris,
+                               "--model_dir=" + model_dir.string()},
+                              dir.path());
+  ASSERT_EQ(t.status, 0) << t;
+  {
+    SCOPED_TRACE("after training");
+    const Result r = run_garden({"train", "--experiment=tabular/iris", "--mode=eval",
+                                 "--params_override=" + kQuickIris,
+                                 "--model_dir=" + model_dir.string()},
+                                dir.path());
+    ASSERT_EQ(r.status, 0) << r;
+    bool evaluated = false;
+    for (const auto& line : lines_of(r.out))
+      if (line.rfind("evaluation:", 0) == 0)
+        evaluated = contains(line, "accuracy") && contains(line, "validation_loss");
+    EXPECT_TRUE(evaluated) << r;
+    EXPECT_TRUE(fs::is_regular_file(model_dir / "ckpt-100")) << r;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Installs Garden from a build tree into a scratch prefix, builds the
+# out-of-tree example examples/custom_task against that installation with
+# find_package(garden), and runs it: what a user who copies the example does.
+#
+# usage: run_install_test.sh <build dir> <source dir> <work dir>
+#
+# <work dir> is deleted and recreated first, so reruns start clean. Every
+# failed check prints one "install test: FAIL: ..." line; the exit status is
+# non-zero when any check failed.
+set -euo pipefail
+
+if [[ $# -ne 3 ]]; then
+  echo "usage: $0 <build dir> <source dir> <work dir>" >&2
+  exit 2
+fi
+
+build_dir=$(realpath -- "$1")
+source_dir=$(realpath -- "$2")
+work_dir=$3
+
+# Thresholds for the example's final evaluation. With noise_stddev 0.1 a
+# perfect fit gives a mean absolute error of about 0.08 and a loss of 0.01.
+max_mae=0.2
+max_validation_loss=0.05
+
+say() { echo "install test: $*"; }
+die() {
+  echo "install test: FAIL: $*" >&2
+  exit 1
+}
+failures=0
+fail() {
+  echo "install test: FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+# Shows a log file's tail after a failed step.
+show() {
+  echo "---- last lines of $1 ----" >&2
+  tail -n 30 -- "$1" >&2 || true
+  echo "----" >&2
+}
+
+[[ -f "$build_dir/CMakeCache.txt" ]] || die "'$build_dir' is not a CMake build directory"
+[[ -f "$source_dir/examples/custom_task/CMakeLists.txt" ]] ||
+  die "'$source_dir' has no examples/custom_task/CMakeLists.txt"
+
+# A clean work dir, whatever an earlier run left there.
+case "$work_dir" in
+  "" | "/" | "$HOME" | "$source_dir" | "$build_dir") die "refusing to use '$work_dir' as the work dir" ;;
+esac
+rm -rf -- "$work_dir"
+mkdir -p -- "$work_dir"
+work_dir=$(realpath -- "$work_dir")
+prefix=$work_dir/prefix
+example_build=$work_dir/example-build
+run_dir=$work_dir/run
+logs=$work_dir/logs
+mkdir -p -- "$logs"
+
+# ---- install -------------------------------------------------------------------
+say "installing $build_dir into $prefix"
+cmake --install "$build_dir" --prefix "$prefix" >"$logs/install.log" 2>&1 ||
+  { show "$logs/install.log"; die "cmake --install failed"; }
+garden_config=$(find "$prefix" -name gardenConfig.cmake -print -quit)
+[[ -n "$garden_config" ]] || die "the installation has no gardenConfig.cmake"
+[[ -x "$prefix/bin/garden" ]] || die "the installation has no executable bin/garden"
+
+# ---- the installed garden binary -------------------------------------------------
+say "running $prefix/bin/garden experiments"
+if "$prefix/bin/garden" experiments >"$logs/garden_experiments.out" 2>"$logs/garden_experiments.err"; then
+  grep -q '^tabular/iris ' "$logs/garden_experiments.out" ||
+    fail "installed 'garden experiments' does not list tabular/iris"
+else
+  status=$?
+  show "$logs/garden_experiments.err"
+  fail "installed 'garden experiments' exited with status $status"
+fi
+
+# ---- build the example against the installation -----------------------------------
+launcher=()
+if ccache_path=$(command -v ccache); then
+  launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=$ccache_path")
+fi
+say "configuring examples/custom_task against $prefix"
+cmake -S "$source_dir/examples/custom_task" -B "$example_build" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON \
+  "${launcher[@]}" >"$logs/configure.log" 2>&1 ||
+  { show "$logs/configure.log"; die "configuring examples/custom_task failed"; }
+found_dir=$(sed -n 's/^garden_DIR:PATH=//p' "$example_build/CMakeCache.txt")
+[[ "$(realpath -m -- "$found_dir")" == "$prefix"/* ]] ||
+  fail "find_package(garden) found '$found_dir', not the installation under $prefix"
+
+say "building my_garden"
+cmake --build "$example_build" -- -j2 >"$logs/build.log" 2>&1 ||
+  { show "$logs/build.log"; die "building examples/custom_task failed"; }
+my_garden=$example_build/my_garden
+[[ -x "$my_garden" ]] || die "the build made no $my_garden"
+if command -v ldd >/dev/null; then
+  libgarden=$(ldd "$my_garden" | awk '/libgarden/ {print $3; exit}')
+  [[ "$(realpath -m -- "${libgarden:-none}")" == "$prefix"/* ]] ||
+    fail "my_garden loads libgarden from '${libgarden:-nowhere}', not from $prefix"
+fi
+
+# ---- my_garden experiments ----------------------------------------------------------
+say "running my_garden experiments"
+if "$my_garden" experiments >"$logs/experiments.out" 2>"$logs/experiments.err"; then
+  grep -q '^example/linear_regression ' "$logs/experiments.out" ||
+    fail "'my_garden experiments' does not list example/linear_regression"
+  grep -q '^tabular/iris ' "$logs/experiments.out" ||
+    fail "'my_garden experiments' does not list the built-in tabular/iris"
+else
+  status=$?
+  show "$logs/experiments.err"
+  fail "'my_garden experiments' exited with status $status"
+fi
+
+# ---- my_garden train ----------------------------------------------------------------
+say "running my_garden train --experiment=example/linear_regression --mode=train_and_eval"
+start=$(date +%s.%N)
+if "$my_garden" train --experiment=example/linear_regression --mode=train_and_eval \
+  --model_dir="$run_dir" >"$logs/train.out" 2>"$logs/train.err"; then
+  end=$(date +%s.%N)
+  say "training took $(awk -v a="$start" -v b="$end" 'BEGIN {printf "%.2f", b - a}') s"
+  [[ -f "$run_dir/params.yaml" ]] || fail "training wrote no $run_dir/params.yaml"
+  compgen -G "$run_dir/ckpt-*" >/dev/null || fail "training wrote no checkpoint $run_dir/ckpt-*"
+  evaluation=$(grep '^evaluation:' "$logs/train.out" | tail -n 1 || true)
+  if [[ -z "$evaluation" ]]; then
+    fail "'my_garden train' printed no 'evaluation:' line"
+  else
+    say "$evaluation"
+    # "evaluation:  mean_absolute_error 0.08, validation_loss 0.01"
+    metric() {
+      sed -e 's/^evaluation:[[:space:]]*//' <<<"$evaluation" | tr ',' '\n' |
+        awk -v key="$1" '$1 == key {print $2}'
+    }
+    mae=$(metric mean_absolute_error)
+    loss=$(metric validation_loss)
+    if [[ -z "$mae" ]]; then
+      fail "the evaluation has no mean_absolute_error: '$evaluation'"
+    elif ! awk -v x="$mae" -v max="$max_mae" 'BEGIN {exit !(x + 0 < max + 0)}'; then
+      fail "mean_absolute_error $mae is not below $max_mae: the example did not learn"
+    fi
+    if [[ -z "$loss" ]]; then
+      fail "the evaluation has no validation_loss: '$evaluation'"
+    elif ! awk -v x="$loss" -v max="$max_validation_loss" 'BEGIN {exit !(x + 0 < max + 0)}'; then
+      fail "validation_loss $loss is not below $max_validation_loss: the example did not learn"
+    fi
+  fi
+else
+  status=$?
+  show "$logs/train.err"
+  fail "'my_garden train' exited with status $status"
+fi
+
+if ((failures > 0)); then
+  echo "install test: $failures check(s) failed; logs in $logs" >&2
+  exit 1
+fi
+say "all checks passed"

@@ -1,0 +1,345 @@
+// The tabular classification task end to end: every Controller mode, exact
+// resume, accuracy on iris, any other numeric CSV, and bad input.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "garden/core/checkpoint.h"
+#include "garden/core/config/registry.h"
+#include "garden/core/config/yaml_io.h"
+#include "garden/core/error.h"
+#include "garden/core/logging.h"
+#include "garden/core/runtime.h"
+#include "garden/core/train_lib.h"
+#include "garden/tabular/classification.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class TabularTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    garden::set_quiet(true);
+    root_ = fs::path(::testing::TempDir()) /
+            ("garden_tabular_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override {
+    fs::remove_all(root_);
+    garden::set_quiet(false);
+  }
+
+  static std::shared_ptr<garden::config::ExperimentConfig> experiment(
+      const std::string& overrides, const std::string& name = "tabular/iris") {
+    auto params = garden::config::get_experiment_config(name);
+    if (!overrides.empty()) garden::config::apply_override(*params, overrides);
+    garden::finalize_config(*params);
+    return params;
+  }
+
+  garden::Logs run(const std::string& mode, const std::string& dir, const std::string& overrides,
+                   const std::string& name = "tabular/iris") {
+    garden::RunOptions options;
+    options.mode = mode;
+    options.model_dir = (root_ / dir).string();
+    options.continuous_eval_poll_seconds = 0.05;
+    return garden::run_experiment(experiment(overrides, name), options);
+  }
+
+  fs::path root_;
+};
+
+double metric(const garden::Logs& logs, const std::string& name) {
+  const auto it = logs.find(name);
+  if (it == logs.end()) throw std::runtime_error("no log named " + name);
+  return garden::to_double(it->second);
+}
+
+std::map<std::string, at::Tensor> tensors_with_prefix(const std::string& path,
+                                                      const std::string& prefix) {
+  std::map<std::string, at::Tensor> out;
+  for (auto& [name, tensor] : garden::read_checkpoint_file(path).tensors)
+    if (name.rfind(prefix, 0) == 0) out[name] = tensor;
+  return out;
+}
+
+TEST_F(TabularTest, TrainAndEvalOnIrisReachesTheAccuracyBar) {
+  const auto logs = run("train_and_eval", "iris", "");
+  EXPECT_GE(metric(logs, "accuracy"), 0.93);
+  EXPECT_LT(metric(logs, "validation_loss"), 0.3);
+  EXPECT_TRUE(fs::exists(root_ / "iris" / "params.yaml"));
+  EXPECT_TRUE(fs::exists(root_ / "iris" / "train.log"));
+  EXPECT_TRUE(fs::exists(root_ / "iris" / "ckpt-400"));
+  // max_to_keep 3 of the checkpoints at 100, 200, 300, 400.
+  EXPECT_FALSE(fs::exists(root_ / "iris" / "ckpt-100"));
+  bool train_events = false, eval_events = false;
+  for (const auto& e : fs::directory_iterator(root_ / "iris" / "train"))
+    train_events |= e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  for (const auto& e : fs::directory_iterator(root_ / "iris" / "validation"))
+    eval_events |= e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  EXPECT_TRUE(train_events);
+  EXPECT_TRUE(eval_events);
+}
+
+TEST_F(TabularTest, AResumedRunEndsBitwiseEqualToAnUninterruptedOne) {
+  // Dropout 0.1 and a shuffled, repeating input make the random state and the
+  // input position matter, not only the weights.
+  const std::string common = "trainer.checkpoint_interval=100,trainer.steps_per_loop=25,"
+                             "trainer.summary_interval=25,runtime.seed=7";
+  run("train", "straight", common + ",trainer.train_steps=200");
+  run("train", "resumed", common + ",trainer.train_steps=100");
+  ASSERT_TRUE(fs::exists(root_ / "resumed" / "ckpt-100"));
+  ASSERT_FALSE(fs::exists(root_ / "resumed" / "ckpt-200"));
+  run("train", "resumed", common + ",trainer.train_steps=200");
+
+  const auto a = garden::read_checkpoint_file((root_ / "straight" / "ckpt-200").string());
+  const auto b = garden::read_checkpoint_file((root_ / "resumed" / "ckpt-200").string());
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (const auto& [name, tensor] : a.tensors) {
+    ASSERT_TRUE(b.tensors.count(name)) << name;
+    EXPECT_TRUE(torch::equal(tensor, b.tensors.at(name))) << name << " differs";
+  }
+  EXPECT_EQ(a.meta.at("global_step"), 200);
+  EXPECT_EQ(a.meta.at("train_data"), b.meta.at("train_data"));
+  EXPECT_EQ(a.meta.at("optimizer"), b.meta.at("optimizer"));
+}
+
+TEST_F(TabularTest, AResumeFromAnEarlierCheckpointDiffersFromAFreshStart) {
+  // Guards the test above: a run that ignored its checkpoint would differ.
+  const std::string common = "trainer.checkpoint_interval=100,trainer.steps_per_loop=25,"
+                             "trainer.summary_interval=25,runtime.seed=7";
+  run("train", "a", common + ",trainer.train_steps=100");
+  run("train", "b", common + ",trainer.train_steps=100,runtime.seed=8");
+  const auto a = tensors_with_prefix((root_ / "a" / "ckpt-100").string(), "model/");
+  const auto b = tensors_with_prefix((root_ / "b" / "ckpt-100").string(), "model/");
+  EXPECT_FALSE(torch::equal(a.at("model/dense_0.weight"), b.at("model/dense_0.weight")));
+}
+
+TEST_F(TabularTest, TrainThenEvalRestoresTheLatestCheckpoint) {
+  run("train", "m", "trainer.train_steps=200");
+  EXPECT_TRUE(fs::exists(root_ / "m" / "ckpt-200"));
+  EXPECT_FALSE(fs::exists(root_ / "m" / "validation")) << "train mode must not evaluate";
+  const auto logs = run("eval", "m", "trainer.train_steps=200");
+  EXPECT_GE(metric(logs, "accuracy"), 0.9);
+  // Training again to the same step trains nothing and writes nothing new.
+  const auto before = fs::last_write_time(root_ / "m" / "ckpt-200");
+  run("train", "m", "trainer.train_steps=200");
+  EXPECT_EQ(fs::last_write_time(root_ / "m" / "ckpt-200"), before);
+}
+
+TEST_F(TabularTest, EvalWithoutACheckpointFailsAndCreatesNothing) {
+  try {
+    run("eval", "empty", "");
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no checkpoint"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(root_ / "empty"));
+}
+
+TEST_F(TabularTest, TrainAndPostEvalEvaluatesOnceAtTheEnd) {
+  const auto logs = run("train_and_post_eval", "p", "trainer.train_steps=300");
+  EXPECT_GE(metric(logs, "accuracy"), 0.9);
+  std::size_t events = 0;
+  for (const auto& e : fs::directory_iterator(root_ / "p" / "validation")) {
+    (void)e;
+    ++events;
+  }
+  EXPECT_EQ(events, 1u);
+}
+
+TEST_F(TabularTest, ValidationStepsLimitsTheBatchesEvaluated) {
+  // 30 held-out rows, batches of 8: one step sees 8 rows, so accuracy is a
+  // multiple of 1/8.
+  const auto logs = run("train_and_eval", "v",
+                        "trainer.train_steps=100,trainer.validation_steps=1,"
+                        "task.validation_data.global_batch_size=8");
+  const double accuracy = metric(logs, "accuracy");
+  EXPECT_DOUBLE_EQ(accuracy * 8, std::round(accuracy * 8));
+}
+
+TEST_F(TabularTest, ContinuousEvalFollowsATrainerUntilTrainSteps) {
+  const std::string overrides = "trainer.train_steps=300,trainer.checkpoint_interval=100,"
+                                "trainer.continuous_eval_timeout=60";
+  garden::Logs eval_logs;
+  std::exception_ptr eval_error;
+  // The evaluator starts first, on a model_dir with no checkpoint yet.
+  std::thread evaluator([&] {
+    try {
+      eval_logs = run("continuous_eval", "c", overrides);
+    } catch (...) {
+      eval_error = std::current_exception();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  run("train", "c", overrides);
+  evaluator.join();
+  if (eval_error) std::rethrow_exception(eval_error);
+  EXPECT_GE(metric(eval_logs, "accuracy"), 0.9);
+  EXPECT_TRUE(fs::exists(root_ / "c" / "validation"));
+}
+
+TEST_F(TabularTest, ContinuousEvalStopsAfterTheTimeoutWithoutNewCheckpoints) {
+  run("train", "t", "trainer.train_steps=100");
+  const auto start = std::chrono::steady_clock::now();
+  // train_steps 1000 is never reached: the timeout ends the wait.
+  const auto logs =
+      run("continuous_eval", "t", "trainer.train_steps=1000,trainer.continuous_eval_timeout=1");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(logs.count("accuracy")) << "ckpt-100 should have been evaluated";
+  EXPECT_GE(seconds, 1.0);
+  EXPECT_LT(seconds, 30.0);
+}
+
+TEST_F(TabularTest, TheSameTaskWorksOnAnyNumericCsv) {
+  // Three well-separated classes in a CSV with other column names.
+  const auto csv = root_ / "blobs.csv";
+  {
+    std::ofstream out(csv);
+    out << "a,b,kind,c\n";
+    std::mt19937 engine(3);
+    std::normal_distribution<double> noise(0.0, 0.5);
+    const char* kinds[] = {"red", "green", "blue"};
+    for (int i = 0; i < 300; ++i) {
+      const int k = i % 3;
+      out << 4 * k + noise(engine) << "," << -3 * k + noise(engine) << "," << kinds[k] << ","
+          << 100.0 + noise(engine) << "\n";
+    }
+  }
+  const auto logs = run("train_and_eval", "blobs",
+                        "task.train_data.input_path=" + csv.string() +
+                            ",task.label_column=kind,task.validation_split=0.25,"
+                            "task.feature_columns=[a,b,c],trainer.train_steps=200,"
+                            "trainer.validation_interval=200",
+                        "tabular/classification");
+  EXPECT_GE(metric(logs, "accuracy"), 0.95);
+  const auto ckpt = garden::read_checkpoint_file((root_ / "blobs" / "ckpt-200").string());
+  EXPECT_EQ(ckpt.meta.at("task").at("classes"),
+            (std::vector<std::string>{"blue", "green", "red"}));
+  // The standardization statistics travel with the model.
+  const at::Tensor mean = ckpt.tensors.at("model/feature_mean");
+  EXPECT_NEAR(mean[2].item<float>(), 100.0, 0.2);
+}
+
+TEST_F(TabularTest, BadCsvInputNamesFileLineAndColumn) {
+  const auto csv = root_ / "bad.csv";
+  std::ofstream(csv) << "label,x\nyes,1\nno,2\nyes,oops\n";
+  try {
+    run("train", "bad", "task.train_data.input_path=" + csv.string() + ",trainer.train_steps=10",
+        "tabular/classification");
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "CSV file '" + csv.string() + "' line 4: column 'x' is not a number: 'oops'");
+  }
+  EXPECT_FALSE(fs::exists(root_ / "bad")) << "a failed start must leave no model_dir";
+
+  std::ofstream(csv, std::ios::trunc) << "label,x\nyes,1\nno\n";
+  try {
+    run("train", "bad", "task.train_data.input_path=" + csv.string(), "tabular/classification");
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("line 3: 1 fields, the header has 2"), std::string::npos)
+        << e.what();
+  }
+  try {
+    run("train", "bad", "task.train_data.input_path=" + csv.string() + ",task.label_column=y",
+        "tabular/classification");
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has no column 'y'; its columns: label, x"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(TabularTest, ValidationLabelsMustBeTrainingClasses) {
+  const auto train = root_ / "train.csv";
+  const auto valid = root_ / "valid.csv";
+  std::ofstream(train) << "label,x\na,1\nb,2\na,1.1\nb,2.1\n";
+  std::ofstream(valid) << "label,x\na,1\nc,3\n";
+  try {
+    run("train_and_eval", "labels",
+        "task.train_data.input_path=" + train.string() +
+            ",task.validation_data.input_path=" + valid.string() +
+            ",task.train_data.global_batch_size=2",
+        "tabular/classification");
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("label 'c' (data row 2) is not a class"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(TabularTest, InitCheckpointRestoresByNameAndAllowsAPartialRestore) {
+  run("train", "source", "trainer.train_steps=100");
+  const auto source = (root_ / "source" / "ckpt-100").string();
+
+  auto params = experiment("task.init_checkpoint=" + (root_ / "source").string());
+  auto task = garden::get_task(params->task);
+  auto model = task->build_model();
+  task->initialize(*model);
+  const auto saved = tensors_with_prefix(source, "model/");
+  for (const auto& [name, tensor] : garden::model_state(*model))
+    EXPECT_TRUE(torch::equal(tensor, saved.at("model/" + name))) << name;
+
+  // A checkpoint holding part of the model, plus a name the model lacks.
+  garden::CheckpointData partial;
+  partial.tensors["model/dense_0.weight"] = torch::full({32, 4}, 0.5);
+  partial.tensors["model/not_in_model"] = torch::zeros({1});
+  auto fresh = task->build_model();
+  const auto before = garden::model_state(*fresh).at("dense_1.weight").clone();
+  const auto report = garden::load_model_state(*fresh, partial.tensors, "model/", false);
+  EXPECT_TRUE(torch::equal(garden::model_state(*fresh).at("dense_0.weight"),
+                           torch::full({32, 4}, 0.5)));
+  EXPECT_TRUE(torch::equal(garden::model_state(*fresh).at("dense_1.weight"), before));
+  EXPECT_EQ(report.unexpected, std::vector<std::string>{"not_in_model"});
+  EXPECT_NE(std::find(report.missing.begin(), report.missing.end(), "dense_2.bias"),
+            report.missing.end());
+  EXPECT_THROW(garden::load_model_state(*fresh, partial.tensors, "model/", true), garden::Error);
+}
+
+TEST_F(TabularTest, InferenceStepGivesProbabilitiesAndClassIds) {
+  auto params = experiment("");
+  auto task = garden::get_task(params->task);
+  auto model = task->build_model();
+  garden::Batch inputs{{"features", torch::tensor({{5.1f, 3.5f, 1.4f, 0.2f}})}};
+  const auto outputs = task->inference_step(inputs, *model);
+  EXPECT_EQ(outputs.at("probabilities").sizes(), (std::vector<int64_t>{1, 3}));
+  EXPECT_NEAR(outputs.at("probabilities").sum().item<float>(), 1.0f, 1e-5);
+  EXPECT_EQ(outputs.at("class_ids").item<int64_t>(),
+            outputs.at("logits").argmax(-1).item<int64_t>());
+}
+
+TEST_F(TabularTest, TableDatasetResumesAtTheSameBatch) {
+  const auto features = torch::arange(20, torch::kFloat).reshape({10, 2});
+  const auto labels = torch::arange(10, torch::kLong);
+  garden::tabular::TableDataset a(features, labels, 4, true, true, 5);
+  for (int i = 0; i < 5; ++i) a.next();  // into the third epoch
+  const auto state = a.state();
+  garden::tabular::TableDataset b(features, labels, 4, true, true, 5);
+  b.restore(state);
+  for (int i = 0; i < 7; ++i)
+    EXPECT_TRUE(torch::equal(a.next()->at("label"), b.next()->at("label"))) << i;
+  // Without drop_remainder one pass yields 4 + 4 + 2 rows, then ends.
+  garden::tabular::TableDataset eval(features, labels, 4, false, false, 0);
+  EXPECT_EQ(eval.next()->at("label").size(0), 4);
+  EXPECT_EQ(eval.next()->at("label").size(0), 4);
+  EXPECT_EQ(eval.next()->at("label").size(0), 2);
+  EXPECT_FALSE(eval.next().has_value());
+  eval.reset();
+  EXPECT_TRUE(eval.next().has_value());
+}
+
+}  // namespace
