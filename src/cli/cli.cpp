@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
 
+#include "garden/core/actions.h"
 #include "garden/core/builtins.h"
 #include "garden/core/config/registry.h"
 #include "garden/core/config/yaml_io.h"
@@ -14,6 +16,7 @@
 #include "garden/core/logging.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
+#include "garden/optim/lr_schedule.h"
 
 namespace garden {
 
@@ -86,6 +89,26 @@ int run_train(const ExperimentFlags& flags, const std::string& mode, const std::
   return 0;
 }
 
+// `garden lr`: the learning rate at each step of START:STOP:STEP (STOP
+// included), so a schedule can be seen before training with it.
+int print_learning_rates(const ExperimentFlags& flags, const std::string& range) {
+  auto params = resolve_experiment(flags.experiment, flags.config_files, flags.params_override);
+  int64_t start = 0, stop = 0, step = 1;
+  char c1 = 0, c2 = 0;
+  std::istringstream in(range);
+  if (!(in >> start >> c1 >> stop) || c1 != ':' || start < 0 || stop < start)
+    throw Error("--steps must be START:STOP[:STEP] with 0 <= START <= STOP, got '" + range + "'");
+  if (in >> c2) {
+    if (c2 != ':' || !(in >> step) || step < 1)
+      throw Error("--steps must be START:STOP[:STEP] with STEP >= 1, got '" + range + "'");
+  }
+  const auto& optimization = params->trainer.optimizer_config;
+  const auto schedule = optim::make_schedule(optimization.learning_rate, optimization.warmup);
+  std::cout << std::setprecision(9);
+  for (int64_t s = start; s <= stop; s += step) std::cout << s << "\t" << (*schedule)(s) << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int run_main(int argc, char** argv) {
@@ -112,6 +135,13 @@ int run_main(int argc, char** argv) {
         app.add_subcommand("config", "Print an experiment's resolved config as YAML");
     add_experiment_flags(*config_command, config_flags);
 
+    ExperimentFlags lr_flags;
+    std::string lr_steps;
+    auto* lr_command = app.add_subcommand(
+        "lr", "Print step<TAB>learning_rate for a range of steps of the experiment's schedule");
+    add_experiment_flags(*lr_command, lr_flags);
+    lr_command->add_option("--steps", lr_steps, "START:STOP[:STEP], STOP included")->required();
+
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -125,6 +155,7 @@ int run_main(int argc, char** argv) {
       print_experiments();
       return 0;
     }
+    if (lr_command->parsed()) return print_learning_rates(lr_flags, lr_steps);
     if (config_command->parsed()) {
       auto params = resolve_experiment(config_flags.experiment, config_flags.config_files,
                                        config_flags.params_override);
@@ -132,6 +163,11 @@ int run_main(int argc, char** argv) {
       return 0;
     }
     return 0;
+  } catch (const Preempted& e) {
+    // Not a failure of the run, but it did not finish: 128 + signal, as a
+    // shell reports a process ended by that signal.
+    std::cerr << "garden: " << one_line(e.what()) << "\n";
+    return 128 + e.signal();
   } catch (const c10::Error& e) {
     std::cerr << "garden: error: " << one_line(e.what_without_backtrace()) << "\n";
   } catch (const std::exception& e) {

@@ -129,8 +129,14 @@ void Controller::train(int64_t steps, bool checkpoint_at_completion) {
     return;
   }
   if (last_summary_step_ < 0) last_summary_step_ = current;
-  Progress progress(current, steps, options_.interactive);
-  trainer_->set_step_observer([&progress](int64_t step) { progress.update(step); });
+  const int64_t overall = std::max(steps, overall_steps_);
+  Progress progress(current, overall, options_.interactive);
+  struct StopRequested {};
+  const bool watch_signals = options_.checkpoint_on_preemption;
+  trainer_->set_step_observer([&progress, watch_signals](int64_t step) {
+    progress.update(step);
+    if (watch_signals && PreemptionWatcher::pending()) throw StopRequested{};
+  });
   struct ObserverReset {
     Trainer* trainer;
     ~ObserverReset() { trainer->set_step_observer(nullptr); }
@@ -140,7 +146,13 @@ void Controller::train(int64_t steps, bool checkpoint_at_completion) {
     const int64_t num_steps = std::min(options_.steps_per_loop, steps - current);
     const auto start = Clock::now();
     const int64_t examples_before = trainer_->examples_seen();
-    Logs logs = trainer_->train(num_steps);
+    Logs logs;
+    try {
+      logs = trainer_->train(num_steps);
+    } catch (const StopRequested&) {
+      progress.clear();
+      stop_for_preemption();
+    }
     const double seconds = std::max(seconds_since(start), 1e-9);
     const int64_t previous = current;
     current = trainer_->global_step();
@@ -149,10 +161,17 @@ void Controller::train(int64_t steps, bool checkpoint_at_completion) {
         static_cast<double>(trainer_->examples_seen() - examples_before) / seconds;
     logs["steps_per_second"] = steps_per_second;
     progress.clear();
+    if (options_.recovery) {
+      const double loss = to_double(logs.at(trainer_->training_loss().name()));
+      if (loss_diverged(loss, current, *options_.recovery)) {
+        current = recover(loss, current);
+        continue;
+      }
+    }
     std::ostringstream rate;
     rate << std::fixed << std::setprecision(1) << steps_per_second << " steps/s, "
          << std::setprecision(0) << examples_per_second << " examples/s";
-    log_info() << "train | step " << current << "/" << steps << " | " << rate.str() << " | ETA "
+    log_info() << "train | step " << current << "/" << overall << " | " << rate.str() << " | ETA "
                << Progress::format_duration(progress.eta_seconds(current)) << " | "
                << format_logs(logs);
     if (options_.summary_interval > 0 &&
@@ -164,6 +183,40 @@ void Controller::train(int64_t steps, bool checkpoint_at_completion) {
     maybe_save_checkpoint(/*force=*/false);
   }
   if (checkpoint_at_completion) maybe_save_checkpoint(/*force=*/true);
+}
+
+int64_t Controller::recover(double loss, int64_t step) {
+  const auto& recovery = *options_.recovery;
+  std::ostringstream what;
+  what << "training_loss ";
+  if (std::isnan(loss))
+    what << "nan";  // never "-nan"
+  else
+    what << loss;
+  what << " at step " << step;
+  if (!std::isnan(loss)) what << " is above loss_upper_bound " << recovery.loss_upper_bound;
+  if (recoveries_ >= recovery.recovery_max_trials)
+    throw Error("training diverged: " + what.str() + "; recovery_max_trials (" +
+                std::to_string(recovery.recovery_max_trials) + ") recoveries used up");
+  const auto latest = checkpoint_manager_ ? checkpoint_manager_->latest_checkpoint() : std::nullopt;
+  if (!latest)
+    throw Error("training diverged: " + what.str() + "; no checkpoint to recover from");
+  ++recoveries_;
+  // Model and optimizer go back; the input moves on to new data.
+  trainer_->restore_checkpoint_state(read_checkpoint_file(*latest), /*restore_input=*/false);
+  log_warning() << what.str() << "; restored " << *latest << " (recovery " << recoveries_
+                << " of " << recovery.recovery_max_trials << ")";
+  return trainer_->global_step();
+}
+
+void Controller::stop_for_preemption() {
+  const int signal = PreemptionWatcher::pending();
+  const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
+  const int64_t step = trainer_->global_step();
+  std::string message = std::string("received ") + name + " at step " + std::to_string(step);
+  if (const auto path = checkpoint_manager_ ? save_checkpoint() : std::nullopt)
+    message += "; saved " + *path + "; run the same command to resume";
+  throw Preempted(message, signal);
 }
 
 Logs Controller::evaluate(int64_t steps) {
@@ -186,6 +239,7 @@ Logs Controller::train_and_evaluate(int64_t train_steps, int64_t eval_steps,
   if (eval_interval < 1) throw Error("the evaluation interval must be >= 1");
   Logs logs;
   int64_t current = trainer_->global_step();
+  overall_steps_ = train_steps;
   while (current < train_steps) {
     const int64_t interval = std::min(train_steps - current, eval_interval);
     train(current + interval, /*checkpoint_at_completion=*/false);

@@ -9,6 +9,7 @@
 #include "garden/core/config/registry.h"
 #include "garden/core/error.h"
 #include "garden/core/logging.h"
+#include "garden/core/precision.h"
 
 namespace garden {
 
@@ -36,8 +37,15 @@ Logs Task::train_step(const Batch& inputs, Model& model, optim::Optimizer& optim
                       MetricList& metrics) {
   model.train();
   optimizer.zero_grad();
-  const Batch outputs = call_model(model, inputs, /*training=*/true);
-  const at::Tensor loss = build_losses(inputs, outputs);
+  Batch outputs;
+  at::Tensor loss;
+  {
+    // Autocast covers the forward pass and the loss; backward follows the
+    // dtypes they recorded.
+    AutocastGuard autocast(mixed_precision_dtype_, device_);
+    outputs = call_model(model, inputs, /*training=*/true);
+    loss = build_losses(inputs, outputs).to(at::kFloat);
+  }
   loss.backward();
   optimizer.step();
   {
@@ -50,8 +58,9 @@ Logs Task::train_step(const Batch& inputs, Model& model, optim::Optimizer& optim
 Logs Task::validation_step(const Batch& inputs, Model& model, MetricList& metrics) {
   torch::NoGradGuard no_grad;
   model.eval();
+  AutocastGuard autocast(mixed_precision_dtype_, device_);
   const Batch outputs = call_model(model, inputs, /*training=*/false);
-  const at::Tensor loss = build_losses(inputs, outputs);
+  const at::Tensor loss = build_losses(inputs, outputs).to(at::kFloat);
   process_metrics(metrics, inputs, outputs);
   return {{kLoss, loss.detach()}};
 }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "garden/core/actions.h"
 #include "garden/core/checkpoint.h"
 #include "garden/core/config/yaml_io.h"
 #include "garden/core/controller.h"
@@ -64,7 +65,12 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
   if (trains)
     optimizer = Task::create_optimizer(trainer_config.optimizer_config, params->runtime,
                                        params->task->differential_privacy_config, *model);
-  Trainer trainer(params, task, model, optimizer, trains, evaluates);
+  std::shared_ptr<CheckpointExporter> exporter;
+  if (evaluates && !trainer_config.best_checkpoint_export_subdir.empty())
+    exporter = std::make_shared<BestCheckpointExporter>(
+        (fs::path(options.model_dir) / trainer_config.best_checkpoint_export_subdir).string(),
+        trainer_config.best_checkpoint_eval_metric, trainer_config.best_checkpoint_metric_comp);
+  Trainer trainer(params, task, model, optimizer, trains, evaluates, nullptr, nullptr, exporter);
 
   // Everything above may fail on bad input; only now is model_dir touched.
   if (trains && options.write_params) {
@@ -83,6 +89,14 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
   controller_options.eval_summary_dir =
       (fs::path(options.model_dir) / trainer_config.validation_summary_subdir).string();
   controller_options.interactive = options.interactive;
+  if (trains) {
+    controller_options.recovery = RecoveryOptions{trainer_config.loss_upper_bound,
+                                                  trainer_config.recovery_begin_steps,
+                                                  trainer_config.recovery_max_trials};
+    controller_options.checkpoint_on_preemption = trainer_config.preemption_on_demand_checkpoint;
+  }
+  std::optional<PreemptionWatcher> preemption;
+  if (controller_options.checkpoint_on_preemption) preemption.emplace();
   Controller controller(trains ? &trainer : nullptr, evaluates ? &trainer : nullptr, &checkpoints,
                         controller_options);
 
@@ -103,9 +117,12 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
   if (mode == "train") {
     controller.train(trainer_config.train_steps);
   } else if (mode == "train_and_eval") {
+    const bool trained_out = trainer.global_step() >= trainer_config.train_steps;
     logs = controller.train_and_evaluate(trainer_config.train_steps,
                                          trainer_config.validation_steps,
                                          trainer_config.validation_interval);
+    // A finished run asked again still reports where it stands.
+    if (trained_out) logs = controller.evaluate(trainer_config.validation_steps);
   } else if (mode == "train_and_post_eval") {
     controller.train(trainer_config.train_steps);
     logs = controller.evaluate(trainer_config.validation_steps);

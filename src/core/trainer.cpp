@@ -21,6 +21,7 @@ Trainer::Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr
       checkpoint_exporter_(std::move(checkpoint_exporter)) {
   if (!config_ || !task_ || !model_) throw Error("Trainer needs a config, a task and a model");
   device_ = at::Device(config_->runtime.device);
+  task_->set_mixed_precision(config_->runtime.mixed_precision_dtype, device_);
   const auto build = [this](const config::DataConfig& params, const InputContext& context) {
     return task_->build_inputs(params, context);
   };
@@ -175,7 +176,7 @@ CheckpointData Trainer::checkpoint_state() const {
   return data;
 }
 
-void Trainer::restore_checkpoint_state(const CheckpointData& data) {
+void Trainer::restore_checkpoint_state(const CheckpointData& data, bool restore_input) {
   load_model_state(*model_, data.tensors, "model/", /*strict=*/true);
   global_step_ = data.meta.value("global_step", int64_t{0});
   examples_seen_ = data.meta.value("examples_seen", int64_t{0});
@@ -185,6 +186,8 @@ void Trainer::restore_checkpoint_state(const CheckpointData& data) {
       if (name.rfind("optimizer/", 0) == 0) slots[name.substr(10)] = tensor;
     optimizer_->load_state(slots, data.meta.value("optimizer", nlohmann::json::object()));
   }
+  if (data.meta.contains("task")) task_->restore_checkpoint_metadata(data.meta.at("task"));
+  if (!restore_input) return;
   if (const auto it = data.tensors.find("rng/cpu"); it != data.tensors.end()) {
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
@@ -192,7 +195,6 @@ void Trainer::restore_checkpoint_state(const CheckpointData& data) {
   }
   if (train_dataset_ && data.meta.contains("train_data"))
     train_dataset_->restore(data.meta.at("train_data"));
-  if (data.meta.contains("task")) task_->restore_checkpoint_metadata(data.meta.at("task"));
 }
 
 }  // namespace garden

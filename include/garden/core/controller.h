@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "garden/core/actions.h"
 #include "garden/core/checkpoint.h"
 #include "garden/core/trainer.h"
 
@@ -23,6 +24,11 @@ struct ControllerOptions {
   std::string summary_dir;             // "": no training summaries
   std::string eval_summary_dir;        // "": no evaluation summaries
   bool interactive = false;            // draw a progress bar
+  // Restore the last checkpoint when the training loss diverges.
+  std::optional<RecoveryOptions> recovery;
+  // Write a checkpoint and stop (throwing Preempted) when a
+  // PreemptionWatcher has seen SIGTERM or SIGINT.
+  bool checkpoint_on_preemption = false;
 };
 
 class Controller {
@@ -59,6 +65,10 @@ class Controller {
 
  private:
   void maybe_save_checkpoint(bool force);
+  // Restores the last checkpoint after a diverged loop, or throws once
+  // recovery_max_trials is used up. Returns the step trained from next.
+  int64_t recover(double loss, int64_t step);
+  [[noreturn]] void stop_for_preemption();
   void write_summaries(SummaryWriter* writer, const Logs& logs, int64_t step);
   SummaryWriter* train_writer();
   SummaryWriter* eval_writer();
@@ -69,6 +79,10 @@ class Controller {
   ControllerOptions options_;
   int64_t last_checkpoint_step_ = -1;
   int64_t last_summary_step_ = -1;
+  // The step the whole run trains to (train_and_evaluate trains in pieces),
+  // for the progress bar and the ETA.
+  int64_t overall_steps_ = 0;
+  int64_t recoveries_ = 0;
   std::unique_ptr<SummaryWriter> train_writer_;
   std::unique_ptr<SummaryWriter> eval_writer_;
   std::vector<Action> train_actions_;

@@ -92,8 +92,18 @@ class Task {
   // tensor unless a task says otherwise.
   virtual int64_t num_examples(const Batch& batch) const;
 
+  // runtime.mixed_precision_dtype and the device, set by the Trainer: the
+  // default steps run the forward pass and loss under autocast with them.
+  void set_mixed_precision(std::optional<std::string> dtype, c10::Device device) {
+    mixed_precision_dtype_ = std::move(dtype);
+    device_ = device;
+  }
+  const std::optional<std::string>& mixed_precision_dtype() const { return mixed_precision_dtype_; }
+
  protected:
   std::shared_ptr<const config::TaskConfig> params_;
+  std::optional<std::string> mixed_precision_dtype_;
+  c10::Device device_{c10::kCPU};
 
  private:
   std::string logging_dir_;

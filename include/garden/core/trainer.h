@@ -105,7 +105,9 @@ class Trainer {
   // Everything a checkpoint holds: model, optimizer, global step, random
   // state, input position, task metadata.
   CheckpointData checkpoint_state() const;
-  void restore_checkpoint_state(const CheckpointData& data);
+  // With restore_input false the random state and the input position are
+  // kept (recovery from a diverged loss moves on to new data).
+  void restore_checkpoint_state(const CheckpointData& data, bool restore_input = true);
 
  private:
   Batch to_device(const Batch& batch) const;

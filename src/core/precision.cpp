@@ -1,0 +1,66 @@
+#include "garden/core/precision.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
+#include "garden/core/error.h"
+#include "garden/core/logging.h"
+
+namespace garden {
+
+// LibTorch 2.4 replaced the per-device autocast setters with ones taking the
+// device type; this file is the only place that knows.
+namespace {
+bool autocast_enabled(bool cuda) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  return at::autocast::is_autocast_enabled(cuda ? at::kCUDA : at::kCPU);
+#else
+  return cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+#endif
+}
+
+void set_autocast(bool cuda, bool enabled, at::ScalarType dtype) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  const auto type = cuda ? at::kCUDA : at::kCPU;
+  at::autocast::set_autocast_dtype(type, dtype);
+  at::autocast::set_autocast_enabled(type, enabled);
+#else
+  if (cuda) {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+    at::autocast::set_enabled(enabled);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+    at::autocast::set_cpu_enabled(enabled);
+  }
+#endif
+}
+}  // namespace
+
+AutocastGuard::AutocastGuard(const std::optional<std::string>& dtype, const c10::Device& device) {
+  if (!dtype || *dtype == "float32") return;
+  cuda_ = device.is_cuda();
+  at::ScalarType type = at::kBFloat16;
+  if (*dtype == "float16") {
+    if (!cuda_) {
+      // CPU autocast in LibTorch 1.13 supports bfloat16 only.
+      static bool warned = false;
+      if (!warned) log_warning() << "float16 autocast needs a CUDA device; computing in float32";
+      warned = true;
+      return;
+    }
+    type = at::kHalf;
+  } else if (*dtype != "bfloat16") {
+    throw Error("mixed_precision_dtype '" + *dtype + "' is not one of float32, bfloat16, float16");
+  }
+  previous_enabled_ = autocast_enabled(cuda_);
+  set_autocast(cuda_, true, type);
+  active_ = true;
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!active_) return;
+  set_autocast(cuda_, previous_enabled_, cuda_ ? at::kHalf : at::kBFloat16);
+  if (!previous_enabled_) at::autocast::clear_cache();
+}
+
+}  // namespace garden

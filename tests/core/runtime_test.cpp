@@ -1,0 +1,67 @@
+// Runtime set-up: the BLAS check, seeds recorded in the config, threads, and
+// the progress formatting users read.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "garden/core/config/registry.h"
+#include "garden/core/config/yaml_io.h"
+#include "garden/core/error.h"
+#include "garden/core/progress.h"
+#include "garden/core/runtime.h"
+
+namespace {
+
+TEST(RuntimeTest, TheLoadedBlasIsFoundAndIsOpenBlas) {
+  // A matrix product makes sure the BLAS library is loaded.
+  const auto product = torch::mm(torch::ones({64, 64}), torch::ones({64, 64}));
+  EXPECT_EQ(product[0][0].item<float>(), 64.0f);
+  const std::string blas = garden::loaded_blas_library();
+  ASSERT_FALSE(blas.empty());
+  // scripts/setup.sh selects OpenBLAS; the reference BLAS would be ~25x slower.
+  EXPECT_NE(blas.find("openblas"), std::string::npos) << blas;
+}
+
+TEST(RuntimeTest, FinalizeRecordsSeedsValidatesAndLocks) {
+  auto params = garden::config::get_experiment_config("tabular/classification");
+  params->task->train_data_config().input_path = "x.csv";
+  ASSERT_FALSE(params->runtime.seed.has_value());
+  garden::finalize_config(*params);
+  ASSERT_TRUE(params->runtime.seed.has_value());
+  EXPECT_EQ(params->task->train_data_config().seed, *params->runtime.seed);
+  EXPECT_EQ(params->task->validation_data_config().seed, *params->runtime.seed + 1);
+  EXPECT_TRUE(params->locked());
+  EXPECT_THROW(garden::config::apply_override(*params, "trainer.train_steps=1"),
+               garden::config::ConfigError);
+
+  auto invalid = garden::config::get_experiment_config("tabular/iris");
+  garden::config::apply_override(*invalid, "trainer.steps_per_loop=0");
+  EXPECT_THROW(garden::finalize_config(*invalid), garden::config::ConfigError);
+  EXPECT_FALSE(invalid->locked());
+}
+
+TEST(RuntimeTest, ThreadsAndSeedAreApplied) {
+  garden::config::RuntimeConfig runtime;
+  runtime.intra_op_parallelism_threads = 1;
+  runtime.seed = 123;
+  garden::apply_runtime(runtime);
+  EXPECT_EQ(at::get_num_threads(), 1);
+  const auto a = torch::rand({4});
+  garden::apply_runtime(runtime);
+  EXPECT_TRUE(torch::equal(a, torch::rand({4})));
+  runtime.device = "cuda:0";
+  if (!torch::cuda::is_available()) {
+    EXPECT_THROW(garden::apply_runtime(runtime), garden::Error);
+  }
+}
+
+TEST(ProgressTest, DurationsReadAsHoursMinutesSeconds) {
+  EXPECT_EQ(garden::Progress::format_duration(0), "0:00:00");
+  EXPECT_EQ(garden::Progress::format_duration(61.4), "0:01:01");
+  EXPECT_EQ(garden::Progress::format_duration(3 * 3600 + 7 * 60 + 9), "3:07:09");
+  EXPECT_EQ(garden::Progress::format_duration(-1), "?");
+  garden::Progress progress(0, 100, /*interactive=*/false);
+  EXPECT_LT(progress.eta_seconds(0), 0) << "no rate yet, so no ETA";
+}
+
+}  // namespace
