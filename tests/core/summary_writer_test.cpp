@@ -451,3 +451,60 @@ TEST_F(SummaryWriterTest, ConcurrentWritesStayIntact) {
 }
 
 }  // namespace
+
+// ---- a real training run's event files, read with the decoder above -------
+
+#include "garden/core/config/registry.h"
+#include "garden/core/config/yaml_io.h"
+#include "garden/core/logging.h"
+#include "garden/core/runtime.h"
+#include "garden/core/train_lib.h"
+namespace {
+
+// tag -> step -> value, from every event file in `logdir`.
+std::map<std::string, std::map<int64_t, float>> scalars_in(const fs::path& logdir) {
+  std::map<std::string, std::map<int64_t, float>> out;
+  for (const auto& entry : fs::directory_iterator(logdir)) {
+    for (const Message& event : read_events(entry.path().string())) {
+      if (!has(event, event_field::kSummary)) continue;
+      for (const Message& value : values_of(event))
+        if (has(value, value_field::kSimpleValue))
+          out[tag_of(value)][step_of(event)] =
+              as_float(only(value, value_field::kSimpleValue, kFixed32));
+    }
+  }
+  return out;
+}
+
+TEST_F(SummaryWriterTest, TrainingWritesEverySummaryIntervalAndEachEvaluation) {
+  garden::set_quiet(true);
+  auto params = garden::config::get_experiment_config("tabular/iris");
+  garden::config::apply_override(*params,
+                                 "trainer.train_steps=200,trainer.steps_per_loop=25,"
+                                 "trainer.summary_interval=50,trainer.validation_interval=100");
+  garden::finalize_config(*params);
+  garden::RunOptions options;
+  options.model_dir = (dir_ / "model").string();
+  const garden::Logs logs = garden::run_experiment(params, options);
+  garden::set_quiet(false);
+
+  const auto train = scalars_in(dir_ / "model" / "train");
+  for (const char* tag : {"training_loss", "learning_rate", "steps_per_second", "accuracy"}) {
+    ASSERT_TRUE(train.count(tag)) << tag;
+    std::vector<int64_t> steps;
+    for (const auto& [step, value] : train.at(tag)) steps.push_back(step);
+    EXPECT_EQ(steps, (std::vector<int64_t>{50, 100, 150, 200})) << tag;
+  }
+  EXPECT_FLOAT_EQ(train.at("learning_rate").at(200), 0.01f);
+
+  const auto validation = scalars_in(dir_ / "model" / "validation");
+  ASSERT_TRUE(validation.count("accuracy"));
+  EXPECT_EQ(validation.at("accuracy").size(), 2u);  // at 100 and 200
+  // The last evaluation's summary holds the very numbers the run returned.
+  EXPECT_EQ(validation.at("accuracy").at(200),
+            static_cast<float>(garden::to_double(logs.at("accuracy"))));
+  EXPECT_EQ(validation.at("validation_loss").at(200),
+            static_cast<float>(garden::to_double(logs.at("validation_loss"))));
+}
+
+}  // namespace
