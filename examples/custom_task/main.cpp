@@ -5,6 +5,6 @@
 #include "linear_regression.h"
 
 int main(int argc, char** argv) {
-  example::register_linear_regression();
-  return garden::run_main(argc, argv);
+  // Registered inside run_main, so a clash of names is a one-line error too.
+  return garden::run_main(argc, argv, example::register_linear_regression);
 }

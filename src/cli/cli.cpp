@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <mutex>
 #include <sstream>
 
 #include "garden/core/actions.h"
@@ -111,9 +112,15 @@ int print_learning_rates(const ExperimentFlags& flags, const std::string& range)
 
 }  // namespace
 
-int run_main(int argc, char** argv) {
+int run_main(int argc, char** argv) { return run_main(argc, argv, {}); }
+
+int run_main(int argc, char** argv, const std::function<void()>& register_extras) {
   try {
     register_builtins();
+    if (register_extras) {
+      static std::once_flag once;  // run_main may be called more than once (tests)
+      std::call_once(once, register_extras);
+    }
     CLI::App app{"garden: Model Garden-style training on LibTorch"};
     app.require_subcommand(1);
 

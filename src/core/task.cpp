@@ -46,7 +46,7 @@ Logs Task::train_step(const Batch& inputs, Model& model, optim::Optimizer& optim
     outputs = call_model(model, inputs, /*training=*/true);
     loss = build_losses(inputs, outputs).to(at::kFloat);
   }
-  loss.backward();
+  optimizer.scale_loss(loss).backward();
   optimizer.step();
   {
     torch::NoGradGuard no_grad;
@@ -90,15 +90,24 @@ void Task::initialize(Model& model) {
 }
 
 std::unique_ptr<optim::Optimizer> Task::create_optimizer(
-    const config::OptimizationConfig& optimizer_config, const config::RuntimeConfig&,
+    const config::OptimizationConfig& optimizer_config, const config::RuntimeConfig& runtime,
     const std::optional<config::DifferentialPrivacyConfig>& dp_config, Model& model) {
-  if (dp_config)
-    throw Error("differential_privacy_config is set, but differential privacy is not supported "
-                "yet; remove it");
   std::vector<optim::NamedParameter> parameters;
   for (const auto& item : model.named_parameters(/*recurse=*/true))
     if (item.value().requires_grad()) parameters.push_back({item.key(), item.value()});
-  return optim::make_optimizer(optimizer_config, std::move(parameters));
+  auto optimizer = optim::make_optimizer(optimizer_config, parameters, dp_config);
+  if (optimizer_config.ema) {
+    std::vector<optim::NamedParameter> buffers;
+    for (const auto& item : model.named_buffers(/*recurse=*/true))
+      buffers.push_back({item.key(), item.value()});
+    optimizer->set_ema(std::make_unique<optim::ExponentialMovingAverage>(
+        *optimizer_config.ema, parameters, std::move(buffers)));
+  }
+  // Model Garden wraps the optimizer in a LossScaleOptimizer for float16.
+  if (runtime.mixed_precision_dtype == "float16")
+    optimizer->set_loss_scaler(
+        std::make_unique<optim::LossScaler>(optim::LossScaler::from_config(runtime.loss_scale)));
+  return optimizer;
 }
 
 nlohmann::json Task::checkpoint_metadata() const { return nlohmann::json::object(); }

@@ -61,8 +61,10 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
   TaskPtr task = get_task(params->task, options.model_dir);
   ModelPtr model = task->build_model();
   model->to(torch::Device(params->runtime.device));
+  // Evaluation modes make the optimizer too (when one is configured): its
+  // EMA averages are what an EMA run evaluates.
   std::shared_ptr<optim::Optimizer> optimizer;
-  if (trains)
+  if (trains || !trainer_config.optimizer_config.optimizer.type.empty())
     optimizer = Task::create_optimizer(trainer_config.optimizer_config, params->runtime,
                                        params->task->differential_privacy_config, *model);
   std::shared_ptr<CheckpointExporter> exporter;
@@ -72,14 +74,6 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
         trainer_config.best_checkpoint_eval_metric, trainer_config.best_checkpoint_metric_comp);
   Trainer trainer(params, task, model, optimizer, trains, evaluates, nullptr, nullptr, exporter);
 
-  // Everything above may fail on bad input; only now is model_dir touched.
-  if (trains && options.write_params) {
-    write_params_yaml(*params, options.model_dir);
-    set_log_file((fs::path(options.model_dir) / "train.log").string());
-  }
-  struct LogFileReset {
-    ~LogFileReset() { set_log_file(""); }
-  } log_file_reset;
   CheckpointManager checkpoints(options.model_dir, trainer_config.max_to_keep);
   ControllerOptions controller_options;
   controller_options.steps_per_loop = trainer_config.steps_per_loop;
@@ -100,6 +94,18 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
   Controller controller(trains ? &trainer : nullptr, evaluates ? &trainer : nullptr, &checkpoints,
                         controller_options);
 
+  // Restoring may fail too (a checkpoint that does not fit this config), so
+  // it also comes before anything is written to model_dir.
+  std::optional<std::string> restored;
+  if (mode != "continuous_eval") restored = controller.restore_checkpoint();
+  if (trains && options.write_params) {
+    write_params_yaml(*params, options.model_dir);
+    set_log_file((fs::path(options.model_dir) / "train.log").string());
+  }
+  struct LogFileReset {
+    ~LogFileReset() { set_log_file(""); }
+  } log_file_reset;
+
   Logs logs;
   if (mode == "continuous_eval") {
     logs = controller.evaluate_continuously(trainer_config.validation_steps,
@@ -108,7 +114,6 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
                                             options.continuous_eval_poll_seconds);
     return logs;
   }
-  const auto restored = controller.restore_checkpoint();
   if (mode == "eval") {
     if (!restored)
       throw Error("eval: no checkpoint in '" + options.model_dir + "'; train first");

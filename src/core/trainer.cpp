@@ -177,6 +177,9 @@ CheckpointData Trainer::checkpoint_state() const {
 }
 
 void Trainer::restore_checkpoint_state(const CheckpointData& data, bool restore_input) {
+  // The task checks its own metadata first: its message (e.g. "trained with
+  // other classes") says more than a tensor shape mismatch.
+  if (data.meta.contains("task")) task_->restore_checkpoint_metadata(data.meta.at("task"));
   load_model_state(*model_, data.tensors, "model/", /*strict=*/true);
   global_step_ = data.meta.value("global_step", int64_t{0});
   examples_seen_ = data.meta.value("examples_seen", int64_t{0});
@@ -186,7 +189,6 @@ void Trainer::restore_checkpoint_state(const CheckpointData& data, bool restore_
       if (name.rfind("optimizer/", 0) == 0) slots[name.substr(10)] = tensor;
     optimizer_->load_state(slots, data.meta.value("optimizer", nlohmann::json::object()));
   }
-  if (data.meta.contains("task")) task_->restore_checkpoint_metadata(data.meta.at("task"));
   if (!restore_input) return;
   if (const auto it = data.tensors.find("rng/cpu"); it != data.tensors.end()) {
     auto generator = at::detail::getDefaultCPUGenerator();

@@ -12,9 +12,7 @@ class FunctionSchedule : public LearningRateSchedule {
  public:
   explicit FunctionSchedule(std::function<double(double)> f, int64_t offset = 0)
       : f_(std::move(f)), offset_(offset) {}
-  double operator()(int64_t step) const override {
-    return f_(static_cast<double>(step - offset_));
-  }
+  double operator()(int64_t step) const override { return f_(static_cast<double>(step - offset_)); }
 
  private:
   std::function<double(double)> f_;
@@ -24,8 +22,8 @@ class FunctionSchedule : public LearningRateSchedule {
 template <class T>
 T require(const std::optional<T>& value, const char* schedule, const char* key) {
   if (!value)
-    throw ConfigError("trainer.optimizer_config." + std::string(schedule) + "." +
-                      key + " must be set");
+    throw ConfigError("trainer.optimizer_config." + std::string(schedule) + "." + key +
+                      " must be set");
   return *value;
 }
 
@@ -52,9 +50,10 @@ SchedulePtr base_schedule(const config::LrConfig& c) {
   if (type == "exponential") {
     const double initial = require(c.exponential.initial_learning_rate, "learning_rate.exponential",
                                    "initial_learning_rate");
-    const double decay_steps =
-        static_cast<double>(require(c.exponential.decay_steps, "learning_rate.exponential", "decay_steps"));
-    const double rate = require(c.exponential.decay_rate, "learning_rate.exponential", "decay_rate");
+    const double decay_steps = static_cast<double>(
+        require(c.exponential.decay_steps, "learning_rate.exponential", "decay_steps"));
+    const double rate =
+        require(c.exponential.decay_rate, "learning_rate.exponential", "decay_rate");
     const bool staircase = c.exponential.staircase.value_or(false);
     return std::make_shared<FunctionSchedule>(
         [=](double step) {
@@ -65,10 +64,10 @@ SchedulePtr base_schedule(const config::LrConfig& c) {
         c.exponential.offset);
   }
   if (type == "polynomial") {
-    const double initial =
-        require(c.polynomial.initial_learning_rate, "learning_rate.polynomial", "initial_learning_rate");
-    const double decay_steps =
-        static_cast<double>(require(c.polynomial.decay_steps, "learning_rate.polynomial", "decay_steps"));
+    const double initial = require(c.polynomial.initial_learning_rate, "learning_rate.polynomial",
+                                   "initial_learning_rate");
+    const double decay_steps = static_cast<double>(
+        require(c.polynomial.decay_steps, "learning_rate.polynomial", "decay_steps"));
     const double end = c.polynomial.end_learning_rate;
     const double power = c.polynomial.power;
     const bool cycle = c.polynomial.cycle;
@@ -99,6 +98,46 @@ SchedulePtr base_schedule(const config::LrConfig& c) {
           return initial * ((1.0 - alpha) * cosine + alpha);
         },
         c.cosine.offset);
+  }
+  if (type == "power") {
+    const double initial =
+        require(c.power.initial_learning_rate, "learning_rate.power", "initial_learning_rate");
+    const double power = c.power.power;
+    // max(step, 1): step 0 would give infinity for a negative power.
+    return std::make_shared<FunctionSchedule>(
+        [=](double step) { return initial * std::pow(std::max(step, 1.0), power); });
+  }
+  if (type == "power_linear") {
+    const auto& p = c.power_linear;
+    const double initial =
+        require(p.initial_learning_rate, "learning_rate.power_linear", "initial_learning_rate");
+    const double total = static_cast<double>(
+        require(p.total_decay_steps, "learning_rate.power_linear", "total_decay_steps"));
+    const double power = p.power;
+    const double linear_steps = total * p.linear_decay_fraction;
+    return std::make_shared<FunctionSchedule>(
+        [=](double step) {
+          double lr = initial * std::pow(std::max(step, 1.0), power);
+          if (linear_steps > 0)
+            lr = std::max(0.0, lr * std::min(1.0, (total - step) / linear_steps));
+          return lr;
+        },
+        p.offset);
+  }
+  if (type == "power_with_offset") {
+    const auto& p = c.power_with_offset;
+    const double initial = require(p.initial_learning_rate, "learning_rate.power_with_offset",
+                                   "initial_learning_rate");
+    const double power = p.power;
+    const double offset = static_cast<double>(p.offset);
+    const double pre_offset = p.pre_offset_learning_rate;
+    // The offset is part of the formula here (the rate before it is
+    // pre_offset_learning_rate), so the raw step is passed in.
+    return std::make_shared<FunctionSchedule>([=](double step) {
+      const double decayed = initial * std::pow(std::max(step - offset, 1.0), power);
+      // A negative power can make the decayed rate huge: capped, as in Model Garden.
+      return std::min(step > offset ? decayed : pre_offset, pre_offset);
+    });
   }
   throw ConfigError("unknown learning_rate type '" + type + "'");
 }
@@ -139,7 +178,9 @@ SchedulePtr make_schedule(const config::LrConfig& learning_rate,
         require(warmup.polynomial.warmup_steps, "warmup.polynomial", "warmup_steps");
     const double power = warmup.polynomial.power;
     return std::make_shared<WarmupSchedule>(base, steps, [=](double step, double target) {
-      const double done = steps <= 0 ? 1.0 : step / static_cast<double>(steps);
+      // Model Garden starts from step 1 (max(step, 1)) so that a negative
+      // power cannot give infinity: the rate at step 0 is the rate at step 1.
+      const double done = steps <= 0 ? 1.0 : std::max(step, 1.0) / static_cast<double>(steps);
       return target * std::pow(done, power);
     });
   }

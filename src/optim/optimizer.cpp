@@ -9,8 +9,7 @@
 
 namespace garden::optim {
 
-Optimizer::Optimizer(std::vector<NamedParameter> parameters, SchedulePtr schedule,
-                     ClipOptions clip)
+Optimizer::Optimizer(std::vector<NamedParameter> parameters, SchedulePtr schedule, ClipOptions clip)
     : parameters_(std::move(parameters)),
       schedule_(std::move(schedule)),
       clip_(clip),
@@ -25,11 +24,16 @@ void Optimizer::zero_grad() {
   }
 }
 
-at::Tensor& Optimizer::slot(std::size_t index, const std::string& name) {
+at::Tensor& Optimizer::slot(std::size_t index, const std::string& name, double initial_value) {
   auto& slots = slots_[index];
   auto it = slots.find(name);
-  if (it == slots.end()) it = slots.emplace(name, torch::zeros_like(parameters_[index].tensor)).first;
+  if (it == slots.end())
+    it = slots.emplace(name, torch::full_like(parameters_[index].tensor, initial_value)).first;
   return it->second;
+}
+
+void Optimizer::add_gradient_transformer(GradientTransformer transformer) {
+  transformers_.push_back(std::move(transformer));
 }
 
 double clip_by_global_norm(std::vector<at::Tensor>& gradients, double max_norm) {
@@ -45,7 +49,37 @@ double clip_by_global_norm(std::vector<at::Tensor>& gradients, double max_norm) 
   return norm;
 }
 
+void add_gaussian_noise(std::vector<at::Tensor>& gradients, double stddev) {
+  if (stddev == 0.0) return;  // adding zeros: skip the sampling
+  for (auto& g : gradients) {
+    if (!g.defined()) continue;
+    // Drawn in float32 (float64 for double gradients) on the CPU generator:
+    // the same stream on every device, and no half-precision sampling.
+    const auto sample_type = g.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    at::Tensor noise = torch::randn(g.sizes(), at::TensorOptions().dtype(sample_type));
+    noise.mul_(stddev);
+    g.add_(noise.to(g.options()));
+  }
+}
+
+void Optimizer::own_gradients(std::vector<at::Tensor>& gradients) const {
+  for (std::size_t i = 0; i < gradients.size(); ++i)
+    if (gradients[i].defined() && gradients[i].is_same(parameters_[i].tensor.grad()))
+      gradients[i] = gradients[i].clone();
+}
+
+bool Optimizer::clips() const {
+  return (clip_.clipnorm && *clip_.clipnorm > 0) ||
+         (clip_.global_clipnorm && *clip_.global_clipnorm > 0) ||
+         (clip_.clipvalue && *clip_.clipvalue > 0);
+}
+
+// Keras OptimizerV2._transform_gradients: clipvalue, then clipnorm, then
+// global_clipnorm.
 void Optimizer::clip(std::vector<at::Tensor>& gradients) const {
+  if (clip_.clipvalue && *clip_.clipvalue > 0)
+    for (auto& g : gradients)
+      if (g.defined()) g.clamp_(-*clip_.clipvalue, *clip_.clipvalue);
   if (clip_.clipnorm && *clip_.clipnorm > 0) {
     for (auto& g : gradients) {
       if (!g.defined()) continue;
@@ -55,35 +89,29 @@ void Optimizer::clip(std::vector<at::Tensor>& gradients) const {
   }
   if (clip_.global_clipnorm && *clip_.global_clipnorm > 0)
     clip_by_global_norm(gradients, *clip_.global_clipnorm);
-  if (clip_.clipvalue && *clip_.clipvalue > 0)
-    for (auto& g : gradients)
-      if (g.defined()) g.clamp_(-*clip_.clipvalue, *clip_.clipvalue);
 }
 
 void Optimizer::step() {
   torch::NoGradGuard no_grad;
+  if (loss_scaler_ && !loss_scaler_->unscale_and_check(parameters_)) {
+    skip_step();  // an overflow: no update, and no new average either
+    return;
+  }
   std::vector<at::Tensor> gradients;
   gradients.reserve(parameters_.size());
-  for (auto& p : parameters_) {
-    const auto& g = p.tensor.grad();
-    // Clipping scales in place: work on a copy only when clipping is on.
-    gradients.push_back(g.defined() ? g : at::Tensor());
-  }
-  const bool clips = (clip_.clipnorm && *clip_.clipnorm > 0) ||
-                     (clip_.global_clipnorm && *clip_.global_clipnorm > 0) ||
-                     (clip_.clipvalue && *clip_.clipvalue > 0);
-  if (clips) {
-    for (auto& g : gradients)
-      if (g.defined()) g = g.clone();
-    clip(gradients);
-  }
-  before_updates(gradients);
+  // Aliases of .grad: copied only when something transforms them in place.
+  for (auto& p : parameters_) gradients.push_back(p.tensor.grad());
+  before_clipping(gradients);
+  if (clips() || !transformers_.empty()) own_gradients(gradients);
+  if (clips()) clip(gradients);
+  for (const auto& transform : transformers_) transform(gradients);
   const double lr = learning_rate();
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     if (!gradients[i].defined()) continue;
     update(i, parameters_[i].tensor, gradients[i], lr);
   }
   ++iterations_;
+  if (ema_) ema_->update(iterations_);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Optimizer::state_tensors() const {
@@ -91,10 +119,16 @@ std::vector<std::pair<std::string, at::Tensor>> Optimizer::state_tensors() const
   for (std::size_t i = 0; i < parameters_.size(); ++i)
     for (const auto& [name, tensor] : slots_[i])
       out.emplace_back(parameters_[i].name + "/" + name, tensor);
+  if (ema_)
+    for (auto& [name, tensor] : ema_->state_tensors()) out.emplace_back("ema/" + name, tensor);
   return out;
 }
 
-nlohmann::json Optimizer::state_meta() const { return {{"iterations", iterations_}}; }
+nlohmann::json Optimizer::state_meta() const {
+  nlohmann::json meta = {{"iterations", iterations_}};
+  if (loss_scaler_) meta["loss_scale"] = loss_scaler_->state();
+  return meta;
+}
 
 void Optimizer::load_state(const std::map<std::string, at::Tensor>& tensors,
                            const nlohmann::json& meta) {
@@ -102,7 +136,12 @@ void Optimizer::load_state(const std::map<std::string, at::Tensor>& tensors,
   std::map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < parameters_.size(); ++i) index[parameters_[i].name] = i;
   for (auto& slots : slots_) slots.clear();
+  std::map<std::string, at::Tensor> averages;
   for (const auto& [key, tensor] : tensors) {
+    if (key.rfind("ema/", 0) == 0) {
+      averages.emplace(key.substr(4), tensor);
+      continue;
+    }
     const auto slash = key.rfind('/');
     const std::string param = key.substr(0, slash);
     const auto it = index.find(param);
@@ -117,9 +156,18 @@ void Optimizer::load_state(const std::map<std::string, at::Tensor>& tensors,
         tensor.to(target.device(), target.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
   }
   iterations_ = meta.value("iterations", int64_t{0});
+  if (ema_ && !averages.empty()) ema_->load_state(averages);
+  if (loss_scaler_ && meta.contains("loss_scale")) loss_scaler_->restore(meta.at("loss_scale"));
 }
 
 namespace {
+
+// Python's re.search over a list: does any pattern occur in `name`?
+bool any_matches(const std::vector<std::string>& patterns, const std::string& name) {
+  for (const auto& pattern : patterns)
+    if (std::regex_search(name, std::regex(pattern))) return true;
+  return false;
+}
 
 // Keras SGD: v = momentum * v - lr * g; p += v (nesterov: p += momentum * v - lr * g).
 class SGD : public Optimizer {
@@ -195,17 +243,17 @@ class AdamWeightDecay : public Adam {
 
   bool uses_weight_decay(const std::string& name) const {
     if (cfg_.weight_decay_rate == 0.0) return false;
-    if (cfg_.include_in_weight_decay)
-      for (const auto& r : *cfg_.include_in_weight_decay)
-        if (std::regex_search(name, std::regex(r))) return true;
-    if (cfg_.exclude_from_weight_decay)
-      for (const auto& r : *cfg_.exclude_from_weight_decay)
-        if (std::regex_search(name, std::regex(r))) return false;
+    if (cfg_.include_in_weight_decay && any_matches(*cfg_.include_in_weight_decay, name))
+      return true;
+    if (cfg_.exclude_from_weight_decay && any_matches(*cfg_.exclude_from_weight_decay, name))
+      return false;
     return true;
   }
 
  protected:
-  void before_updates(std::vector<at::Tensor>& gradients) override {
+  // Model Garden's AdamWeightDecay.apply_gradients clips before handing the
+  // gradients to Keras, i.e. before clipvalue/clipnorm/global_clipnorm.
+  void before_clipping(std::vector<at::Tensor>& gradients) override {
     if (cfg_.gradient_clip_norm > 0) {
       for (auto& g : gradients)
         if (g.defined()) g = g.clone();
@@ -222,27 +270,172 @@ class AdamWeightDecay : public Adam {
   std::vector<bool> decays_;
 };
 
+// Model Garden's LAMB (official/modeling/optimization/lamb.py):
+//   m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2,  bias-corrected m_hat, v_hat
+//   update = m_hat / (sqrt(v_hat) + eps) + rate * p   (decay unless excluded)
+//   ratio = ||p|| / ||update|| when both are > 0, else 1 (1 when excluded
+//   from layer adaptation);  p -= lr * ratio * update.
+class LAMB : public Optimizer {
+ public:
+  LAMB(std::vector<NamedParameter> p, SchedulePtr s, ClipOptions c, const config::LAMBConfig& cfg)
+      : Optimizer(std::move(p), std::move(s), c), cfg_(cfg) {
+    // Model Garden: a missing (or empty) exclude_from_layer_adaptation means
+    // "the same as exclude_from_weight_decay".
+    const auto& layer_exclusions =
+        cfg.exclude_from_layer_adaptation && !cfg.exclude_from_layer_adaptation->empty()
+            ? cfg.exclude_from_layer_adaptation
+            : cfg.exclude_from_weight_decay;
+    for (const auto& param : parameters()) {
+      decays_.push_back(!(cfg.exclude_from_weight_decay &&
+                          any_matches(*cfg.exclude_from_weight_decay, param.name)));
+      adapts_.push_back(!(layer_exclusions && any_matches(*layer_exclusions, param.name)));
+    }
+  }
+
+ protected:
+  void update(std::size_t i, at::Tensor& param, const at::Tensor& grad, double lr) override {
+    const double t = static_cast<double>(iterations() + 1);
+    at::Tensor& m = slot(i, "m");
+    at::Tensor& v = slot(i, "v");
+    m.mul_(cfg_.beta_1).add_(grad, 1.0 - cfg_.beta_1);
+    v.mul_(cfg_.beta_2).addcmul_(grad, grad, 1.0 - cfg_.beta_2);
+    const at::Tensor m_hat = m / (1.0 - std::pow(cfg_.beta_1, t));
+    const at::Tensor v_hat = v / (1.0 - std::pow(cfg_.beta_2, t));
+    at::Tensor step_direction = m_hat / (v_hat.sqrt() + cfg_.epsilon);
+    if (decays_[i]) step_direction.add_(param, cfg_.weight_decay_rate);
+    if (!adapts_[i]) {
+      param.sub_(step_direction, lr);
+      return;
+    }
+    // Kept as tensors: no device synchronization for the trust ratio.
+    const at::Tensor weight_norm = param.norm();
+    const at::Tensor update_norm = step_direction.norm();
+    const at::Tensor one = at::ones_like(weight_norm);
+    const at::Tensor ratio =
+        at::where(weight_norm > 0, at::where(update_norm > 0, weight_norm / update_norm, one), one);
+    param.sub_(step_direction.mul_(ratio * lr));
+  }
+
+ private:
+  config::LAMBConfig cfg_;
+  std::vector<bool> decays_, adapts_;
+};
+
+// Keras (legacy) RMSprop. Epsilon's place depends on momentum, as in Keras:
+//   momentum == 0:  p -= lr * g / (sqrt(denominator) + eps)
+//   momentum  > 0:  mom = momentum * mom + lr * g / sqrt(denominator + eps);  p -= mom
+// (TensorFlow's ApplyRMSProp kernels), with rms = rho rms + (1 - rho) g^2 and
+// denominator = rms, or rms - mg^2 with mg = rho mg + (1 - rho) g when centered.
+class RMSprop : public Optimizer {
+ public:
+  RMSprop(std::vector<NamedParameter> p, SchedulePtr s, ClipOptions c,
+          const config::RMSPropConfig& cfg)
+      : Optimizer(std::move(p), std::move(s), c), cfg_(cfg) {}
+
+ protected:
+  void update(std::size_t i, at::Tensor& param, const at::Tensor& grad, double lr) override {
+    at::Tensor& rms = slot(i, "rms");
+    rms.mul_(cfg_.rho).addcmul_(grad, grad, 1.0 - cfg_.rho);
+    at::Tensor denominator = rms;
+    if (cfg_.centered) {
+      at::Tensor& mg = slot(i, "mg");
+      mg.mul_(cfg_.rho).add_(grad, 1.0 - cfg_.rho);
+      denominator = rms - mg * mg;
+    }
+    if (cfg_.momentum > 0) {
+      at::Tensor& mom = slot(i, "momentum");
+      mom.mul_(cfg_.momentum).addcdiv_(grad, (denominator + cfg_.epsilon).sqrt(), lr);
+      param.sub_(mom);
+    } else {
+      param.addcdiv_(grad, denominator.sqrt().add_(cfg_.epsilon), -lr);
+    }
+  }
+
+ private:
+  config::RMSPropConfig cfg_;
+};
+
+// Keras (legacy) Adagrad, TensorFlow's ApplyAdagradV2: the accumulator starts
+// at initial_accumulator_value; acc += g^2;  p -= lr * g / (sqrt(acc) + eps).
+class Adagrad : public Optimizer {
+ public:
+  Adagrad(std::vector<NamedParameter> p, SchedulePtr s, ClipOptions c,
+          const config::AdagradConfig& cfg)
+      : Optimizer(std::move(p), std::move(s), c), cfg_(cfg) {}
+
+ protected:
+  void update(std::size_t i, at::Tensor& param, const at::Tensor& grad, double lr) override {
+    at::Tensor& accumulator = slot(i, "accumulator", cfg_.initial_accumulator_value);
+    accumulator.addcmul_(grad, grad);
+    param.addcdiv_(grad, accumulator.sqrt().add_(cfg_.epsilon), -lr);
+  }
+
+ private:
+  config::AdagradConfig cfg_;
+};
+
 ClipOptions clip_options(const config::BaseOptimizerConfig& c) {
   return ClipOptions{c.clipnorm, c.clipvalue, c.global_clipnorm};
 }
 
+// Keras refuses these combinations in OptimizerV2.__init__ and the clip
+// setters; refusing them here keeps a config meaning the same in both.
+void check_clip_options(const config::BaseOptimizerConfig& c, const std::string& key,
+                        bool has_gradient_transformers) {
+  if (c.clipnorm && c.global_clipnorm)
+    throw config::ConfigError(key + ": clipnorm and global_clipnorm cannot both be set");
+  if (has_gradient_transformers && (c.clipnorm || c.clipvalue || c.global_clipnorm))
+    throw config::ConfigError(
+        key +
+        ": clipnorm, clipvalue and global_clipnorm cannot be set together with "
+        "differential_privacy_config, which does its own clipping");
+}
+
 }  // namespace
 
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimizationConfig& config,
-                                          std::vector<NamedParameter> parameters) {
-  SchedulePtr schedule = make_schedule(config.learning_rate, config.warmup);
+std::unique_ptr<Optimizer> make_optimizer(
+    const config::OptimizationConfig& config, std::vector<NamedParameter> parameters,
+    const std::optional<config::DifferentialPrivacyConfig>& dp) {
   const auto& o = config.optimizer;
-  if (o.type == "sgd")
-    return std::make_unique<SGD>(std::move(parameters), schedule, clip_options(o.sgd), o.sgd);
-  if (o.type == "adam")
-    return std::make_unique<Adam>(std::move(parameters), schedule, clip_options(o.adam),
-                                  o.adam.beta_1, o.adam.beta_2, o.adam.epsilon, o.adam.amsgrad);
-  if (o.type == "adamw")
-    return std::make_unique<AdamWeightDecay>(std::move(parameters), schedule,
-                                             clip_options(o.adamw), o.adamw);
   if (o.type.empty())
     throw config::ConfigError("trainer.optimizer_config.optimizer.type is not set");
-  throw config::ConfigError("unknown optimizer type '" + o.type + "'");
+  const auto* base = dynamic_cast<const config::BaseOptimizerConfig*>(o.get());
+  if (!base) throw config::ConfigError("unknown optimizer type '" + o.type + "'");
+  check_clip_options(*base, "trainer.optimizer_config.optimizer." + o.type, dp.has_value());
+
+  SchedulePtr schedule = make_schedule(config.learning_rate, config.warmup);
+  const ClipOptions clip = clip_options(*base);
+  std::unique_ptr<Optimizer> optimizer;
+  if (o.type == "sgd")
+    optimizer = std::make_unique<SGD>(std::move(parameters), schedule, clip, o.sgd);
+  else if (o.type == "adam")
+    optimizer = std::make_unique<Adam>(std::move(parameters), schedule, clip, o.adam.beta_1,
+                                       o.adam.beta_2, o.adam.epsilon, o.adam.amsgrad);
+  else if (o.type == "adamw")
+    optimizer = std::make_unique<AdamWeightDecay>(std::move(parameters), schedule, clip, o.adamw);
+  else if (o.type == "lamb")
+    optimizer = std::make_unique<LAMB>(std::move(parameters), schedule, clip, o.lamb);
+  else if (o.type == "rmsprop")
+    optimizer = std::make_unique<RMSprop>(std::move(parameters), schedule, clip, o.rmsprop);
+  else if (o.type == "adagrad")
+    optimizer = std::make_unique<Adagrad>(std::move(parameters), schedule, clip, o.adagrad);
+  else
+    throw config::ConfigError("unknown optimizer type '" + o.type + "'");
+
+  if (dp) {
+    // Model Garden's base_task.create_optimizer: clip the whole batch
+    // gradient, then add noise scaled to the clipping norm (per batch, not
+    // per example; see the header).
+    const double clipping_norm = dp->clipping_norm;
+    const double noise_stddev = dp->clipping_norm * dp->noise_multiplier;
+    optimizer->add_gradient_transformer([clipping_norm](std::vector<at::Tensor>& gradients) {
+      clip_by_global_norm(gradients, clipping_norm);
+    });
+    optimizer->add_gradient_transformer([noise_stddev](std::vector<at::Tensor>& gradients) {
+      add_gaussian_noise(gradients, noise_stddev);
+    });
+  }
+  return optimizer;
 }
 
 }  // namespace garden::optim

@@ -132,6 +132,22 @@ std::map<std::string, std::string> snapshot(const fs::path& root) {
   return files;
 }
 
+// The files added, removed or changed between two snapshots; "" when none.
+std::string changes(const std::map<std::string, std::string>& before,
+                    const std::map<std::string, std::string>& after) {
+  std::string out;
+  for (const auto& [name, content] : before) {
+    const auto it = after.find(name);
+    if (it == after.end())
+      out += "  removed " + name + "\n";
+    else if (it->second != content)
+      out += "  changed " + name + "\n";
+  }
+  for (const auto& [name, content] : after)
+    if (!before.count(name)) out += "  added " + name + "\n";
+  return out;
+}
+
 // The error contract: a non-zero status (exactly `status` when given), no
 // stdout, and one stderr line "garden: error: ..." holding each of `parts`
 // and nothing that looks like a stack trace.
@@ -180,7 +196,8 @@ void expect_train_fails_cleanly(const std::vector<std::string>& args,
     full.push_back("--model_dir=" + model_dir.string());
     const Result r = run_garden(full, dir.path());
     expect_one_line_error(r, parts, status);
-    EXPECT_EQ(snapshot(model_dir), before) << "the failed run changed model_dir\n" << r;
+    EXPECT_EQ(changes(before, snapshot(model_dir)), "") << "the failed run changed model_dir\n"
+                                                       << r;
   }
 }
 
@@ -430,6 +447,31 @@ TEST(CliTrain, RerunFromParamsYamlIsBitIdentical) {
   EXPECT_EQ(read_file(first / "params.yaml"), read_file(second / "params.yaml"));
 }
 
+// Resuming with a config whose model does not fit the checkpoint fails; the
+// run it would have resumed must be left as it was (its params.yaml still
+// describes its checkpoints).
+// DISABLED: run_experiment (src/core/train_lib.cpp) writes params.yaml and
+// opens train.log before restoring the checkpoint, so today the failed resume
+// overwrites params.yaml with the incompatible config. Enable once fixed.
+TEST(CliTrain, IncompatibleResumeLeavesModelDirUnchanged) {
+  TempDir dir;
+  const fs::path model_dir = dir / "model";
+  const Result t = run_garden({"train", "--experiment=tabular/iris", "--mode=train",
+                               "--params_override=" + kQuickIris,
+                               "--model_dir=" + model_dir.string()},
+                              dir.path());
+  ASSERT_EQ(t.status, 0) << t;
+  const auto before = snapshot(model_dir);
+  const Result r = run_garden(
+      {"train", "--experiment=tabular/iris", "--mode=train",
+       "--params_override=trainer.train_steps=200,task.model.hidden_layer_sizes=[8]",
+       "--model_dir=" + model_dir.string()},
+      dir.path());
+  expect_one_line_error(r, {"has shape"});
+  EXPECT_EQ(changes(before, snapshot(model_dir)), "") << "the failed resume changed model_dir\n"
+                                                      << r;
+}
+
 // ---- garden train --mode=eval --------------------------------------------------------
 
 TEST(CliEval, NeedsACheckpointThenEvaluates) {
@@ -442,7 +484,7 @@ TEST(CliEval, NeedsACheckpointThenEvaluates) {
                                  "--model_dir=" + model_dir.string()},
                                 dir.path());
     expect_one_line_error(r, {"no checkpoint"});
-    EXPECT_TRUE(snapshot(model_dir).empty()) << "eval wrote into model_dir\n" << r;
+    EXPECT_EQ(changes({}, snapshot(model_dir)), "") << "eval wrote into model_dir\n" << r;
   }
   const Result t = run_garden({"train", "--experiment=tabular/iris", "--mode=train",
                                "--params_override=" + kQuickIris,

@@ -1,10 +1,14 @@
-// Optimizer updates and learning-rate schedules against values computed by
-// hand (plain double arithmetic, Keras's formulas).
+// Optimizer updates, clipping, differential privacy and learning-rate
+// schedules against values computed by hand (plain double arithmetic,
+// Keras's and Model Garden's formulas).
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
 
 #include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "garden/optim/lr_schedule.h"
 #include "garden/optim/optimizer.h"
@@ -127,7 +131,8 @@ TEST(OptimizerTest, StateRoundTripContinuesIdentically) {
     a[0].tensor.mutable_grad() = torch::full({3}, 0.1f * (i + 1));
     first->step();
   }
-  std::vector<garden::optim::NamedParameter> b{{"w", a[0].tensor.detach().clone().requires_grad_()}};
+  std::vector<garden::optim::NamedParameter> b{
+      {"w", a[0].tensor.detach().clone().requires_grad_()}};
   auto second = garden::optim::make_optimizer(config, b);
   const auto saved = first->state_tensors();
   std::map<std::string, at::Tensor> slots(saved.begin(), saved.end());
@@ -140,6 +145,258 @@ TEST(OptimizerTest, StateRoundTripContinuesIdentically) {
   EXPECT_TRUE(torch::equal(a[0].tensor, b[0].tensor));
   slots["x/m"] = torch::zeros({3});
   EXPECT_THROW(second->load_state(slots, first->state_meta()), std::exception);
+}
+
+// ---- vector parameters: norms and per-gradient clipping need more than one element
+
+using Vector = std::vector<double>;
+
+struct VectorRun {
+  std::vector<Vector> values;  // final parameter values
+  int64_t iterations = 0;
+};
+
+// Runs one step per entry of `gradients` (gradients[step][parameter]) on
+// double parameters starting at `start`.
+VectorRun run_vector_steps(
+    const OptimizationConfig& config, const std::vector<Vector>& start,
+    const std::vector<std::vector<Vector>>& gradients, const std::vector<std::string>& names,
+    const std::optional<garden::config::DifferentialPrivacyConfig>& dp = std::nullopt) {
+  std::vector<garden::optim::NamedParameter> params;
+  for (std::size_t i = 0; i < start.size(); ++i)
+    params.push_back({names[i], torch::tensor(start[i], torch::kDouble).requires_grad_()});
+  auto optimizer = garden::optim::make_optimizer(config, params, dp);
+  for (const auto& step : gradients) {
+    optimizer->zero_grad();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      params[i].tensor.mutable_grad() = torch::tensor(step[i], torch::kDouble);
+    optimizer->step();
+  }
+  VectorRun run;
+  for (auto& p : params) {
+    auto flat = p.tensor.detach().contiguous();
+    run.values.emplace_back(flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
+  }
+  run.iterations = optimizer->iterations();
+  return run;
+}
+
+double l2_norm(const Vector& x) {
+  double sum = 0;
+  for (double v : x) sum += v * v;
+  return std::sqrt(sum);
+}
+
+void expect_near(const Vector& actual, const Vector& expected, double tolerance,
+                 const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (std::size_t k = 0; k < actual.size(); ++k)
+    EXPECT_NEAR(actual[k], expected[k], tolerance) << what << " element " << k;
+}
+
+// A kernel and a bias, each of two elements, over three steps.
+const std::vector<Vector> kStart = {{0.5, -1.5}, {0.0, 0.0}};
+const std::vector<std::vector<Vector>> kVectorGradients = {
+    {{0.3, -0.2}, {1.0, 0.5}}, {{-0.1, 0.4}, {0.25, -0.75}}, {{0.2, 0.2}, {-0.5, 1.0}}};
+const std::vector<std::string> kNames = {"dense.kernel", "dense.bias"};
+
+// LAMB by hand: Adam-style moments with bias correction, decay added to the
+// update, then the trust ratio ||p|| / ||update||.
+std::vector<Vector> lamb_by_hand(double lr, double weight_decay, std::vector<bool> decays,
+                                 std::vector<bool> adapts) {
+  const double b1 = 0.9, b2 = 0.999, eps = 1e-6;
+  std::vector<Vector> p = kStart, m(2, Vector(2, 0.0)), v(2, Vector(2, 0.0));
+  for (int t = 1; t <= 3; ++t) {
+    for (int i = 0; i < 2; ++i) {
+      Vector update(2);
+      for (int k = 0; k < 2; ++k) {
+        const double g = kVectorGradients[t - 1][i][k];
+        m[i][k] = b1 * m[i][k] + (1 - b1) * g;
+        v[i][k] = b2 * v[i][k] + (1 - b2) * g * g;
+        const double m_hat = m[i][k] / (1 - std::pow(b1, t));
+        const double v_hat = v[i][k] / (1 - std::pow(b2, t));
+        update[k] = m_hat / (std::sqrt(v_hat) + eps);
+        if (decays[i]) update[k] += weight_decay * p[i][k];
+      }
+      double ratio = 1.0;
+      const double w_norm = l2_norm(p[i]), u_norm = l2_norm(update);
+      if (adapts[i] && w_norm > 0 && u_norm > 0) ratio = w_norm / u_norm;
+      for (int k = 0; k < 2; ++k) p[i][k] -= lr * ratio * update[k];
+    }
+  }
+  return p;
+}
+
+TEST(OptimizerTest, LambAppliesTheTrustRatioExceptWhereExcluded) {
+  auto config = constant("lamb", 0.01);
+  config.optimizer.lamb.weight_decay_rate = 0.1;
+  config.optimizer.lamb.exclude_from_weight_decay = std::vector<std::string>{"bias"};
+  // exclude_from_layer_adaptation unset: it falls back to the weight-decay
+  // exclusions, so the bias gets neither decay nor a trust ratio.
+  auto run = run_vector_steps(config, kStart, kVectorGradients, kNames);
+  auto expected = lamb_by_hand(0.01, 0.1, {true, false}, {true, false});
+  expect_near(run.values[0], expected[0], 1e-14, "kernel");
+  expect_near(run.values[1], expected[1], 1e-14, "bias");
+
+  // Explicit layer-adaptation exclusions replace the fallback. The bias
+  // starts at zero: its first trust ratio is 1 (||p|| = 0), later ones are not.
+  config.optimizer.lamb.exclude_from_layer_adaptation = std::vector<std::string>{"kernel"};
+  run = run_vector_steps(config, kStart, kVectorGradients, kNames);
+  expected = lamb_by_hand(0.01, 0.1, {true, false}, {false, true});
+  expect_near(run.values[0], expected[0], 1e-14, "kernel, no adaptation");
+  expect_near(run.values[1], expected[1], 1e-14, "bias, adapted");
+  // The trust ratio matters: without it the bias would end elsewhere.
+  const auto unadapted = lamb_by_hand(0.01, 0.1, {true, false}, {false, false});
+  EXPECT_GT(std::abs(run.values[1][0] - unadapted[1][0]), 1e-4);
+}
+
+// RMSprop by hand, with Keras's two epsilon placements.
+std::vector<Vector> rmsprop_by_hand(double lr, double rho, double momentum, double eps,
+                                    bool centered) {
+  std::vector<Vector> p = kStart, rms(2, Vector(2, 0.0)), mg = rms, mom = rms;
+  for (const auto& step : kVectorGradients)
+    for (int i = 0; i < 2; ++i)
+      for (int k = 0; k < 2; ++k) {
+        const double g = step[i][k];
+        rms[i][k] = rho * rms[i][k] + (1 - rho) * g * g;
+        double denominator = rms[i][k];
+        if (centered) {
+          mg[i][k] = rho * mg[i][k] + (1 - rho) * g;
+          denominator -= mg[i][k] * mg[i][k];
+        }
+        if (momentum > 0) {
+          mom[i][k] = momentum * mom[i][k] + lr * g / std::sqrt(denominator + eps);
+          p[i][k] -= mom[i][k];
+        } else {
+          p[i][k] -= lr * g / (std::sqrt(denominator) + eps);
+        }
+      }
+  return p;
+}
+
+TEST(OptimizerTest, RmspropPlacesEpsilonLikeKeras) {
+  for (const double momentum : {0.0, 0.9}) {
+    for (const bool centered : {false, true}) {
+      auto config = constant("rmsprop", 0.01);
+      config.optimizer.rmsprop.momentum = momentum;
+      config.optimizer.rmsprop.centered = centered;
+      config.optimizer.rmsprop.epsilon = 0.1;  // large, so its placement shows
+      const auto run = run_vector_steps(config, kStart, kVectorGradients, kNames);
+      const auto expected = rmsprop_by_hand(0.01, 0.9, momentum, 0.1, centered);
+      const std::string what =
+          "momentum=" + std::to_string(momentum) + " centered=" + std::to_string(centered);
+      expect_near(run.values[0], expected[0], 1e-14, what + " kernel");
+      expect_near(run.values[1], expected[1], 1e-14, what + " bias");
+    }
+  }
+}
+
+TEST(OptimizerTest, AdagradStartsFromTheInitialAccumulator) {
+  auto config = constant("adagrad", 0.1);
+  config.optimizer.adagrad.epsilon = 0.1;
+  EXPECT_EQ(config.optimizer.adagrad.initial_accumulator_value, 0.1);
+  const auto run = run_vector_steps(config, kStart, kVectorGradients, kNames);
+  for (int i = 0; i < 2; ++i) {
+    Vector p = kStart[i], accumulator(2, 0.1);
+    for (const auto& step : kVectorGradients)
+      for (int k = 0; k < 2; ++k) {
+        accumulator[k] += step[i][k] * step[i][k];
+        p[k] -= 0.1 * step[i][k] / (std::sqrt(accumulator[k]) + 0.1);
+      }
+    expect_near(run.values[i], p, 1e-14, kNames[i]);
+  }
+}
+
+TEST(OptimizerTest, ClippingFollowsKerasOrder) {
+  // Keras clips by value, then by norm: (3, 4) -> (2, 2) -> (2, 2) / sqrt(8).
+  auto config = constant("sgd", 1.0);
+  config.optimizer.sgd.clipvalue = 2.0;
+  config.optimizer.sgd.clipnorm = 1.0;
+  const auto run = run_vector_steps(config, {{0.0, 0.0}}, {{{3.0, 4.0}}}, {"w"});
+  expect_near(run.values[0], {-2.0 / std::sqrt(8.0), -2.0 / std::sqrt(8.0)}, 1e-15, "w");
+
+  // AdamWeightDecay's gradient_clip_norm comes before Keras's clipvalue.
+  auto adamw = constant("adamw", 0.01);
+  adamw.optimizer.adamw.gradient_clip_norm = 1.0;
+  adamw.optimizer.adamw.clipvalue = 0.7;
+  adamw.optimizer.adamw.epsilon = 0.1;
+  const auto adamw_run = run_vector_steps(adamw, {{0.0}, {0.0}}, {{{3.0}, {4.0}}}, {"a", "b"});
+  const Vector clipped = {0.6, 0.7};  // (0.6, 0.8) by global norm, then 0.8 -> 0.7
+  for (int i = 0; i < 2; ++i) {
+    const double m = 0.1 * clipped[i], v = 0.001 * clipped[i] * clipped[i];
+    const double lr_t = 0.01 * std::sqrt(1 - 0.999) / (1 - 0.9);
+    EXPECT_NEAR(adamw_run.values[i][0], -lr_t * m / (std::sqrt(v) + 0.1), 1e-15) << i;
+  }
+}
+
+TEST(OptimizerTest, KerasRefusesConflictingClipOptions) {
+  auto config = constant("rmsprop", 0.1);
+  config.optimizer.rmsprop.clipnorm = 1.0;
+  config.optimizer.rmsprop.global_clipnorm = 1.0;
+  std::vector<garden::optim::NamedParameter> params{{"w", torch::zeros({2}).requires_grad_()}};
+  EXPECT_THROW(garden::optim::make_optimizer(config, params), garden::config::ConfigError);
+  config.optimizer.rmsprop.global_clipnorm.reset();
+  EXPECT_NO_THROW(garden::optim::make_optimizer(config, params));
+  // Differential privacy brings its own clipping; Keras refuses both.
+  EXPECT_THROW(
+      garden::optim::make_optimizer(config, params, garden::config::DifferentialPrivacyConfig{}),
+      garden::config::ConfigError);
+}
+
+TEST(OptimizerTest, SkipStepCountsTheIterationOnly) {
+  std::vector<garden::optim::NamedParameter> params{{"w", torch::ones({2}).requires_grad_()}};
+  auto optimizer = garden::optim::make_optimizer(constant("sgd", 0.1), params);
+  params[0].tensor.mutable_grad() = torch::ones({2});
+  optimizer->skip_step();
+  EXPECT_EQ(optimizer->iterations(), 1);
+  EXPECT_TRUE(torch::equal(params[0].tensor, torch::ones({2})));
+}
+
+// ---- differential privacy (Model Garden's per-batch clip and noise)
+
+TEST(DifferentialPrivacyTest, WithoutNoiseItIsClipByGlobalNormSgd) {
+  garden::config::DifferentialPrivacyConfig dp;
+  dp.clipping_norm = 1.0;
+  dp.noise_multiplier = 0.0;
+  const auto run = run_vector_steps(constant("sgd", 0.1), kStart, kVectorGradients, kNames, dp);
+  std::vector<Vector> p = kStart;
+  for (const auto& step : kVectorGradients) {
+    double sum_squares = 0;
+    for (const auto& g : step)
+      for (double x : g) sum_squares += x * x;
+    const double norm = std::sqrt(sum_squares);
+    const double scale = norm > 1.0 ? 1.0 / norm : 1.0;
+    for (int i = 0; i < 2; ++i)
+      for (int k = 0; k < 2; ++k) p[i][k] -= 0.1 * step[i][k] * scale;
+  }
+  expect_near(run.values[0], p[0], 1e-15, "kernel");
+  expect_near(run.values[1], p[1], 1e-15, "bias");
+}
+
+TEST(DifferentialPrivacyTest, NoiseIsReproducibleAndHasTheConfiguredScale) {
+  garden::config::DifferentialPrivacyConfig dp;
+  dp.clipping_norm = 2.0;
+  dp.noise_multiplier = 0.5;  // stddev 1.0
+  const auto config = constant("sgd", 1.0);
+  // One large parameter with a zero gradient: after one step at lr 1 it
+  // holds minus the noise.
+  const int64_t n = 200000;
+  auto noise_after_step = [&](uint64_t seed) {
+    torch::manual_seed(seed);
+    std::vector<garden::optim::NamedParameter> params{
+        {"w", torch::zeros({n}, torch::kFloat).requires_grad_()}};
+    auto optimizer = garden::optim::make_optimizer(config, params, dp);
+    params[0].tensor.mutable_grad() = torch::zeros({n}, torch::kFloat);
+    optimizer->step();
+    return params[0].tensor.detach().neg();
+  };
+  const at::Tensor first = noise_after_step(42);
+  EXPECT_TRUE(torch::equal(first, noise_after_step(42)));
+  EXPECT_FALSE(torch::equal(first, noise_after_step(43)));
+  // The sample std of 200000 normal draws is within about 0.0016 of the
+  // true one (one standard error); allow ten.
+  EXPECT_NEAR(first.to(torch::kDouble).std().item<double>(), 2.0 * 0.5, 0.016);
+  EXPECT_NEAR(first.to(torch::kDouble).mean().item<double>(), 0.0, 0.023);
 }
 
 double lr_at(const OptimizationConfig& c, int64_t step) {

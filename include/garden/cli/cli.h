@@ -2,12 +2,14 @@
 // and experiments of its own can build its own `garden`:
 //
 //   int main(int argc, char** argv) {
-//     garden::register_task<MyTaskConfig, MyTask>("my/task");
-//     garden::config::register_experiment("my/experiment", "...", my_factory);
-//     return garden::run_main(argc, argv);
+//     return garden::run_main(argc, argv, [] {
+//       garden::register_task<MyTaskConfig, MyTask>("my/task");
+//       garden::config::register_experiment("my/experiment", "...", my_factory);
+//     });
 //   }
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +21,10 @@ namespace garden {
 // Runs the CLI; returns the process exit code. Every error is one line on
 // stderr ("garden: error: ...") and a non-zero code.
 int run_main(int argc, char** argv);
+// The same, after running `register_extras` (the caller's own tasks and
+// experiments) under the same error handling: a duplicate or malformed name
+// is one line too.
+int run_main(int argc, char** argv, const std::function<void()>& register_extras);
 
 // The experiment `name` with each config file applied in order, then the
 // override string: Model Garden's order. Validated, not yet finalized.

@@ -1,6 +1,11 @@
 // Learning-rate schedules and warmups with Model Garden's formulas
-// (official/modeling/optimization/lr_schedule.py): the base schedule is
-// evaluated at the raw step while warmup is in force.
+// (official/modeling/optimization/lr_schedule.py and the Keras schedules it
+// wraps). A schedule's `offset` is subtracted from the step before the
+// formula (so steps before the offset see the formula at a negative step, as
+// in Model Garden), except power_with_offset, whose formula uses it directly.
+// A warmup replaces the rate while step < warmup_steps, rising to the base
+// schedule's rate at warmup_steps; afterwards the base schedule is evaluated
+// at the raw step, not at step - warmup_steps.
 #pragma once
 
 #include <cstdint>

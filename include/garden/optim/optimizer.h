@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -13,15 +14,14 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
+#include "garden/core/config/definitions.h"
 #include "garden/core/config/optimization.h"
+#include "garden/optim/ema.h"
+#include "garden/optim/loss_scaler.h"
 #include "garden/optim/lr_schedule.h"
+#include "garden/optim/named_parameter.h"
 
 namespace garden::optim {
-
-struct NamedParameter {
-  std::string name;
-  at::Tensor tensor;  // a leaf that requires grad
-};
 
 struct ClipOptions {
   std::optional<double> clipnorm;         // per-gradient L2 norm
@@ -29,21 +29,49 @@ struct ClipOptions {
   std::optional<double> global_clipnorm;  // all gradients together
 };
 
+// Keras's `gradient_transformers`: rewrites the batch gradients (one entry
+// per parameter, undefined where a parameter has no gradient) in place. The
+// tensors are the optimizer's own copies, never the parameters' .grad.
+using GradientTransformer = std::function<void(std::vector<at::Tensor>& gradients)>;
+
 class Optimizer {
  public:
   Optimizer(std::vector<NamedParameter> parameters, SchedulePtr schedule, ClipOptions clip);
   virtual ~Optimizer() = default;
 
   void zero_grad();
-  // Clips the gradients, applies one update at learning_rate(), and counts
-  // the iteration. Parameters without a gradient are left alone.
+  // Transforms the gradients as Keras's apply_gradients does (the
+  // optimizer's own pre-clipping, then clipvalue, clipnorm, global_clipnorm,
+  // then the gradient transformers), applies one update at learning_rate(),
+  // and counts the iteration. Parameters without a gradient are left alone.
   void step();
+  // Counts an iteration without updating anything: what Keras's
+  // LossScaleOptimizer does when the gradients overflow (see LossScaler), so
+  // the learning-rate schedule still advances.
+  void skip_step() { ++iterations_; }
+  // Runs after clipping, in the order added (Model Garden's differential
+  // privacy transforms, see make_optimizer).
+  void add_gradient_transformer(GradientTransformer transformer);
+
+  // Model Garden's optimizer wrappers. With a loss scaler (float16), step()
+  // unscales the gradients first and skips the update when they overflow;
+  // with an EMA, step() updates the averages after each update.
+  void set_loss_scaler(std::unique_ptr<LossScaler> scaler) { loss_scaler_ = std::move(scaler); }
+  LossScaler* loss_scaler() const { return loss_scaler_.get(); }
+  void set_ema(std::unique_ptr<ExponentialMovingAverage> ema) { ema_ = std::move(ema); }
+  ExponentialMovingAverage* ema() const { return ema_.get(); }
+  // The loss to call backward() on: scaled when there is a loss scaler.
+  at::Tensor scale_loss(const at::Tensor& loss) const {
+    return loss_scaler_ ? loss_scaler_->scale(loss) : loss;
+  }
+
   // The rate the next step() uses: the schedule at iterations().
   double learning_rate() const { return (*schedule_)(iterations_); }
   int64_t iterations() const { return iterations_; }
   const std::vector<NamedParameter>& parameters() const { return parameters_; }
 
-  // The state as named tensors ("<parameter>/<slot>") plus a JSON record.
+  // The state as named tensors ("<parameter>/<slot>", and "ema/<weight>" for
+  // the averages) plus a JSON record (iterations, the loss scale).
   std::vector<std::pair<std::string, at::Tensor>> state_tensors() const;
   nlohmann::json state_meta() const;
   // Restores what state_tensors() / state_meta() saved; throws garden::Error
@@ -54,28 +82,52 @@ class Optimizer {
   // One parameter's update, under NoGradGuard, in place.
   virtual void update(std::size_t index, at::Tensor& parameter, const at::Tensor& gradient,
                       double learning_rate) = 0;
-  // Called once per step before the updates (global transforms of gradients).
-  virtual void before_updates(std::vector<at::Tensor>& gradients) { (void)gradients; }
-  // Per-parameter state, created as zeros like the parameter on first use.
-  at::Tensor& slot(std::size_t index, const std::string& name);
+  // Called once per step before Keras's clipping, for an optimizer's own
+  // transform of the raw gradients (AdamWeightDecay's gradient_clip_norm).
+  // An entry may still alias its parameter's .grad: replace it (clone)
+  // rather than modify it in place.
+  virtual void before_clipping(std::vector<at::Tensor>& gradients) { (void)gradients; }
+  // Per-parameter state, created on first use filled with initial_value,
+  // like the parameter.
+  at::Tensor& slot(std::size_t index, const std::string& name, double initial_value = 0.0);
 
  private:
+  // Replaces every entry that still aliases its parameter's .grad by a copy,
+  // so in-place transforms leave .grad alone.
+  void own_gradients(std::vector<at::Tensor>& gradients) const;
+  bool clips() const;
   void clip(std::vector<at::Tensor>& gradients) const;
 
   std::vector<NamedParameter> parameters_;
   SchedulePtr schedule_;
   ClipOptions clip_;
+  std::vector<GradientTransformer> transformers_;
   int64_t iterations_ = 0;
   std::vector<std::map<std::string, at::Tensor>> slots_;
+  std::unique_ptr<LossScaler> loss_scaler_;
+  std::unique_ptr<ExponentialMovingAverage> ema_;
 };
 
 // Scales `gradients` in place so their global L2 norm is at most max_norm
 // (tf.clip_by_global_norm); returns the norm before clipping.
 double clip_by_global_norm(std::vector<at::Tensor>& gradients, double max_norm);
 
-// Model Garden's OptimizerFactory: the optimizer and schedule the config
-// names, over `parameters`.
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimizationConfig& config,
-                                          std::vector<NamedParameter> parameters);
+// Adds independent N(0, stddev^2) noise to every defined gradient, in place
+// (Model Garden's privacy ops.add_noise). The noise is drawn on the CPU from
+// LibTorch's default generator, so torch::manual_seed and a checkpointed
+// generator state reproduce it, whatever device the gradients are on.
+void add_gaussian_noise(std::vector<at::Tensor>& gradients, double stddev);
+
+// Model Garden's OptimizerFactory plus Task.create_optimizer: the optimizer
+// and schedule the config names, over `parameters`. With `dp`, the batch
+// gradients are clipped to global L2 norm dp->clipping_norm and then get
+// Gaussian noise of stddev clipping_norm * noise_multiplier before every
+// update. That is per-batch clipping, as Model Garden does it, not
+// per-example DP-SGD: it carries no formal privacy guarantee. As in Keras,
+// clipnorm/clipvalue/global_clipnorm cannot be combined with it. The
+// optional `ema` is not built here: see ExponentialMovingAverage.
+std::unique_ptr<Optimizer> make_optimizer(
+    const config::OptimizationConfig& config, std::vector<NamedParameter> parameters,
+    const std::optional<config::DifferentialPrivacyConfig>& dp = std::nullopt);
 
 }  // namespace garden::optim

@@ -30,7 +30,7 @@ void DataConfig::validate() const {
 }
 
 void DifferentialPrivacyConfig::visit(Visitor& v) {
-  v("clipping_norm", clipping_norm, "Per-example gradient L2 clipping norm.");
+  v("clipping_norm", clipping_norm, "Global L2 norm the batch gradients are clipped to (Model Garden clips per batch).");
   v("noise_multiplier", noise_multiplier, "Gaussian noise stddev as a multiple of clipping_norm.");
 }
 

@@ -50,10 +50,56 @@ struct AdamWeightDecayConfig : BaseOptimizerConfig {
   void visit(Visitor& v) override;
 };
 
+// Layer-wise Adaptive Moments (Model Garden's lamb.py, formerly tfa's LAMB).
+struct LAMBConfig : BaseOptimizerConfig {
+  std::string name = "LAMB";
+  double beta_1 = 0.9;
+  double beta_2 = 0.999;
+  double epsilon = 1e-6;
+  double weight_decay_rate = 0.0;
+  std::optional<std::vector<std::string>> exclude_from_weight_decay;
+  // When unset (or empty) it falls back to exclude_from_weight_decay.
+  std::optional<std::vector<std::string>> exclude_from_layer_adaptation;
+  void visit(Visitor& v) override;
+};
+
+struct RMSPropConfig : BaseOptimizerConfig {
+  std::string name = "RMSprop";
+  double rho = 0.9;
+  double momentum = 0.0;
+  double epsilon = 1e-7;
+  bool centered = false;
+  void visit(Visitor& v) override;
+};
+
+struct AdagradConfig : BaseOptimizerConfig {
+  std::string name = "Adagrad";
+  double initial_accumulator_value = 0.1;
+  double epsilon = 1e-07;
+  void visit(Visitor& v) override;
+};
+
+// Model Garden's EMAConfig. It derives from BaseOptimizerConfig there too
+// (the EMA is a Keras optimizer wrapper), so it carries clipnorm, clipvalue
+// and global_clipnorm; they are accepted for key compatibility and have no
+// effect, as in Model Garden, where the wrapped optimizer does the update.
+struct EMAConfig : BaseOptimizerConfig {
+  std::string name = "ExponentialMovingAverage";
+  bool trainable_weights_only = true;
+  double average_decay = 0.99;
+  int64_t start_step = 0;
+  bool dynamic_decay = true;
+  void visit(Visitor& v) override;
+  void validate() const override;
+};
+
 struct OptimizerConfig : OneOfConfig {
   SGDConfig sgd;
   AdamConfig adam;
   AdamWeightDecayConfig adamw;
+  LAMBConfig lamb;
+  RMSPropConfig rmsprop;
+  AdagradConfig adagrad;
   void visit(Visitor& v) override;
 };
 
@@ -102,12 +148,46 @@ struct CosineLrConfig : Config {
   void visit(Visitor& v) override;
 };
 
+// lr * max(step, 1)^power (Model Garden's DirectPowerDecay; no offset).
+struct DirectPowerLrConfig : Config {
+  std::string name = "DirectPowerDecay";
+  std::optional<double> initial_learning_rate;
+  double power = -0.5;
+  void visit(Visitor& v) override;
+};
+
+// lr * max(s, 1)^power, times a linear ramp to zero over the last
+// linear_decay_fraction of total_decay_steps; s = step - offset.
+struct PowerAndLinearDecayLrConfig : Config {
+  std::string name = "PowerAndLinearDecay";
+  std::optional<double> initial_learning_rate;
+  std::optional<int64_t> total_decay_steps;
+  double power = -0.5;
+  double linear_decay_fraction = 0.1;
+  int64_t offset = 0;
+  void visit(Visitor& v) override;
+};
+
+// pre_offset_learning_rate until step > offset, then
+// lr * max(step - offset, 1)^power, capped at pre_offset_learning_rate.
+struct PowerDecayWithOffsetLrConfig : Config {
+  std::string name = "PowerDecayWithOffset";
+  std::optional<double> initial_learning_rate;
+  double power = -0.5;
+  int64_t offset = 0;
+  double pre_offset_learning_rate = 1.0e6;
+  void visit(Visitor& v) override;
+};
+
 struct LrConfig : OneOfConfig {
   ConstantLrConfig constant;
   StepwiseLrConfig stepwise;
   ExponentialLrConfig exponential;
   PolynomialLrConfig polynomial;
   CosineLrConfig cosine;
+  DirectPowerLrConfig power;
+  PowerAndLinearDecayLrConfig power_linear;
+  PowerDecayWithOffsetLrConfig power_with_offset;
   void visit(Visitor& v) override;
 };
 
@@ -133,6 +213,9 @@ struct WarmupConfig : OneOfConfig {
 
 struct OptimizationConfig : Config {
   OptimizerConfig optimizer;
+  // Set: keep an exponential moving average of the weights
+  // (garden::optim::ExponentialMovingAverage, driven by the trainer).
+  std::optional<EMAConfig> ema;
   LrConfig learning_rate;
   WarmupConfig warmup;
   void visit(Visitor& v) override;

@@ -42,7 +42,7 @@ class Registry {
       for (const auto& [key, value] : entries_) known += (known.empty() ? "" : ", ") + key;
       throw ConfigError("unknown " + what_ + " '" + name + "'; registered: " +
                         (known.empty() ? "(none)" : known) + ". Register it with " +
-                        "garden::register_" + what_ + "() before running.");
+                        "garden::config::register_" + what_ + "() before running.");
     }
     return it->second;
   }
