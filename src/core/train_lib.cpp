@@ -93,6 +93,21 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
   if (controller_options.checkpoint_on_preemption) preemption.emplace();
   Controller controller(trains ? &trainer : nullptr, evaluates ? &trainer : nullptr, &checkpoints,
                         controller_options);
+  // Model Garden's EMACheckpointing: after each evaluation, the averaged
+  // weights go to model_dir/ema_checkpoints.
+  std::unique_ptr<CheckpointManager> ema_checkpoints;
+  if (trains && evaluates && optimizer && optimizer->ema()) {
+    ema_checkpoints = std::make_unique<CheckpointManager>(
+        (fs::path(options.model_dir) / "ema_checkpoints").string(), trainer_config.max_to_keep);
+    controller.add_eval_action([&](const Logs&) {
+      CheckpointData data;
+      for (const auto& [name, tensor] : model_state(*model)) data.tensors["model/" + name] = tensor;
+      for (const auto& [name, tensor] : optimizer->ema()->averaged_weights())
+        data.tensors["model/" + name] = tensor;
+      data.meta = {{"global_step", trainer.global_step()}, {"task", task->checkpoint_metadata()}};
+      ema_checkpoints->save(data, trainer.global_step());
+    });
+  }
 
   // Restoring may fail too (a checkpoint that does not fit this config), so
   // it also comes before anything is written to model_dir.

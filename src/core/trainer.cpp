@@ -106,6 +106,11 @@ Logs Trainer::train_loop_end() {
 }
 
 void Trainer::eval_begin() {
+  // Model Garden evaluates the averaged weights when there is an EMA.
+  if (auto* ema = optimizer_ ? optimizer_->ema() : nullptr) {
+    if (!ema_swapped_) ema->swap_weights();
+    ema_swapped_ = true;
+  }
   for (auto& metric : validation_metrics_) metric->reset();
   validation_loss_.reset();
   validation_dataset_->reset();
@@ -115,7 +120,13 @@ void Trainer::eval_reduce(Logs& state, const Logs& step_outputs) {
   task_->aggregate_logs(state, step_outputs);
 }
 
+void Trainer::swap_back_ema() {
+  if (ema_swapped_) optimizer_->ema()->swap_weights();
+  ema_swapped_ = false;
+}
+
 Logs Trainer::eval_end(const Logs& aggregated_logs) {
+  swap_back_ema();
   Logs logs;
   for (auto& metric : validation_metrics_) logs[metric->name()] = metric->result();
   logs[validation_loss_.name()] = validation_loss_.result();
@@ -150,7 +161,13 @@ Logs Trainer::train(int64_t num_steps) {
 
 Logs Trainer::evaluate(int64_t num_steps) {
   eval_begin();
-  const Logs state = create_eval_loop_fn()(num_steps);
+  Logs state;
+  try {
+    state = create_eval_loop_fn()(num_steps);
+  } catch (...) {
+    swap_back_ema();  // never leave the averages in the live model
+    throw;
+  }
   return eval_end(state);
 }
 

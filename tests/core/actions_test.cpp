@@ -276,4 +276,74 @@ TEST_F(ActionsTest, SigtermWritesACheckpointThatResumesExactly) {
   EXPECT_TRUE(torch::equal(weight(root_ / "preempted" / name), weight(root_ / "straight" / name)));
 }
 
+// ---- optimizer wrappers through a whole run ---------------------------------
+
+// The validation loss of the toy task with the weights in `checkpoint`.
+double toy_validation_loss(const fs::path& checkpoint) {
+  auto params = garden::config::get_experiment_config("test/toy");
+  garden::finalize_config(*params);
+  auto task = garden::get_task(params->task);
+  auto model = task->build_model();
+  garden::load_model_state(*model, garden::read_checkpoint_file(checkpoint.string()).tensors,
+                           "model/", true);
+  auto data = task->build_inputs(params->task->validation_data_config(), {});
+  garden::Mean loss("loss");
+  for (int i = 0; i < 2; ++i) {  // validation_steps 2
+    const auto batch = *data->next();
+    loss.update(garden::to_double(
+        task->build_losses(batch, task->inference_step(batch, *model)).detach()));
+  }
+  return loss.result();
+}
+
+TEST_F(ActionsTest, EmaWeightsAreEvaluatedAndCheckpointed) {
+  const std::string ema =
+      "trainer.optimizer_config.ema={average_decay: 0.9, dynamic_decay: false},"
+      "trainer.validation_interval=100";
+  const auto logs = run("ema", ema, "test/toy", "train_and_eval");
+  const auto live = root_ / "ema" / "ckpt-100";
+  const auto averaged = root_ / "ema" / "ema_checkpoints" / "ckpt-100";
+  ASSERT_TRUE(fs::exists(averaged));
+  EXPECT_FALSE(torch::equal(weight(live), weight(averaged)));
+  // The evaluation saw the averages, not the live weights...
+  const double evaluated = garden::to_double(logs.at("validation_loss"));
+  EXPECT_NEAR(evaluated, toy_validation_loss(averaged), 1e-6);
+  EXPECT_GT(std::fabs(evaluated - toy_validation_loss(live)), 1e-6);
+  // ...and the live weights were put back: the checkpoint holds them, and
+  // the averages travel in it for a resumed run.
+  const auto checkpoint = garden::read_checkpoint_file(live.string());
+  EXPECT_TRUE(checkpoint.tensors.count("optimizer/ema/weight"));
+  EXPECT_TRUE(torch::equal(checkpoint.tensors.at("optimizer/ema/weight"), weight(averaged)));
+  // An eval-only run restores the averages and evaluates them the same way.
+  const auto again = run("ema", ema, "test/toy", "eval");
+  EXPECT_DOUBLE_EQ(garden::to_double(again.at("validation_loss")), evaluated);
+}
+
+TEST_F(ActionsTest, Float16LossScalingSkipsAnOverflowingStepAndBacksOff) {
+  // Inputs of 1e17 give a loss near 1e35: finite, but times the initial
+  // scale 2^15 it overflows float32, so that step's gradients are inf.
+  const std::string fp16 =
+      "runtime.mixed_precision_dtype=float16,task.poison_at=25,task.poison_value=1e17,"
+      "trainer.loss_upper_bound=1e38";
+  run("fp16", fp16);
+  const auto checkpoint = garden::read_checkpoint_file((root_ / "fp16" / "ckpt-100").string());
+  const auto& scale = checkpoint.meta.at("optimizer").at("loss_scale");
+  EXPECT_EQ(scale.at("current_scale").get<double>(), 16384.0) << "one back-off from 2^15";
+  EXPECT_EQ(scale.at("good_steps").get<int64_t>(), 100 - 26);
+  EXPECT_EQ(checkpoint.meta.at("optimizer").at("iterations"), 100)
+      << "a skipped step still counts, as in Keras";
+  EXPECT_NEAR(weight(root_ / "fp16" / "ckpt-100").item<float>(), 3.0f, 0.05f);
+
+  // Without loss scaling the same batch is applied and ruins the weights.
+  EXPECT_THROW(run("fp32", "task.poison_at=25,task.poison_value=1e17"), garden::Error);
+}
+
+TEST_F(ActionsTest, DifferentialPrivacyConfigTrainsWithClippedNoisyGradients) {
+  run("dp", "task.differential_privacy_config={clipping_norm: 0.5, noise_multiplier: 0.1}");
+  const float w = weight(root_ / "dp" / "ckpt-100").item<float>();
+  EXPECT_TRUE(std::isfinite(w));
+  run("plain", "");
+  EXPECT_NE(w, weight(root_ / "plain" / "ckpt-100").item<float>());
+}
+
 }  // namespace

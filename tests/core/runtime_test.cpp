@@ -7,6 +7,7 @@
 #include "garden/core/config/registry.h"
 #include "garden/core/config/yaml_io.h"
 #include "garden/core/error.h"
+#include "garden/core/precision.h"
 #include "garden/core/progress.h"
 #include "garden/core/runtime.h"
 
@@ -62,6 +63,21 @@ TEST(ProgressTest, DurationsReadAsHoursMinutesSeconds) {
   EXPECT_EQ(garden::Progress::format_duration(-1), "?");
   garden::Progress progress(0, 100, /*interactive=*/false);
   EXPECT_LT(progress.eta_seconds(0), 0) << "no rate yet, so no ETA";
+}
+
+TEST(PrecisionTest, Bfloat16AutocastAppliesOnlyInsideTheGuard) {
+  const auto a = torch::ones({4, 4});
+  {
+    garden::AutocastGuard guard(std::string("bfloat16"), torch::kCPU);
+    EXPECT_TRUE(guard.active());
+    EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kBFloat16);
+  }
+  EXPECT_EQ(torch::mm(a, a).scalar_type(), torch::kFloat);
+  garden::AutocastGuard none(std::nullopt, torch::kCPU);
+  EXPECT_FALSE(none.active());
+  garden::AutocastGuard float32(std::string("float32"), torch::kCPU);
+  EXPECT_FALSE(float32.active());
+  EXPECT_THROW(garden::AutocastGuard(std::string("int8"), torch::kCPU), garden::Error);
 }
 
 }  // namespace

@@ -111,6 +111,7 @@ class Trainer {
 
  private:
   Batch to_device(const Batch& batch) const;
+  void swap_back_ema();
 
   std::shared_ptr<const config::ExperimentConfig> config_;
   TaskPtr task_;
@@ -128,6 +129,7 @@ class Trainer {
   MetricList train_metrics_;
   MetricList validation_metrics_;
   std::function<void(int64_t)> step_observer_;
+  bool ema_swapped_ = false;
 };
 
 }  // namespace garden
