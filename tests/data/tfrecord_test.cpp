@@ -17,49 +17,15 @@
 
 #include "garden/data/crc32c.h"
 #include "garden/data/tfrecord.h"
+#include "reference_formats.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using garden::data::DataError;
+using namespace garden_test::reference;
 using garden::data::TFRecordReader;
 using garden::data::TFRecordWriter;
-
-// ---- independent reference implementations
-
-// Bitwise CRC-32C, the slowest and most obvious form, sharing nothing with the library's
-// table-driven and SSE4.2 paths.
-uint32_t ref_crc32c(std::string_view bytes) {
-  uint32_t crc = 0xFFFFFFFFu;
-  for (unsigned char byte : bytes) {
-    crc ^= byte;
-    for (int bit = 0; bit < 8; ++bit) crc = (crc & 1u) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
-  }
-  return ~crc;
-}
-
-uint32_t ref_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
-
-void append_le(std::string& out, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
-}
-
-uint64_t read_le(std::string_view in, size_t pos, int bytes) {
-  uint64_t value = 0;
-  for (int i = bytes - 1; i >= 0; --i) {
-    value = (value << 8) | static_cast<unsigned char>(in[pos + i]);
-  }
-  return value;
-}
-
-std::string ref_encode_record(std::string_view data) {
-  std::string out;
-  append_le(out, data.size(), 8);
-  append_le(out, ref_mask(ref_crc32c(out)), 4);
-  out.append(data);
-  append_le(out, ref_mask(ref_crc32c(data)), 4);
-  return out;
-}
 
 // Parses a whole well-formed TFRecord file; any framing or CRC problem fails the test.
 std::vector<std::string> ref_parse_records(const std::string& file) {

@@ -26,12 +26,7 @@ void AdamConfig::visit(Visitor& v) {
 }
 
 void AdamWeightDecayConfig::visit(Visitor& v) {
-  v("name", name, "Optimizer name.");
-  BaseOptimizerConfig::visit(v);
-  v("beta_1", beta_1, "Decay of the first-moment estimate.");
-  v("beta_2", beta_2, "Decay of the second-moment estimate.");
-  v("epsilon", epsilon, "Added to the denominator (Keras placement).");
-  v("amsgrad", amsgrad, "Use the AMSGrad variant.");
+  AdamConfig::visit(v);
   v("weight_decay_rate", weight_decay_rate, "Decoupled weight decay, scaled by the learning rate.");
   v("include_in_weight_decay", include_in_weight_decay,
     "Regexes of parameter names that always get weight decay.");

@@ -37,12 +37,9 @@ struct AdamConfig : BaseOptimizerConfig {
 };
 
 // Model Garden's AdamWeightDecay (decoupled weight decay, BERT's optimizer).
-struct AdamWeightDecayConfig : BaseOptimizerConfig {
-  std::string name = "AdamWeightDecay";
-  double beta_1 = 0.9;
-  double beta_2 = 0.999;
-  double epsilon = 1e-07;
-  bool amsgrad = false;
+// Adam's keys and defaults, plus the decay and clipping keys.
+struct AdamWeightDecayConfig : AdamConfig {
+  AdamWeightDecayConfig() { name = "AdamWeightDecay"; }
   double weight_decay_rate = 0.0;
   std::optional<std::vector<std::string>> include_in_weight_decay;
   std::optional<std::vector<std::string>> exclude_from_weight_decay;

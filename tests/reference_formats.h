@@ -1,0 +1,172 @@
+// Independent readers and writers of the formats Garden writes (TFRecord
+// framing with a bitwise CRC-32C, the protobuf wire format), for tests that
+// check the library's files without using the library's own code.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace garden_test::reference {
+
+// Bitwise CRC-32C, the slowest and most obvious form, sharing nothing with the library's
+// table-driven and SSE4.2 paths.
+inline uint32_t ref_crc32c(std::string_view bytes) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (unsigned char byte : bytes) {
+    crc ^= byte;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc & 1u) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
+  }
+  return ~crc;
+}
+
+inline uint32_t ref_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+inline void append_le(std::string& out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
+}
+
+inline uint64_t read_le(std::string_view in, size_t pos, int bytes) {
+  uint64_t value = 0;
+  for (int i = bytes - 1; i >= 0; --i) {
+    value = (value << 8) | static_cast<unsigned char>(in[pos + i]);
+  }
+  return value;
+}
+
+inline std::string ref_encode_record(std::string_view data) {
+  std::string out;
+  append_le(out, data.size(), 8);
+  append_le(out, ref_mask(ref_crc32c(out)), 4);
+  out.append(data);
+  append_le(out, ref_mask(ref_crc32c(data)), 4);
+  return out;
+}
+
+// ---- TFRecord files
+
+inline std::vector<std::string> read_records(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> records;
+  for (size_t pos = 0; pos < file.size();) {
+    if (file.size() - pos < 12) throw std::runtime_error("truncated header");
+    const uint64_t length = read_le(file, pos, 8);
+    if (read_le(file, pos + 8, 4) != ref_mask(ref_crc32c(file.substr(pos, 8)))) {
+      throw std::runtime_error("bad length CRC");
+    }
+    if (file.size() - pos - 12 < length + 4) throw std::runtime_error("truncated record");
+    std::string data = file.substr(pos + 12, length);
+    if (read_le(file, pos + 12 + length, 4) != ref_mask(ref_crc32c(data))) {
+      throw std::runtime_error("bad data CRC");
+    }
+    records.push_back(std::move(data));
+    pos += 12 + length + 4;
+  }
+  return records;
+}
+
+// ---- protobuf wire format
+
+constexpr int kVarint = 0;
+constexpr int kFixed64 = 1;
+constexpr int kLengthDelimited = 2;
+constexpr int kFixed32 = 5;
+
+struct Field {
+  uint32_t number = 0;
+  int wire_type = 0;
+  uint64_t scalar = 0;  // varint value, or the raw bits of a fixed32/fixed64
+  std::string bytes;    // payload of a length-delimited field
+};
+using Message = std::vector<Field>;
+
+inline uint64_t decode_varint(std::string_view in, size_t& pos) {
+  uint64_t value = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (pos >= in.size()) throw std::runtime_error("truncated varint");
+    const auto byte = static_cast<unsigned char>(in[pos++]);
+    value |= uint64_t{byte & 0x7Fu} << shift;
+    if ((byte & 0x80) == 0) return value;
+  }
+  throw std::runtime_error("varint longer than 10 bytes");
+}
+
+inline Message decode(std::string_view in) {
+  Message message;
+  for (size_t pos = 0; pos < in.size();) {
+    const uint64_t key = decode_varint(in, pos);
+    Field field;
+    field.number = static_cast<uint32_t>(key >> 3);
+    field.wire_type = static_cast<int>(key & 7);
+    switch (field.wire_type) {
+      case kVarint:
+        field.scalar = decode_varint(in, pos);
+        break;
+      case kFixed64:
+      case kFixed32: {
+        const size_t size = field.wire_type == kFixed64 ? 8 : 4;
+        if (in.size() - pos < size) throw std::runtime_error("truncated fixed field");
+        field.scalar = read_le(in, pos, static_cast<int>(size));
+        pos += size;
+        break;
+      }
+      case kLengthDelimited: {
+        const uint64_t size = decode_varint(in, pos);
+        if (in.size() - pos < size) throw std::runtime_error("truncated length-delimited field");
+        field.bytes = std::string(in.substr(pos, size));
+        pos += size;
+        break;
+      }
+      default:
+        throw std::runtime_error("unexpected wire type " + std::to_string(field.wire_type));
+    }
+    message.push_back(std::move(field));
+  }
+  return message;
+}
+
+inline std::vector<const Field*> all(const Message& message, uint32_t number) {
+  std::vector<const Field*> found;
+  for (const Field& f : message) {
+    if (f.number == number) found.push_back(&f);
+  }
+  return found;
+}
+
+inline bool has(const Message& message, uint32_t number) { return !all(message, number).empty(); }
+
+// The one occurrence of a field, which must have the given wire type.
+inline const Field& only(const Message& message, uint32_t number, int wire_type) {
+  const auto found = all(message, number);
+  if (found.size() != 1) {
+    throw std::runtime_error("field " + std::to_string(number) + " occurs " +
+                             std::to_string(found.size()) + " times");
+  }
+  if (found[0]->wire_type != wire_type) {
+    throw std::runtime_error("field " + std::to_string(number) + " has wire type " +
+                             std::to_string(found[0]->wire_type));
+  }
+  return *found[0];
+}
+
+inline double as_double(const Field& f) {
+  double d;
+  std::memcpy(&d, &f.scalar, sizeof d);
+  return d;
+}
+
+inline float as_float(const Field& f) {
+  const auto bits = static_cast<uint32_t>(f.scalar);
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+}  // namespace garden_test::reference
