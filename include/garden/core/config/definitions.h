@@ -26,6 +26,15 @@ struct DataConfig : Config {
   bool sharding = true;
   std::optional<int64_t> seed;
   std::optional<int64_t> prefetch_buffer_size;
+  // How the files are read (Model Garden's file_type: tfrecord, or
+  // tfrecord_compressed for GZIP; Garden adds text, tsv and csv).
+  std::string file_type = "tfrecord";
+  // TFRecord compression: "", GZIP or ZLIB (tf.data's compression_type);
+  // file_type tfrecord_compressed means GZIP.
+  std::string compression_type;
+  // Skip records whose CRC does not match (counted and logged) instead of
+  // failing.
+  bool skip_corrupt_records = false;
   void visit(Visitor& v) override;
   void validate() const override;
 };
