@@ -260,6 +260,25 @@ TEST(CliConfig, ParamsOverrideApplies) {
   EXPECT_EQ(node["task"]["train_data"]["global_batch_size"].as<int64_t>(), 16) << r;
 }
 
+TEST(CliLr, PrintsTheScheduleWithWarmupAtEachStep) {
+  TempDir dir;
+  const Result r = run_garden(
+      {"lr", "--experiment=tabular/iris", "--steps=0:40:10",
+       "--params_override=trainer.optimizer_config.learning_rate={type: polynomial, polynomial: "
+       "{initial_learning_rate: 1.0, decay_steps: 40, end_learning_rate: 0.0}},"
+       "trainer.optimizer_config.warmup={type: linear, linear: {warmup_steps: 20}}"},
+      dir.path());
+  ASSERT_EQ(r.status, 0) << r;
+  // Warmup rises linearly to the base schedule's value at step 20 (0.5);
+  // then the polynomial decay is read at the raw step.
+  EXPECT_EQ(r.out, "0\t0\n10\t0.25\n20\t0.5\n30\t0.25\n40\t0\n") << r;
+  const Result bad = run_garden({"lr", "--experiment=tabular/iris", "--steps=9:3"}, dir.path());
+  EXPECT_NE(bad.status, 0);
+  EXPECT_EQ(bad.err,
+            "garden: error: --steps must be START:STOP[:STEP] with 0 <= START <= STOP, got "
+            "'9:3'\n");
+}
+
 TEST(CliConfig, ConfigFilesInOrderThenParamsOverrideLast) {
   TempDir dir;
   const fs::path first = dir / "first.yaml";
