@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace garden_test::reference {
@@ -167,6 +168,99 @@ inline float as_float(const Field& f) {
   float x;
   std::memcpy(&x, &bits, sizeof x);
   return x;
+}
+
+// ---- protobuf wire format, encoding by hand
+
+inline void append_varint(std::string& out, uint64_t value) {
+  while (value >= 0x80) {
+    out.push_back(static_cast<char>((value & 0x7F) | 0x80));
+    value >>= 7;
+  }
+  out.push_back(static_cast<char>(value));
+}
+
+inline void append_tag(std::string& out, uint32_t number, int wire_type) {
+  append_varint(out, (uint64_t{number} << 3) | static_cast<uint64_t>(wire_type));
+}
+
+inline void append_length_delimited(std::string& out, uint32_t number, std::string_view bytes) {
+  append_tag(out, number, kLengthDelimited);
+  append_varint(out, bytes.size());
+  out.append(bytes);
+}
+
+inline uint32_t float_bits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits;
+}
+
+// ---- tf.Example by hand (TensorFlow's feature.proto / example.proto field numbers):
+// Example{Features features = 1}, Features{map<string, Feature> feature = 1} (each entry
+// a message {key = 1, value = 2}), Feature{bytes_list = 1, float_list = 2, int64_list = 3},
+// each list {repeated value = 1}.
+
+constexpr uint32_t kBytesListField = 1;
+constexpr uint32_t kFloatListField = 2;
+constexpr uint32_t kInt64ListField = 3;
+
+inline std::string ref_bytes_list(const std::vector<std::string>& values) {
+  std::string list;
+  for (const auto& v : values) append_length_delimited(list, 1, v);
+  return list;
+}
+
+// Packed: one length-delimited field of varints; unpacked: one varint field per value.
+inline std::string ref_int64_list(const std::vector<int64_t>& values, bool packed) {
+  std::string list;
+  if (packed) {
+    std::string payload;
+    for (int64_t v : values) append_varint(payload, static_cast<uint64_t>(v));
+    append_length_delimited(list, 1, payload);
+  } else {
+    for (int64_t v : values) {
+      append_tag(list, 1, kVarint);
+      append_varint(list, static_cast<uint64_t>(v));
+    }
+  }
+  return list;
+}
+
+inline std::string ref_float_list(const std::vector<float>& values, bool packed) {
+  std::string list;
+  if (packed) {
+    std::string payload;
+    for (float v : values) append_le(payload, float_bits(v), 4);
+    append_length_delimited(list, 1, payload);
+  } else {
+    for (float v : values) {
+      append_tag(list, 1, kFixed32);
+      append_le(list, float_bits(v), 4);
+    }
+  }
+  return list;
+}
+
+// A Feature whose oneof is `kind_field`, holding an encoded list.
+inline std::string ref_feature(uint32_t kind_field, const std::string& list) {
+  std::string feature;
+  append_length_delimited(feature, kind_field, list);
+  return feature;
+}
+
+// An Example from (name, encoded Feature) pairs, in the given order.
+inline std::string ref_example(const std::vector<std::pair<std::string, std::string>>& features) {
+  std::string map_entries;
+  for (const auto& [name, feature] : features) {
+    std::string entry;
+    append_length_delimited(entry, 1, name);
+    append_length_delimited(entry, 2, feature);
+    append_length_delimited(map_entries, 1, entry);
+  }
+  std::string example;
+  append_length_delimited(example, 1, map_entries);
+  return example;
 }
 
 }  // namespace garden_test::reference

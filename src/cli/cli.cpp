@@ -9,6 +9,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "garden/cli/tfrecord_command.h"
 #include "garden/core/actions.h"
 #include "garden/core/builtins.h"
 #include "garden/core/config/registry.h"
@@ -148,6 +149,9 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
         "lr", "Print step<TAB>learning_rate for a range of steps of the experiment's schedule");
     add_experiment_flags(*lr_command, lr_flags);
     lr_command->add_option("--steps", lr_steps, "START:STOP[:STEP], STOP included")->required();
+
+    // Data tools: their work runs in CLI11 callbacks during parse().
+    add_tfrecord_command(app);
 
     try {
       app.parse(argc, argv);

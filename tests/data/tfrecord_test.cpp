@@ -3,7 +3,9 @@
 // test vectors, never from the library under test.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cctype>
 #include <cerrno>
@@ -24,6 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using garden::data::DataError;
 using namespace garden_test::reference;
+using garden::data::Compression;
 using garden::data::TFRecordReader;
 using garden::data::TFRecordWriter;
 
@@ -71,6 +74,94 @@ std::string random_bytes(size_t n, uint32_t seed) {
   return out;
 }
 
+// ---- zlib, called directly (not through the library) to make and check compressed
+// files. The test executable is not linked against zlib itself (the library links it
+// privately), so its functions are looked up in the libz.so.1 the library loaded.
+
+struct ZlibApi {
+  decltype(&::deflateInit2_) deflate_init2;
+  decltype(&::deflate) deflate;
+  decltype(&::deflateEnd) deflate_end;
+  decltype(&::inflateInit2_) inflate_init2;
+  decltype(&::inflate) inflate;
+  decltype(&::inflateEnd) inflate_end;
+};
+
+const ZlibApi& zlib_api() {
+  static const ZlibApi api = [] {
+    void* lib = ::dlopen("libz.so.1", RTLD_NOW);
+    if (lib == nullptr) throw std::runtime_error(std::string("dlopen libz.so.1: ") + ::dlerror());
+    auto get = [lib](const char* name) {
+      void* f = ::dlsym(lib, name);
+      if (f == nullptr) throw std::runtime_error(std::string("dlsym ") + name);
+      return f;
+    };
+    ZlibApi a;
+    a.deflate_init2 = reinterpret_cast<decltype(a.deflate_init2)>(get("deflateInit2_"));
+    a.deflate = reinterpret_cast<decltype(a.deflate)>(get("deflate"));
+    a.deflate_end = reinterpret_cast<decltype(a.deflate_end)>(get("deflateEnd"));
+    a.inflate_init2 = reinterpret_cast<decltype(a.inflate_init2)>(get("inflateInit2_"));
+    a.inflate = reinterpret_cast<decltype(a.inflate)>(get("inflate"));
+    a.inflate_end = reinterpret_cast<decltype(a.inflate_end)>(get("inflateEnd"));
+    return a;
+  }();
+  return api;
+}
+
+// windowBits: 15 + 16 is a gzip wrapper (RFC 1952), 15 a zlib wrapper (RFC 1950).
+int bits_for(Compression c) { return c == Compression::kGzip ? 31 : 15; }
+
+std::string zlib_compress(const std::string& data, int window_bits) {
+  const ZlibApi& z = zlib_api();
+  z_stream s{};
+  if (z.deflate_init2(&s, 9, Z_DEFLATED, window_bits, 8, Z_DEFAULT_STRATEGY, ZLIB_VERSION,
+                      static_cast<int>(sizeof(z_stream))) != Z_OK) {
+    throw std::runtime_error("deflateInit2");
+  }
+  std::string out;
+  s.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  s.avail_in = static_cast<uInt>(data.size());
+  int rc;
+  do {
+    char buffer[65536];
+    s.next_out = reinterpret_cast<Bytef*>(buffer);
+    s.avail_out = sizeof buffer;
+    rc = z.deflate(&s, Z_FINISH);
+    out.append(buffer, sizeof buffer - s.avail_out);
+  } while (rc == Z_OK);
+  z.deflate_end(&s);
+  if (rc != Z_STREAM_END) throw std::runtime_error("deflate failed");
+  return out;
+}
+
+// Inflates every member (a gzip file may be several members one after another).
+std::string zlib_decompress(const std::string& data, int window_bits) {
+  const ZlibApi& z = zlib_api();
+  std::string out;
+  size_t pos = 0;
+  while (pos < data.size()) {
+    z_stream s{};
+    if (z.inflate_init2(&s, window_bits, ZLIB_VERSION, static_cast<int>(sizeof(z_stream))) !=
+        Z_OK) {
+      throw std::runtime_error("inflateInit2");
+    }
+    s.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data() + pos));
+    s.avail_in = static_cast<uInt>(data.size() - pos);
+    int rc;
+    do {
+      char buffer[65536];
+      s.next_out = reinterpret_cast<Bytef*>(buffer);
+      s.avail_out = sizeof buffer;
+      rc = z.inflate(&s, Z_NO_FLUSH);
+      out.append(buffer, sizeof buffer - s.avail_out);
+    } while (rc == Z_OK);
+    pos = data.size() - s.avail_in;
+    z.inflate_end(&s);
+    if (rc != Z_STREAM_END) throw std::runtime_error("inflate failed: " + std::to_string(rc));
+  }
+  return out;
+}
+
 // A fresh directory per test, removed afterwards.
 class TFRecordTest : public ::testing::Test {
  protected:
@@ -89,8 +180,9 @@ class TFRecordTest : public ::testing::Test {
   // Reads `path` until the reader throws, and checks that the DataError is a single
   // line naming the file, the byte offset of the bad record and the expected reason.
   static void expect_error_at(const std::string& path, uint64_t bad_offset,
-                              const std::string& reason) {
-    TFRecordReader reader(path);
+                              const std::string& reason,
+                              Compression compression = Compression::kNone) {
+    TFRecordReader reader(path, compression);
     std::string record;
     try {
       while (reader.read(record)) {
@@ -109,6 +201,9 @@ class TFRecordTest : public ::testing::Test {
                   !std::isdigit(static_cast<unsigned char>(message[after])))
           << message;
       EXPECT_EQ(reader.offset(), bad_offset);
+      if (compression != Compression::kNone) {
+        EXPECT_NE(message.find("uncompressed stream"), std::string::npos) << message;
+      }
     }
   }
 
@@ -119,6 +214,10 @@ class TFRecordTest : public ::testing::Test {
                        ref_encode_record("third");
     spit(path, file);
     return path;
+  }
+  static std::string three_records() {
+    return ref_encode_record("first") + ref_encode_record("second record") +
+           ref_encode_record("third");
   }
   static constexpr uint64_t kSecond = 12 + 5 + 4;
   static constexpr uint64_t kSecondDataLength = 13;
@@ -377,6 +476,214 @@ TEST_F(TFRecordTest, OpenErrorsNameFileAndReason) {
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find(no_dir), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+  }
+}
+
+// ---- compression
+
+TEST(CompressionTest, ParsesTfIoNamesAndRejectsOthersByName) {
+  using garden::data::parse_compression;
+  EXPECT_EQ(parse_compression(""), Compression::kNone);
+  EXPECT_EQ(parse_compression("NONE"), Compression::kNone);
+  EXPECT_EQ(parse_compression("GZIP"), Compression::kGzip);
+  EXPECT_EQ(parse_compression("gzip"), Compression::kGzip);
+  EXPECT_EQ(parse_compression("ZLIB"), Compression::kZlib);
+  EXPECT_EQ(garden::data::compression_name(Compression::kGzip), "GZIP");
+  try {
+    parse_compression("BZIP2");
+    ADD_FAILURE() << "accepted BZIP2";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("'BZIP2'"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(TFRecordTest, CompressedWriterOutputInflatesWithZlibAndParses) {
+  const std::vector<std::string> records = {"", "a", "hello", random_bytes(300000, 6),
+                                            std::string(100000, 'z')};
+  for (Compression c : {Compression::kGzip, Compression::kZlib}) {
+    SCOPED_TRACE(garden::data::compression_name(c));
+    const std::string path = (dir_ / ("out_" + std::to_string(bits_for(c)))).string();
+    {
+      TFRecordWriter writer(path, c);
+      for (const std::string& r : records) writer.write(r);
+      writer.close();
+    }
+    const std::string file = slurp(path);
+    ASSERT_GE(file.size(), 2u);
+    if (c == Compression::kGzip) {
+      EXPECT_EQ(file.substr(0, 2), "\x1f\x8b");  // gzip magic
+    } else {
+      EXPECT_EQ(
+          (static_cast<unsigned char>(file[0]) * 256 + static_cast<unsigned char>(file[1])) % 31,
+          0);                        // zlib header check bits
+      EXPECT_EQ(file[0] & 0x0F, 8);  // deflate
+    }
+    EXPECT_LT(file.size(), 300000u + 100000u);  // the run of 'z' compressed
+    EXPECT_EQ(ref_parse_records(zlib_decompress(file, bits_for(c))), records);
+
+    TFRecordReader reader(path, c);
+    std::string record;
+    for (const std::string& expected : records) {
+      ASSERT_TRUE(reader.read(record));
+      EXPECT_TRUE(record == expected);
+    }
+    EXPECT_FALSE(reader.read(record));
+  }
+}
+
+TEST_F(TFRecordTest, ReaderReadsFilesCompressedByZlibDirectly) {
+  const std::vector<std::string> records = {"x", random_bytes(2'500'000, 7), "", "last"};
+  std::string framed;
+  for (const std::string& r : records) framed += ref_encode_record(r);
+  for (Compression c : {Compression::kGzip, Compression::kZlib}) {
+    SCOPED_TRACE(garden::data::compression_name(c));
+    const std::string path = (dir_ / "hand.tfrecord.z").string();
+    spit(path, zlib_compress(framed, bits_for(c)));
+    TFRecordReader reader(path, TFRecordReader::Options{c, false});
+    EXPECT_EQ(reader.compression(), c);
+    std::string record;
+    uint64_t offset = 0;
+    for (const std::string& expected : records) {
+      ASSERT_TRUE(reader.read(record));
+      EXPECT_TRUE(record == expected);
+      offset += 12 + expected.size() + 4;
+      EXPECT_EQ(reader.offset(), offset);  // in the uncompressed stream
+    }
+    EXPECT_FALSE(reader.read(record));
+  }
+}
+
+TEST_F(TFRecordTest, FlushedGzipIsReadableWhileOpenAndAppendAddsAMember) {
+  const std::string path = (dir_ / "flushed.tfrecord.gz").string();
+  {
+    TFRecordWriter writer(path, Compression::kGzip);
+    writer.write("one");
+    writer.flush_to_os();
+    // A sync flush makes the data so far inflatable, though the stream has no end yet.
+    const std::string partial = slurp(path);
+    EXPECT_THROW(zlib_decompress(partial, 31), std::runtime_error);
+    TFRecordReader reader(path, Compression::kGzip);
+    std::string record;
+    ASSERT_TRUE(reader.read(record));
+    EXPECT_EQ(record, "one");
+    EXPECT_THROW(reader.read(record), DataError);  // ends inside the gzip stream
+  }
+  {
+    TFRecordWriter writer(path, Compression::kGzip, /*append=*/true);
+    writer.write("two");
+  }
+  const std::string file = slurp(path);
+  EXPECT_EQ(ref_parse_records(zlib_decompress(file, 31)), (std::vector<std::string>{"one", "two"}));
+  TFRecordReader reader(path, Compression::kGzip);
+  std::string record;
+  ASSERT_TRUE(reader.read(record));
+  ASSERT_TRUE(reader.read(record));
+  EXPECT_EQ(record, "two");
+  EXPECT_FALSE(reader.read(record));
+
+  EXPECT_THROW(TFRecordWriter(path, Compression::kZlib, /*append=*/true), DataError);
+}
+
+TEST_F(TFRecordTest, CorruptRecordsInCompressedFilesNameUncompressedOffset) {
+  for (Compression c : {Compression::kGzip, Compression::kZlib}) {
+    SCOPED_TRACE(garden::data::compression_name(c));
+    const std::string path = (dir_ / "corrupt.tfrecord.z").string();
+    std::string framed = three_records();
+    framed[kSecond + 12 + 3] ^= 0x20;
+    spit(path, zlib_compress(framed, bits_for(c)));
+    expect_error_at(path, kSecond, "data CRC", c);
+
+    framed = three_records();
+    framed[kSecond + 9] ^= 0x01;
+    spit(path, zlib_compress(framed, bits_for(c)));
+    expect_error_at(path, kSecond, "length CRC", c);
+
+    // A record stream cut inside the second record, then properly compressed.
+    spit(path, zlib_compress(three_records().substr(0, kSecond + 14), bits_for(c)));
+    expect_error_at(path, kSecond, "truncated", c);
+  }
+}
+
+TEST_F(TFRecordTest, DamagedCompressedStreamsFailNamingFile) {
+  const std::string framed = three_records();
+  for (Compression c : {Compression::kGzip, Compression::kZlib}) {
+    SCOPED_TRACE(garden::data::compression_name(c));
+    const std::string compressed = zlib_compress(framed, bits_for(c));
+    const std::string path = (dir_ / "damaged.z").string();
+    // Cut short: the compressed stream has no end.
+    spit(path, compressed.substr(0, compressed.size() - 6));
+    {
+      TFRecordReader reader(path, c);
+      std::string record;
+      try {
+        while (reader.read(record)) {
+        }
+        ADD_FAILURE() << "no error for a cut compressed stream";
+      } catch (const DataError& e) {
+        const std::string message = e.what();
+        EXPECT_NE(message.find(path), std::string::npos) << message;
+        EXPECT_NE(message.find("truncated"), std::string::npos) << message;
+        EXPECT_NE(message.find("uncompressed stream"), std::string::npos) << message;
+      }
+    }
+    // Not compressed at all.
+    spit(path, framed);
+    try {
+      TFRecordReader reader(path, c);
+      std::string record;
+      reader.read(record);
+      ADD_FAILURE() << "read an uncompressed file as compressed";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("corrupt compressed data"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// ---- skip_corrupt
+
+TEST_F(TFRecordTest, SkipCorruptSkipsBadDataCrcAndContinues) {
+  for (Compression c : {Compression::kNone, Compression::kGzip}) {
+    SCOPED_TRACE(garden::data::compression_name(c));
+    std::string framed = three_records();
+    framed[kSecond + 12 + kSecondDataLength + 1] ^= 0x04;  // second record's data CRC
+    const std::string path = (dir_ / "skip_data.tfrecord").string();
+    spit(path, c == Compression::kNone ? framed : zlib_compress(framed, bits_for(c)));
+    TFRecordReader reader(path, TFRecordReader::Options{c, true});
+    std::string record;
+    ASSERT_TRUE(reader.read(record));
+    EXPECT_EQ(record, "first");
+    ASSERT_TRUE(reader.read(record));
+    EXPECT_EQ(record, "third");
+    EXPECT_FALSE(reader.read(record));
+    EXPECT_EQ(reader.corrupt_records(), 1);
+    EXPECT_EQ(reader.offset(), framed.size());
+  }
+}
+
+TEST_F(TFRecordTest, SkipCorruptEndsFileAtBadLengthCrcOrTruncation) {
+  std::string framed = three_records();
+  framed[kSecond + 2] ^= 0x01;  // second record's length
+  const std::string path = (dir_ / "skip_length.tfrecord").string();
+  spit(path, framed);
+  {
+    TFRecordReader reader(path, TFRecordReader::Options{Compression::kNone, true});
+    std::string record;
+    ASSERT_TRUE(reader.read(record));
+    EXPECT_EQ(record, "first");
+    EXPECT_FALSE(reader.read(record));  // "third" is not trusted
+    EXPECT_FALSE(reader.read(record));
+    EXPECT_EQ(reader.corrupt_records(), 1);
+    EXPECT_EQ(reader.offset(), kSecond);
+  }
+  spit(path, three_records().substr(0, kSecond + 20));
+  {
+    TFRecordReader reader(path, TFRecordReader::Options{Compression::kNone, true});
+    std::string record;
+    ASSERT_TRUE(reader.read(record));
+    EXPECT_FALSE(reader.read(record));
+    EXPECT_EQ(reader.corrupt_records(), 1);
   }
 }
 

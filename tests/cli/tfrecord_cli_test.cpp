@@ -1,0 +1,167 @@
+// Tests of `garden tfrecord ...` as a user meets it: the real binary (GARDEN_CLI_PATH)
+// run through the shell, stdout and stderr captured in files, exit status checked.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "reference_formats.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void spit(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+struct CliRun {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+class TFRecordCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) /
+           ("garden_tfrecord_cli_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+
+  // Runs `garden <args>` (args already shell-quoted where needed).
+  CliRun garden(const std::string& args) {
+    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    const std::string command = std::string("'") + GARDEN_CLI_PATH + "' " + args + " >'" +
+                                out.string() + "' 2>'" + err.string() + "'";
+    const int raw = std::system(command.c_str());
+    CliRun run;
+    run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    run.out = slurp(out);
+    run.err = slurp(err);
+    return run;
+  }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+const char* const kJsonLines =
+    "{\"label\": [3], \"score\": [0.5, 1.25], \"text\": [\"hello\"]}\n"
+    "\n"
+    "{\"label\": [-1], \"score\": {\"float\": [2]}, \"text\": {\"bytes\": []}}\n"
+    "{\"ids\": [1, 2, 3]}\n";
+
+// Each test runs the binary at most twice: starting it (loading LibTorch) is most of
+// the cost.
+TEST_F(TFRecordCliTest, WriteThenCatRoundTripsGzip) {
+  spit(path("in.jsonl"), kJsonLines);
+  const std::string out = path("out.tfrecord.gz");
+  CliRun run = garden("tfrecord write --from '" + path("in.jsonl") + "' --to '" + out +
+                      "' --compression_type GZIP");
+  ASSERT_EQ(run.status, 0) << run.err;
+  run = garden("tfrecord cat --compression_type GZIP '" + out + "'");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const auto printed = lines(run.out);
+  ASSERT_EQ(printed.size(), 3u);
+  EXPECT_EQ(nlohmann::json::parse(printed[0]),
+            nlohmann::json::parse(R"({"label": [3], "score": [0.5, 1.25], "text": ["hello"]})"));
+  EXPECT_EQ(nlohmann::json::parse(printed[1]),
+            nlohmann::json::parse(R"({"label": [-1], "score": [2.0], "text": {"bytes": []}})"));
+  EXPECT_NE(printed[1].find("\"score\":[2.0]"), std::string::npos) << printed[1];
+  EXPECT_EQ(nlohmann::json::parse(printed[2]), nlohmann::json::parse(R"({"ids": [1, 2, 3]})"));
+}
+
+TEST_F(TFRecordCliTest, WriteUncompressedThenCountFiles) {
+  spit(path("in.jsonl"), kJsonLines);
+  const std::string out = path("out.tfrecord");
+  CliRun run = garden("tfrecord write --from '" + path("in.jsonl") + "' --to '" + out + "'");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(garden_test::reference::read_records(out).size(), 3u);  // independent reader
+
+  const std::string other = path("other.tfrecord");
+  spit(other, garden_test::reference::ref_encode_record("x"));
+  run = garden("tfrecord count '" + out + "' '" + other + "'");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(lines(run.out), (std::vector<std::string>{"3\t" + out, "1\t" + other, "4\ttotal"}));
+}
+
+TEST_F(TFRecordCliTest, CatLimitStopsEarly) {
+  std::string file;
+  for (int i = 0; i < 5; ++i) file += garden_test::reference::ref_encode_record("");
+  spit(path("five.tfrecord"), file);
+  const CliRun run = garden("tfrecord cat --limit 2 '" + path("five.tfrecord") + "'");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(lines(run.out), (std::vector<std::string>{"{}", "{}"}));
+}
+
+TEST_F(TFRecordCliTest, BadJsonLineFailsWithOneLineNamingTheLine) {
+  spit(path("bad.jsonl"), "{\"a\": [1]}\n{\"a\": [1, \n");
+  const CliRun run = garden("tfrecord write --from '" + path("bad.jsonl") + "' --to '" +
+                            path("bad.tfrecord") + "'");
+  EXPECT_NE(run.status, 0);
+  EXPECT_TRUE(run.out.empty()) << run.out;
+  ASSERT_EQ(lines(run.err).size(), 1u) << run.err;
+  EXPECT_NE(run.err.find("line 2"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("bad.jsonl"), std::string::npos) << run.err;
+  EXPECT_FALSE(fs::exists(path("bad.tfrecord")));  // no half-written output
+}
+
+TEST_F(TFRecordCliTest, CorruptFileFailsWithOneLineUnlessSkipped) {
+  const std::string good = garden_test::reference::ref_encode_record("x");
+  std::string damaged = good + good;
+  damaged[good.size() + 12] ^= 1;  // second record's data
+  spit(path("damaged.tfrecord"), damaged);
+  CliRun run = garden("tfrecord count '" + path("damaged.tfrecord") + "'");
+  EXPECT_NE(run.status, 0);
+  ASSERT_EQ(lines(run.err).size(), 1u) << run.err;
+  EXPECT_NE(run.err.find("damaged.tfrecord"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("offset " + std::to_string(good.size())), std::string::npos) << run.err;
+
+  run = garden("tfrecord count --skip_corrupt '" + path("damaged.tfrecord") + "'");
+  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(lines(run.out).front(), "1\t" + path("damaged.tfrecord"));
+}
+
+TEST_F(TFRecordCliTest, MissingFileAndBadCompressionFailWithOneLine) {
+  CliRun run = garden("tfrecord cat '" + path("missing.tfrecord") + "'");
+  EXPECT_NE(run.status, 0);
+  ASSERT_EQ(lines(run.err).size(), 1u) << run.err;
+  EXPECT_NE(run.err.find("missing.tfrecord"), std::string::npos) << run.err;
+
+  run = garden("tfrecord count --compression_type BZIP2 '" + path("missing.tfrecord") + "'");
+  EXPECT_NE(run.status, 0);
+  ASSERT_EQ(lines(run.err).size(), 1u) << run.err;
+  EXPECT_NE(run.err.find("BZIP2"), std::string::npos) << run.err;
+}
+
+}  // namespace
