@@ -18,7 +18,7 @@ void DataConfig::visit(Visitor& v) {
   v("sharding", sharding, "Shard the input across input pipelines.");
   v("seed", seed, "Seed of the shuffles; null draws one at start-up.");
   v("prefetch_buffer_size", prefetch_buffer_size, "Batches prepared ahead on background threads.");
-  v("file_type", file_type, "tfrecord, tfrecord_compressed (GZIP), text, tsv or csv.");
+  v("file_type", file_type, "tfrecord, tfrecord_compressed (GZIP), text, tsv, documents or csv.");
   v("compression_type", compression_type, "TFRecord compression: empty, GZIP or ZLIB.");
   v("skip_corrupt_records", skip_corrupt_records,
     "Skip records with a bad CRC (counted and logged) instead of failing.");
@@ -32,10 +32,10 @@ void DataConfig::validate() const {
   if (prefetch_buffer_size && *prefetch_buffer_size < 0)
     throw ConfigError("prefetch_buffer_size must be >= 0");
   static const std::set<std::string> file_types = {"tfrecord", "tfrecord_compressed", "text",
-                                                   "tsv", "csv"};
+                                                   "tsv", "documents", "csv"};
   if (!file_types.count(file_type))
     throw ConfigError("file_type '" + file_type +
-                      "' is not one of tfrecord, tfrecord_compressed, text, tsv, csv");
+                      "' is not one of tfrecord, tfrecord_compressed, text, tsv, documents, csv");
   if (!compression_type.empty() && compression_type != "GZIP" && compression_type != "ZLIB")
     throw ConfigError("compression_type '" + compression_type + "' is not one of '', GZIP, ZLIB");
 }

@@ -27,7 +27,7 @@ struct DataConfig : Config {
   std::optional<int64_t> seed;
   std::optional<int64_t> prefetch_buffer_size;
   // How the files are read (Model Garden's file_type: tfrecord, or
-  // tfrecord_compressed for GZIP; Garden adds text, tsv and csv).
+  // tfrecord_compressed for GZIP; Garden adds text, tsv, documents and csv).
   std::string file_type = "tfrecord";
   // TFRecord compression: "", GZIP or ZLIB (tf.data's compression_type);
   // file_type tfrecord_compressed means GZIP.
