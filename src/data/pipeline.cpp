@@ -24,7 +24,12 @@ namespace {
 // Records are shared and immutable: a snapshot of the shuffle buffer or the
 // length buckets copies pointers, not bytes, so the prefetch thread can take
 // one after every batch.
-using Record = std::shared_ptr<const std::string>;
+// Each carries where it came from, for the map function's error messages.
+struct SourcedRecord {
+  std::string bytes;
+  RecordLocation where;
+};
+using Record = std::shared_ptr<const SourcedRecord>;
 
 struct Element {
   Record record;
@@ -89,13 +94,16 @@ std::string base64_decode(const std::string& in) {
 
 nlohmann::json records_to_json(const std::vector<Record>& records) {
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& r : records) out.push_back(base64_encode(*r));
+  for (const auto& r : records)
+    out.push_back({{"b", base64_encode(r->bytes)}, {"f", r->where.file}, {"i", r->where.index}});
   return out;
 }
 
 std::vector<Record> records_from_json(const nlohmann::json& j) {
   std::vector<Record> out;
-  for (const auto& s : j) out.push_back(std::make_shared<const std::string>(base64_decode(s)));
+  for (const auto& r : j)
+    out.push_back(std::make_shared<const SourcedRecord>(SourcedRecord{
+        base64_decode(r.at("b")), RecordLocation{r.at("f"), r.at("i").get<int64_t>()}}));
   return out;
 }
 
@@ -105,7 +113,7 @@ std::vector<Record> records_from_json(const nlohmann::json& j) {
 
 class InputPipeline::Core {
  public:
-  Core(const config::DataConfig& config, MapFn map_fn, BatchingOptions batching,
+  Core(const config::DataConfig& config, LocatedMapFn map_fn, BatchingOptions batching,
        const InputContext& context);
 
   std::optional<Batch> next_batch();
@@ -122,12 +130,13 @@ class InputPipeline::Core {
  private:
   struct Slot {
     int64_t file_seq = -1;
+    std::string path;
     std::unique_ptr<RecordReader> reader;
   };
 
   std::optional<std::string> file_for_seq(int64_t seq);
-  bool next_interleaved(std::string& record);
-  bool next_sharded(std::string& record);
+  bool next_interleaved(SourcedRecord& record);
+  bool next_sharded(SourcedRecord& record);
   bool next_source(Record& record);
   bool next_shuffled(Record& record);
   std::optional<Element> make_element(Record record) const;
@@ -137,7 +146,7 @@ class InputPipeline::Core {
   void restore_source(const nlohmann::json& source);
 
   // configuration
-  MapFn map_fn_;
+  LocatedMapFn map_fn_;
   BatchingOptions batching_;
   std::string file_type_;
   TFRecordReader::Options tfrecord_options_;
@@ -182,7 +191,7 @@ class InputPipeline::Core {
   Snapshot initial_;
 };
 
-InputPipeline::Core::Core(const config::DataConfig& config, MapFn map_fn, BatchingOptions batching,
+InputPipeline::Core::Core(const config::DataConfig& config, LocatedMapFn map_fn, BatchingOptions batching,
                           const InputContext& context)
     : map_fn_(std::move(map_fn)), batching_(std::move(batching)) {
   if (!map_fn_) throw Error("the input pipeline needs a map function");
@@ -266,7 +275,7 @@ std::optional<std::string> InputPipeline::Core::file_for_seq(int64_t seq) {
 // tf.data's deterministic interleave: a slot whose turn comes and that is
 // empty opens the next file; a slot gives block_length records, then the
 // turn moves on; an exhausted file frees its slot and the turn moves on.
-bool InputPipeline::Core::next_interleaved(std::string& record) {
+bool InputPipeline::Core::next_interleaved(SourcedRecord& record) {
   while (true) {
     Slot& slot = slots_[static_cast<std::size_t>(cycle_index_)];
     const auto advance = [&] {
@@ -274,7 +283,9 @@ bool InputPipeline::Core::next_interleaved(std::string& record) {
       cycle_index_ = (cycle_index_ + 1) % cycle_length_;
     };
     if (slot.reader) {
-      if (slot.reader->next(record)) {
+      if (slot.reader->next(record.bytes)) {
+        record.where.file = slot.path;
+        record.where.index = slot.reader->position() - 1;
         files_since_record_ = 0;
         if (++block_index_ >= block_length_) advance();
         return true;
@@ -292,6 +303,7 @@ bool InputPipeline::Core::next_interleaved(std::string& record) {
       if (++files_since_record_ > files_per_epoch_ + cycle_length_)
         throw Error("the input files of input_path have no records");
       slot.reader = open_record_reader(*path, file_type_, tfrecord_options_);
+      slot.path = *path;
       slot.file_seq = next_file_seq_++;
     } else {
       const bool any_open =
@@ -302,7 +314,7 @@ bool InputPipeline::Core::next_interleaved(std::string& record) {
   }
 }
 
-bool InputPipeline::Core::next_sharded(std::string& record) {
+bool InputPipeline::Core::next_sharded(SourcedRecord& record) {
   while (next_interleaved(record)) {
     const bool mine = !shard_by_record_ || records_seen_ % num_pipelines_ == pipeline_id_;
     ++records_seen_;
@@ -313,15 +325,15 @@ bool InputPipeline::Core::next_sharded(std::string& record) {
 
 bool InputPipeline::Core::next_source(Record& record) {
   if (!cache_) {
-    std::string bytes;
-    if (!next_sharded(bytes)) return false;
-    record = std::make_shared<const std::string>(std::move(bytes));
+    SourcedRecord next;
+    if (!next_sharded(next)) return false;
+    record = std::make_shared<const SourcedRecord>(std::move(next));
     return true;
   }
   if (!cache_filled_) {
-    std::string bytes;
-    if (next_sharded(bytes)) {
-      record = std::make_shared<const std::string>(std::move(bytes));
+    SourcedRecord next;
+    if (next_sharded(next)) {
+      record = std::make_shared<const SourcedRecord>(std::move(next));
       cache_records_.push_back(record);
       return true;
     }
@@ -367,7 +379,7 @@ int64_t InputPipeline::Core::example_length(const Batch& example) const {
 }
 
 std::optional<Element> InputPipeline::Core::make_element(Record record) const {
-  Element element{record, map_fn_(*record)};
+  Element element{record, map_fn_(record->bytes, record->where)};
   if (batching_.mode != BatchMode::kBucketByLength && batching_.mode != BatchMode::kStatic)
     return element;
   if (example_length(element.value) <= batching_.max_length) return element;
@@ -670,6 +682,15 @@ class InputPipeline::Prefetcher {
 // ---- InputPipeline ----------------------------------------------------------------
 
 InputPipeline::InputPipeline(const config::DataConfig& config, MapFn map_fn,
+                             BatchingOptions batching, const InputContext& context)
+    : InputPipeline(config,
+                    LocatedMapFn([fn = std::move(map_fn)](const std::string& record,
+                                                          const RecordLocation&) {
+                      return fn(record);
+                    }),
+                    std::move(batching), context) {}
+
+InputPipeline::InputPipeline(const config::DataConfig& config, LocatedMapFn map_fn,
                              BatchingOptions batching, const InputContext& context)
     : core_(std::make_unique<Core>(config, std::move(map_fn), std::move(batching), context)) {
   // prefetch_buffer_size: unset or AUTOTUNE (-1) -> 2 batches; 0 -> no thread.

@@ -60,13 +60,14 @@ class PipelineExampleTest : public ::testing::Test {
   }
 
   // The map function a task would write: parse with a spec, keep tensors.
-  static garden::Batch parse(const std::string& serialized) {
+  static garden::Batch parse(const std::string& serialized,
+                             const garden::data::RecordLocation& where) {
     static const garden::data::ParseSpec spec = {
         {"ids", garden::data::VarLenFeature{garden::data::DType::kInt64}},
         {"label", garden::data::FixedLenFeature{{1}, garden::data::DType::kFloat, std::nullopt}},
     };
     const auto parsed =
-        garden::data::parse(garden::data::parse_example(serialized), spec, {"test", 0});
+        garden::data::parse(garden::data::parse_example(serialized), spec, where);
     return {{"ids", parsed.tensors.at("ids")}, {"label", parsed.tensors.at("label")}};
   }
 
@@ -162,6 +163,35 @@ TEST_F(PipelineExampleTest, CorruptRecordsFailOrAreSkippedAsConfigured) {
   config.skip_corrupt_records = true;
   garden::data::InputPipeline pipeline(config, parse, {});
   EXPECT_EQ(labels_of(pipeline), (std::vector<int64_t>{0, 2, 3}));
+}
+
+TEST_F(PipelineExampleTest, AParseErrorNamesTheFileTheRecordAndTheFeature) {
+  write_plain(dir_ / "good.tfrecord", 0, 3);
+  {
+    // Record 1 of bad.tfrecord has no "label".
+    std::ofstream out(dir_ / "bad.tfrecord", std::ios::binary);
+    out << record(0)
+        << ref_encode_record(ref_example(
+               {{"ids", ref_feature(kInt64ListField, ref_int64_list({7}, true))}}));
+  }
+  garden::config::DataConfig config;
+  config.input_path = (dir_ / "good.tfrecord").string() + "," + (dir_ / "bad.tfrecord").string();
+  config.global_batch_size = 2;
+  config.is_training = false;
+  config.drop_remainder = false;
+  garden::data::BatchingOptions batching;
+  batching.mode = garden::data::BatchMode::kPadded;
+  garden::data::InputPipeline pipeline(config, parse, batching);
+  try {
+    while (pipeline.next()) {
+    }
+    FAIL() << "expected a parse error";
+  } catch (const std::exception& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find((dir_ / "bad.tfrecord").string() + "', record 1, feature 'label'"),
+              std::string::npos)
+        << message;
+  }
 }
 
 }  // namespace

@@ -210,7 +210,7 @@ TEST(PipelineShuffle, BufferIsAPermutationAndSeedDetermined) {
   std::vector<int64_t> seen = ids;
   const auto state = pipeline.state();
   for (const auto& record : state.at("shuffle_buffer"))
-    seen.push_back(std::stoll(decode_base64(record.get<std::string>())));
+    seen.push_back(std::stoll(decode_base64(record.at("b").get<std::string>())));
   std::vector<int64_t> entered;
   for (int e = 0; e < 3; ++e)
     for (int r = 0; r < 10; ++r) entered.push_back(r);

@@ -14,18 +14,24 @@
 #include "garden/core/dataset.h"
 #include "garden/core/types.h"
 #include "garden/data/batching.h"
+#include "garden/data/example.h"
 
 namespace garden::data {
 
 // Turns one record into one example (named tensors). It must be a pure
 // function of the record: restore() re-runs it on buffered records.
 using MapFn = std::function<Batch(const std::string& record)>;
+// The same, told where the record came from (its file and its index in that
+// file), so that errors can name them: pass `where` to data::parse().
+using LocatedMapFn = std::function<Batch(const std::string& record, const RecordLocation& where)>;
 
 class InputPipeline : public Dataset {
  public:
   // Throws garden::Error for a bad input_path, file_type or batch size.
   InputPipeline(const config::DataConfig& config, MapFn map_fn, BatchingOptions batching = {},
                 const InputContext& context = {});
+  InputPipeline(const config::DataConfig& config, LocatedMapFn map_fn,
+                BatchingOptions batching = {}, const InputContext& context = {});
   ~InputPipeline() override;  // stops and joins the prefetch thread
 
   InputPipeline(const InputPipeline&) = delete;
