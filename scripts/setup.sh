@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package Garden needs to build, test and run.
 # Idempotent: packages already present are left as they are.
+# --bench also installs Debian's PyTorch for Python, which the peer
+# benchmarks in ../shared/bench need (run them with /usr/bin/python3).
 set -euo pipefail
 
 packages=(
@@ -11,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev
   libsentencepiece-dev sentencepiece
 )
+if [ "${1:-}" = "--bench" ]; then packages+=(python3-torch); fi
 
 missing=()
 for p in "${packages[@]}"; do
