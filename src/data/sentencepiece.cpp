@@ -1,22 +1,16 @@
-// SentencePiece through Debian's command-line tools (package `sentencepiece`:
-// spm_train, spm_encode, spm_decode), not its library.
-//
-// Why not libsentencepiece: Debian builds it with a bundled protobuf 3.14
-// whose symbols it exports. In a process that also loads the system protobuf
-// 3.21 (garden's own protos, libtorch's onnx_proto), the library's protobuf
-// calls bind to 3.21 and it aborts ("compiled against version 3.14.0 ...")
-// on the first model it trains or loads. The tools run in their own process,
-// so they are unaffected. The model file is read here directly (a small
-// protobuf wire-format reader) for the vocabulary and the special ids.
+// SentencePiece through Debian's libsentencepiece, reached through
+// libgarden_sentencepiece (modules/sentencepiece): a module loaded with
+// dlmopen into a link-map namespace of its own, because the library exports
+// a bundled protobuf 3.14 that must not meet the system's 3.21 (see
+// garden_spm.h). The model file is
+// also read here directly (a small protobuf wire-format reader) for the
+// vocabulary and the special ids, which need no call into the module.
 #include "garden/data/sentencepiece.h"
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <dlfcn.h>
 
-#include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -25,8 +19,7 @@
 #include <unordered_map>
 
 #include "garden/core/error.h"
-
-extern char** environ;
+#include "garden_spm.h"
 
 namespace garden::data {
 
@@ -36,93 +29,69 @@ struct SentencePieceTokenizer::Impl {
   std::vector<std::string> pieces;
   std::unordered_map<std::string, int64_t> ids;
   int64_t unk_id = 0, bos_id = 1, eos_id = 2, pad_id = -1;  // TrainerSpec's defaults
+  std::shared_ptr<void> processor;                           // in the module
 };
 
 namespace {
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// A scratch directory for one tool run, removed with the object.
-class Scratch {
- public:
-  Scratch() {
-    static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() /
-           ("garden_spm_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(dir_);
-  }
-  ~Scratch() {
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-  fs::path operator/(const char* name) const { return dir_ / name; }
-
- private:
-  fs::path dir_;
+// The module's functions, resolved once per process.
+struct SpmModule {
+  decltype(&garden_spm_free) free;
+  decltype(&garden_spm_train) train;
+  decltype(&garden_spm_load) load;
+  decltype(&garden_spm_unload) unload;
+  decltype(&garden_spm_encode_ids) encode_ids;
+  decltype(&garden_spm_encode_pieces) encode_pieces;
+  decltype(&garden_spm_decode_ids) decode_ids;
+  decltype(&garden_spm_decode_pieces) decode_pieces;
 };
 
-struct ToolResult {
-  int status = 0;
-  std::string out, err;
-};
-
-// Runs `args[0]` (found on PATH) with `input` on stdin; captures stdout and
-// stderr through files (no pipe deadlocks, no threads).
-ToolResult run_tool(const std::vector<std::string>& args, const std::string& input) {
-  Scratch scratch;
-  const auto in_path = scratch / "in", out_path = scratch / "out", err_path = scratch / "err";
-  std::ofstream(in_path, std::ios::binary) << input;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, in_path.c_str(), O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0600);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0600);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0)
-    throw Error("cannot run SentencePiece's '" + args[0] +
-                "' (Debian package sentencepiece): " + std::strerror(rc));
-  int wstatus = 0;
-  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
-  }
-  ToolResult result;
-  result.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-  result.out = read_file(out_path);
-  result.err = read_file(err_path);
-  return result;
+// Beside libgarden (build tree or install libdir), unless
+// $GARDEN_SENTENCEPIECE_MODULE names it.
+std::string module_path() {
+  if (const char* env = std::getenv("GARDEN_SENTENCEPIECE_MODULE")) return env;
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&module_path), &info) && info.dli_fname)
+    return (fs::path(info.dli_fname).parent_path() / "libgarden_sentencepiece.so").string();
+  return "libgarden_sentencepiece.so";
 }
 
-// The tool's own error: its last non-empty stderr lines that are not the
-// generic "Program terminated" trailer, e.g.
-// `trainer_interface.cc(...) [...] Vocabulary size is too high (100000) ...`.
-std::string tool_message(const ToolResult& r) {
-  std::istringstream lines(r.err);
-  std::string line, last;
-  while (std::getline(lines, line)) {
-    if (line.empty() || line.rfind("Program terminated", 0) == 0) continue;
-    if (line.find("LOG(INFO)") != std::string::npos) continue;
-    // A bad flag is reported first, followed by the whole usage text.
-    if (line.rfind("Unknown/Invalid flag", 0) == 0) return line;
-    last = line;
-  }
-  if (last.empty()) last = "exit status " + std::to_string(r.status);
-  return last;
+const SpmModule& spm_module() {
+  static const SpmModule module = [] {
+    const std::string path = module_path();
+    void* handle = ::dlmopen(LM_ID_NEWLM, path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle)
+      throw Error("cannot load Garden's SentencePiece module '" + path + "': " + ::dlerror());
+    const auto symbol = [&](const char* name) {
+      void* address = ::dlsym(handle, name);
+      if (!address)
+        throw Error("SentencePiece module '" + path + "' lacks " + name + ": " + ::dlerror());
+      return address;
+    };
+    SpmModule m;
+    m.free = reinterpret_cast<decltype(m.free)>(symbol("garden_spm_free"));
+    m.train = reinterpret_cast<decltype(m.train)>(symbol("garden_spm_train"));
+    m.load = reinterpret_cast<decltype(m.load)>(symbol("garden_spm_load"));
+    m.unload = reinterpret_cast<decltype(m.unload)>(symbol("garden_spm_unload"));
+    m.encode_ids = reinterpret_cast<decltype(m.encode_ids)>(symbol("garden_spm_encode_ids"));
+    m.encode_pieces =
+        reinterpret_cast<decltype(m.encode_pieces)>(symbol("garden_spm_encode_pieces"));
+    m.decode_ids = reinterpret_cast<decltype(m.decode_ids)>(symbol("garden_spm_decode_ids"));
+    m.decode_pieces =
+        reinterpret_cast<decltype(m.decode_pieces)>(symbol("garden_spm_decode_pieces"));
+    return m;  // the handle stays open for the life of the process
+  }();
+  return module;
 }
 
-ToolResult check_tool(const std::vector<std::string>& args, const std::string& input,
-                      const std::string& what) {
-  auto result = run_tool(args, input);
-  if (result.status != 0) throw Error(what + ": " + tool_message(result));
-  return result;
+// Throws Error(what + the module's message) when rc says it failed. Call it
+// after the module call has returned (not as one expression with it: the
+// order in which arguments are evaluated is unspecified).
+void check(int rc, char* error, const std::string& what) {
+  if (rc == 0) return;
+  const std::string message = error ? error : "unknown error";
+  spm_module().free(error);
+  throw Error(what + ": " + message);
 }
 
 bool has_whitespace(const std::string& text) {
@@ -228,18 +197,6 @@ std::unique_ptr<SentencePieceTokenizer::Impl> parse_model(const std::string& pat
 }
 
 // The tools work line by line: a newline inside `text` would split it.
-std::string one_line(std::string_view text) {
-  std::string line(text);
-  for (auto& c : line)
-    if (c == '\n' || c == '\r') c = ' ';
-  return line + "\n";
-}
-
-std::string strip_newline(std::string text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  return text;
-}
-
 }  // namespace
 
 SentencePieceTokenizer::SentencePieceTokenizer(std::unique_ptr<Impl> impl, std::string path,
@@ -252,71 +209,90 @@ SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 SentencePieceTokenizer SentencePieceTokenizer::load(const std::string& path,
                                                     SentencePieceOptions options) {
-  return SentencePieceTokenizer(parse_model(path), path, options);
+  auto impl = parse_model(path);
+  const auto& module = spm_module();
+  char* error = nullptr;
+  void* processor = module.load(path.c_str(), &error);
+  if (!processor) check(1, error, "cannot load SentencePiece model '" + path + "'");
+  impl->processor = std::shared_ptr<void>(processor, module.unload);
+  return SentencePieceTokenizer(std::move(impl), path, options);
 }
 
 std::vector<std::vector<int64_t>> SentencePieceTokenizer::encode_lines(
     const std::vector<std::string>& texts) const {
-  std::string input;
-  for (const auto& t : texts) input += one_line(t);
-  const auto r = check_tool({"spm_encode", "--model=" + path_, "--output_format=id"}, input,
-                            "SentencePiece encode with '" + path_ + "'");
   std::vector<std::vector<int64_t>> out;
-  std::istringstream lines(r.out);
-  std::string line;
-  while (std::getline(lines, line)) {
-    std::vector<int64_t> ids;
-    if (options_.add_bos && bos_id() >= 0) ids.push_back(bos_id());
-    std::istringstream fields(line);
-    int64_t id = 0;
-    while (fields >> id) ids.push_back(id);
-    if (options_.add_eos && eos_id() >= 0) ids.push_back(eos_id());
-    out.push_back(std::move(ids));
-  }
-  if (out.size() != texts.size())
-    throw Error("SentencePiece encode with '" + path_ + "': got " + std::to_string(out.size()) +
-                " lines for " + std::to_string(texts.size()));
+  out.reserve(texts.size());
+  for (const auto& text : texts) out.push_back(encode(text));
   return out;
 }
 
 std::vector<int64_t> SentencePieceTokenizer::encode(std::string_view text) const {
-  return encode_lines({std::string(text)}).front();
+  int* raw = nullptr;
+  std::size_t count = 0;
+  char* error = nullptr;
+  const int rc = spm_module().encode_ids(impl_->processor.get(), text.data(), text.size(), &raw,
+                                         &count, &error);
+  check(rc, error, "SentencePiece encode with '" + path_ + "'");
+  std::vector<int64_t> ids;
+  ids.reserve(count + 2);
+  if (options_.add_bos && bos_id() >= 0) ids.push_back(bos_id());
+  ids.insert(ids.end(), raw, raw + count);
+  spm_module().free(raw);
+  if (options_.add_eos && eos_id() >= 0) ids.push_back(eos_id());
+  return ids;
 }
 
 std::vector<std::string> SentencePieceTokenizer::encode_pieces(std::string_view text) const {
-  const auto r = check_tool({"spm_encode", "--model=" + path_, "--output_format=piece"},
-                            one_line(text), "SentencePiece encode with '" + path_ + "'");
+  char* packed = nullptr;
+  std::size_t count = 0;
+  char* error = nullptr;
+  const int rc = spm_module().encode_pieces(impl_->processor.get(), text.data(), text.size(),
+                                            &packed, &count, &error);
+  check(rc, error, "SentencePiece encode with '" + path_ + "'");
   std::vector<std::string> pieces;
   if (options_.add_bos && bos_id() >= 0) pieces.push_back(id_to_piece(bos_id()));
-  // Pieces never contain a space: SentencePiece writes spaces as U+2581.
-  std::istringstream fields(strip_newline(r.out));
-  std::string piece;
-  while (fields >> piece) pieces.push_back(piece);
+  const char* p = packed;
+  for (std::size_t i = 0; i < count; ++i) {
+    pieces.emplace_back(p);
+    p += pieces.back().size() + 1;
+  }
+  spm_module().free(packed);
   if (options_.add_eos && eos_id() >= 0) pieces.push_back(id_to_piece(eos_id()));
   return pieces;
 }
 
 std::string SentencePieceTokenizer::decode(const std::vector<int64_t>& ids) const {
   const int64_t size = vocab_size();
-  std::string line;
+  std::vector<int> narrow;
+  narrow.reserve(ids.size());
   for (int64_t id : ids) {
-    // spm_decode aborts on an out-of-range id: check first, with a clear message.
     if (id < 0 || id >= size)
       throw Error("SentencePiece decode with '" + path_ + "': id " + std::to_string(id) +
                   " is outside the vocabulary [0, " + std::to_string(size) + ")");
-    line += std::to_string(id) + " ";
+    narrow.push_back(static_cast<int>(id));
   }
-  if (ids.empty()) return "";
-  const auto r = check_tool({"spm_decode", "--model=" + path_, "--input_format=id"}, line + "\n",
-                            "SentencePiece decode with '" + path_ + "'");
-  return strip_newline(r.out);
+  char* text = nullptr;
+  char* error = nullptr;
+  const int rc = spm_module().decode_ids(impl_->processor.get(), narrow.data(), narrow.size(),
+                                         &text, &error);
+  check(rc, error, "SentencePiece decode with '" + path_ + "'");
+  std::string out(text);
+  spm_module().free(text);
+  return out;
 }
 
 std::string SentencePieceTokenizer::decode_pieces(const std::vector<std::string>& pieces) const {
-  if (pieces.empty()) return "";
-  const auto r = check_tool({"spm_decode", "--model=" + path_, "--input_format=piece"},
-                            join(pieces, ' ') + "\n", "SentencePiece decode with '" + path_ + "'");
-  return strip_newline(r.out);
+  std::vector<const char*> raw;
+  raw.reserve(pieces.size());
+  for (const auto& piece : pieces) raw.push_back(piece.c_str());
+  char* text = nullptr;
+  char* error = nullptr;
+  const int rc =
+      spm_module().decode_pieces(impl_->processor.get(), raw.data(), raw.size(), &text, &error);
+  check(rc, error, "SentencePiece decode with '" + path_ + "'");
+  std::string out(text);
+  spm_module().free(text);
+  return out;
 }
 
 int64_t SentencePieceTokenizer::vocab_size() const {
@@ -378,14 +354,16 @@ void train_sentencepiece(const SentencePieceTrainOptions& options) {
 
   // SentencePieceTrainer re-splits its flags on whitespace: a value with a
   // space would silently become two flags, so refuse it.
-  std::vector<std::string> args = {"spm_train"};
+  std::string args;
   for (const auto& [name, value] : flags) {
     if (has_whitespace(value))
       throw Error("SentencePiece training: the value of --" + name + " ('" + value +
                   "') contains whitespace, which SentencePiece's flag parser cannot take");
-    args.push_back("--" + name + "=" + value);
+    args += (args.empty() ? "--" : " --") + name + "=" + value;
   }
-  check_tool(args, "", "SentencePiece training of '" + options.model_prefix + "' failed");
+  char* error = nullptr;
+  const int rc = spm_module().train(args.c_str(), &error);
+  check(rc, error, "SentencePiece training of '" + options.model_prefix + "' failed");
 }
 
 int64_t write_tsv_columns(const std::vector<std::string>& tsv_files,
