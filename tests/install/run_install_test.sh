@@ -76,12 +76,25 @@ else
   show "$logs/garden_experiments.err"
   fail "installed 'garden experiments' exited with status $status"
 fi
-# Not a failure (yet): where the installed binary finds its bundled data. It
-# should be the installation's share/garden/data, not the source tree.
+# The installed binary finds its bundled data in the installation's
+# share/garden/data, not in the source tree.
 iris_csv=$("$prefix/bin/garden" config --experiment=tabular/iris 2>/dev/null |
   sed -n 's/^ *input_path: *\(.*iris\.csv\)$/\1/p' | head -n 1 || true)
-if [[ -n "$iris_csv" && "$iris_csv" != "$prefix"/* ]]; then
-  say "note: installed garden reads tabular/iris data from '$iris_csv', outside $prefix"
+if [[ "$iris_csv" != "$prefix"/* ]]; then
+  fail "installed garden reads tabular/iris data from '$iris_csv', outside $prefix"
+fi
+
+# The installed library finds its SentencePiece module beside itself.
+say "running the installed garden spm train / encode"
+spm_dir="$work_dir/spm"
+mkdir -p "$spm_dir"
+if "$prefix/bin/garden" spm train --input="$prefix/share/garden/data/testdata/en_de_sample.tsv" \
+    --tsv_columns=0,1 --model_prefix="$spm_dir/m" --vocab_size=300 \
+    >"$logs/spm_train.out" 2>"$logs/spm_train.err"; then
+  pieces=$(echo "Delete the file" | "$prefix/bin/garden" spm encode --model="$spm_dir/m.model" --pieces)
+  [[ "$pieces" == *"file"* ]] || fail "installed 'garden spm encode' gave '$pieces'"
+else
+  fail "installed 'garden spm train' failed: $(tail -n 1 "$logs/spm_train.err")"
 fi
 
 # ---- build the example against the installation -----------------------------------
