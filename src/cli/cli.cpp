@@ -9,6 +9,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "garden/cli/bleu_command.h"
 #include "garden/cli/spm_command.h"
 #include "garden/cli/tfrecord_command.h"
 #include "garden/core/actions.h"
@@ -154,6 +155,7 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
     // Data tools: their work runs in CLI11 callbacks during parse().
     add_tfrecord_command(app);
     add_spm_command(app);
+    add_bleu_command(app);
 
     try {
       app.parse(argc, argv);

@@ -1,0 +1,32 @@
+// Token-level cross-entropy with label smoothing for sequence models, after
+// Model Garden's padded_cross_entropy_loss (official/legacy/transformer/
+// metrics.py), as used by official/nlp/tasks/translation.py.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace garden::nlp {
+
+struct PaddedCrossEntropy {
+  at::Tensor token_losses;  // [batch, length], 0 at padding (Model Garden's xentropy * weights)
+  at::Tensor weights;       // [batch, length], 1 for real labels, 0 for pad_id
+  at::Tensor loss_sum;      // scalar: token_losses.sum()
+  at::Tensor weight_sum;    // scalar: weights.sum()
+  // What the translation task minimizes: loss_sum / weight_sum.
+  at::Tensor mean() const;
+};
+
+// logits [batch, length, vocab] (any float dtype; the result has the same
+// dtype), labels [batch, length] integer ids. The soft target puts
+// confidence = 1 - smoothing on the label and smoothing / (vocab - 1) on every
+// other id; the cross-entropy against it has the soft target's own entropy
+// subtracted, so a perfect prediction costs 0 for any smoothing. Positions
+// whose label is pad_id get weight 0. Differentiable with respect to logits.
+// Unlike Model Garden, logits and labels must already have the same length
+// (it pads the shorter one).
+PaddedCrossEntropy padded_cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels,
+                                             double smoothing, int64_t pad_id = 0);
+
+}  // namespace garden::nlp

@@ -1,0 +1,234 @@
+// Model Garden's seq2seq Transformer (official/nlp/modeling/models/
+// seq2seq_transformer.py) and the layers it is built from, written by hand:
+// LibTorch 1.13's nn::Transformer has neither batch_first nor norm_first.
+//
+// Layout conventions used throughout:
+//   B batch (for decoding: batch x beam, flattened), S source length,
+//   T target length, D hidden size, H heads, Dh = D / H.
+//   Attention masks are ADDITIVE float tensors broadcastable to [B, H, T, S]:
+//   0 where attending is allowed, kMaskedValue where it is not.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+#include "garden/nlp/cache.h"
+
+namespace garden::nlp {
+
+// Added to the attention logits of disallowed positions. Finite (not -inf) so
+// a row with every key masked gives a uniform softmax instead of NaN.
+constexpr double kMaskedValue = -1e9;
+
+// The Cache (garden/nlp/cache.h) this model fills for incremental decoding. EVERY tensor has the
+// flattened batch x beam on dim 0, so beam search can reorder it with index_select(0, ...).
+// Entries:
+//   "layer_<i>/self_k", "layer_<i>/self_v": [B, H, t, Dh], the decoder
+//       self-attention keys/values of the t steps decoded so far. They GROW
+//       along dim 2 by one per decode_step (init_cache makes them t = 0).
+//   "layer_<i>/cross_k", "layer_<i>/cross_v": [B, H, S, Dh], cross-attention
+//       keys/values, computed once from the encoder outputs by init_cache.
+//   "encoder_padding_mask": [B, 1, 1, S] additive mask (0 real token,
+//       kMaskedValue padding).
+
+// Additive padding mask [B, 1, 1, S] for token ids [B, S]: `pad_id` is masked.
+at::Tensor padding_mask(const at::Tensor& ids, int64_t pad_id = 0,
+                        at::ScalarType dtype = at::kFloat);
+// Additive causal mask [1, 1, T, T]: position t attends to positions <= t.
+at::Tensor causal_mask(int64_t length, at::ScalarType dtype = at::kFloat);
+
+// Model Garden's RelativePositionEmbedding: [length, hidden_size] with
+// timescales min * (max/min)^(i / (hidden_size/2 - 1)), i < hidden_size/2, and
+// row p = concat(sin(p / timescale_i) for all i, cos(p / timescale_i) for all i)
+// (sin half first, then cos half; not interleaved). Positions start at `start`.
+at::Tensor relative_position_encoding(int64_t length, int64_t hidden_size, int64_t start = 0,
+                                      double min_timescale = 1.0, double max_timescale = 1.0e4,
+                                      at::ScalarType dtype = at::kFloat);
+
+struct AttentionOptions {
+  int64_t hidden_size = 512;
+  int64_t num_heads = 8;
+  // false: self-attention with one fused [D, 3D] QKV projection.
+  // true: cross-attention, a [D, D] query and a fused [D, 2D] key/value projection.
+  bool cross_attention = false;
+  bool use_bias = true;
+  double attention_dropout = 0.0;  // on the attention probabilities
+};
+
+// Multi-head scaled dot-product attention; all heads in batched matmuls.
+// The softmax runs in float32 (double stays double) whatever the input dtype.
+class MultiHeadAttentionImpl : public torch::nn::Module {
+ public:
+  explicit MultiHeadAttentionImpl(const AttentionOptions& options);
+
+  // Self-attention: query [B, T, D], mask broadcastable to [B, H, T, T] or undefined.
+  // Cross-attention: memory [B, S, D], mask broadcastable to [B, H, T, S].
+  // Returns [B, T, D].
+  at::Tensor forward(const at::Tensor& query, const at::Tensor& memory = {},
+                     const at::Tensor& mask = {});
+
+  // The pieces, for incremental decoding. All heads are [B, H, len, Dh].
+  // Self-attention only: q, k, v of x [B, T, D].
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> project_qkv(const at::Tensor& x);
+  // Cross-attention only: q of x, and k, v of memory.
+  at::Tensor project_q(const at::Tensor& x);
+  std::pair<at::Tensor, at::Tensor> project_kv(const at::Tensor& memory);
+  // softmax(q k^T / sqrt(Dh) + mask) v, heads merged and projected: [B, T, D].
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    const at::Tensor& mask);
+
+  const AttentionOptions& options() const { return options_; }
+  torch::nn::Linear qkv{nullptr};     // self-attention: [D] -> [3D] (q | k | v)
+  torch::nn::Linear query{nullptr};   // cross-attention: [D] -> [D]
+  torch::nn::Linear kv{nullptr};      // cross-attention: [D] -> [2D] (k | v)
+  torch::nn::Linear output{nullptr};  // [D] -> [D]
+
+ private:
+  // [B, T, n * D] -> n tensors [B, H, T, Dh].
+  std::vector<at::Tensor> split_heads(const at::Tensor& x, int64_t n) const;
+  AttentionOptions options_;
+  int64_t head_size_;
+};
+TORCH_MODULE(MultiHeadAttention);
+
+// Shared by the encoder and decoder blocks.
+struct TransformerBlockOptions {
+  int64_t hidden_size = 512;
+  int64_t num_heads = 8;
+  int64_t intermediate_size = 2048;
+  std::string activation = "relu";  // relu or gelu
+  double dropout_rate = 0.0;        // on each sublayer's output before the residual add
+  double attention_dropout_rate = 0.0;
+  double intermediate_dropout = 0.0;  // after the feed-forward activation
+  bool use_bias = true;
+  bool norm_first = false;  // true: pre-LN, x + f(LN(x)); false: post-LN, LN(x + f(x))
+  double norm_epsilon = 1e-6;
+};
+
+// Dense -> activation -> dropout -> dense; shared by both blocks.
+class FeedForwardImpl : public torch::nn::Module {
+ public:
+  explicit FeedForwardImpl(const TransformerBlockOptions& options);
+  at::Tensor forward(const at::Tensor& x);
+  torch::nn::Linear intermediate{nullptr}, output{nullptr};
+
+ private:
+  bool gelu_;
+  double dropout_;
+};
+TORCH_MODULE(FeedForward);
+
+// Model Garden's TransformerEncoderBlock: self-attention then feed-forward.
+class TransformerEncoderBlockImpl : public torch::nn::Module {
+ public:
+  explicit TransformerEncoderBlockImpl(const TransformerBlockOptions& options);
+  // x [B, S, D], mask additive [B, 1, 1, S] (or undefined) -> [B, S, D].
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& mask = {});
+
+  MultiHeadAttention self_attention{nullptr};
+  torch::nn::LayerNorm self_attention_norm{nullptr};
+  FeedForward feed_forward{nullptr};
+  torch::nn::LayerNorm output_norm{nullptr};
+
+ private:
+  TransformerBlockOptions options_;
+};
+TORCH_MODULE(TransformerEncoderBlock);
+
+// Model Garden's TransformerDecoderBlock: causal self-attention, cross
+// attention to the encoder outputs, then feed-forward.
+class TransformerDecoderBlockImpl : public torch::nn::Module {
+ public:
+  explicit TransformerDecoderBlockImpl(const TransformerBlockOptions& options);
+  // x [B, T, D], memory [B, S, D], self_mask e.g. causal_mask(T), cross_mask
+  // e.g. padding_mask(src) -> [B, T, D].
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& memory, const at::Tensor& self_mask,
+                     const at::Tensor& cross_mask);
+  // One decoding step: x [B, 1, D]. self_k/self_v [B, H, t, Dh] are replaced by
+  // their extension with this step's keys/values ([B, H, t + 1, Dh]).
+  at::Tensor forward_step(const at::Tensor& x, at::Tensor& self_k, at::Tensor& self_v,
+                          const at::Tensor& cross_k, const at::Tensor& cross_v,
+                          const at::Tensor& cross_mask);
+
+  MultiHeadAttention self_attention{nullptr};
+  torch::nn::LayerNorm self_attention_norm{nullptr};
+  MultiHeadAttention cross_attention{nullptr};
+  torch::nn::LayerNorm cross_attention_norm{nullptr};
+  FeedForward feed_forward{nullptr};
+  torch::nn::LayerNorm output_norm{nullptr};
+
+ private:
+  TransformerBlockOptions options_;
+};
+TORCH_MODULE(TransformerDecoderBlock);
+
+struct Seq2SeqTransformerOptions {
+  int64_t vocab_size = 32000;
+  int64_t hidden_size = 512;  // also the embedding width
+  int64_t num_layers = 6;     // encoder layers and decoder layers each
+  int64_t num_heads = 8;
+  int64_t intermediate_size = 2048;
+  std::string activation = "relu";
+  double dropout_rate = 0.1;  // also on embeddings + positions
+  double attention_dropout_rate = 0.1;
+  double intermediate_dropout = 0.1;
+  bool use_bias = true;
+  bool norm_first = true;  // pre-LN, with final layer norms on both stacks
+  double norm_epsilon = 1e-6;
+  int64_t pad_id = 0;
+
+  TransformerBlockOptions block_options() const;
+};
+
+struct EncoderOutput {
+  at::Tensor outputs;       // [B, S, D]
+  at::Tensor padding_mask;  // [B, 1, 1, S] additive
+};
+
+// Encoder-decoder Transformer with one embedding shared by the source, the
+// target and the output projection (logits = hidden @ embedding^T).
+// Embeddings are scaled by sqrt(D) and zeroed at pad_id, as in Model Garden.
+class Seq2SeqTransformerImpl : public torch::nn::Module {
+ public:
+  explicit Seq2SeqTransformerImpl(const Seq2SeqTransformerOptions& options);
+
+  // src_ids [B, S] (int64, pad_id padding).
+  EncoderOutput encode(const at::Tensor& src_ids);
+  // Decoder hidden states before the tied projection: [B, T, D].
+  at::Tensor decode(const at::Tensor& tgt_in, const EncoderOutput& encoded);
+  // Teacher forcing: tgt_in [B, T] is the already shifted decoder input.
+  // Returns logits [B, T, V].
+  at::Tensor forward(const at::Tensor& src_ids, const at::Tensor& tgt_in);
+
+  // Incremental decoding (see Cache for the format). init_cache needs
+  // encoded.outputs to already have `batch` rows (tile for beams first).
+  Cache init_cache(const EncoderOutput& encoded, int64_t batch);
+  // ids_at_step [B]: the decoder input at position `step` (0-based);
+  // returns logits [B, V] for position `step` and extends the cache.
+  at::Tensor decode_step(const at::Tensor& ids_at_step, int64_t step, Cache& cache);
+
+  const Seq2SeqTransformerOptions& options() const { return options_; }
+  torch::nn::Embedding embedding{nullptr};  // [V, D]; also the output projection
+  std::vector<TransformerEncoderBlock> encoder_layers;
+  std::vector<TransformerDecoderBlock> decoder_layers;
+  torch::nn::LayerNorm encoder_norm{nullptr};  // only when norm_first
+  torch::nn::LayerNorm decoder_norm{nullptr};  // only when norm_first
+
+ private:
+  // Scaled, pad-zeroed embeddings plus positions from `start`, then dropout.
+  at::Tensor embed(const at::Tensor& ids, int64_t start);
+  at::Tensor project(const at::Tensor& hidden);
+  Seq2SeqTransformerOptions options_;
+};
+TORCH_MODULE(Seq2SeqTransformer);
+
+}  // namespace garden::nlp

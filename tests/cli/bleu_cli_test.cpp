@@ -1,0 +1,103 @@
+// Tests of `garden bleu ...` as a user meets it: the real binary (GARDEN_CLI_PATH) run
+// through the shell, stdout and stderr captured in files, exit status checked.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void spit(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+struct CliRun {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+class BleuCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) /
+           ("garden_bleu_cli_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    // sacreBLEU's README example: one hypothesis file, two reference streams.
+    spit(path("hyp.txt"),
+         "The dog bit the man.\nIt wasn't surprising.\nThe man had just bitten him.\n");
+    spit(path("ref1.txt"),
+         "The dog bit the man.\nIt was not unexpected.\nThe man bit him first.\n");
+    spit(path("ref2.txt"),
+         "The dog had bit the man.\nNo one was surprised.\nThe man had bitten the dog.\n");
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+
+  // Runs `garden <args>` (args already shell-quoted where needed).
+  CliRun garden(const std::string& args) {
+    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    const std::string command = std::string("'") + GARDEN_CLI_PATH + "' " + args + " >'" +
+                                out.string() + "' 2>'" + err.string() + "'";
+    const int raw = std::system(command.c_str());
+    CliRun run;
+    run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    run.out = slurp(out);
+    run.err = slurp(err);
+    return run;
+  }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+TEST_F(BleuCliTest, PrintsSacrebleuLineForReadmeExample) {
+  const CliRun run = garden("bleu --hypothesis '" + path("hyp.txt") + "' --reference '" +
+                            path("ref1.txt") + "' --reference '" + path("ref2.txt") + "'");
+  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(run.out,
+            "BLEU = 48.53 82.4/50.0/45.5/37.5 (BP = 0.943 ratio = 0.944 hyp_len = 17 "
+            "ref_len = 18)\n");
+}
+
+TEST_F(BleuCliTest, LowercaseAndTokenizeFlags) {
+  spit(path("upper.txt"), "THE CAT SAT DOWN\n");
+  spit(path("lower.txt"), "the cat sat down\n");
+  const CliRun run = garden("bleu --hypothesis '" + path("upper.txt") + "' --reference '" +
+                            path("lower.txt") + "' --tokenize intl --lowercase");
+  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(run.out,
+            "BLEU = 100.00 100.0/100.0/100.0/100.0 (BP = 1.000 ratio = 1.000 hyp_len = 4 "
+            "ref_len = 4)\n");
+}
+
+TEST_F(BleuCliTest, MismatchedLineCountsFailInOneLine) {
+  spit(path("short.txt"), "The dog bit the man.\n");
+  const CliRun run =
+      garden("bleu --hypothesis '" + path("hyp.txt") + "' --reference '" + path("short.txt") + "'");
+  EXPECT_NE(run.status, 0);
+  EXPECT_EQ(run.out, "");
+  EXPECT_EQ(run.err, "garden: error: hypothesis '" + path("hyp.txt") +
+                         "' has 3 lines but reference '" + path("short.txt") + "' has 1\n");
+}
+
+}  // namespace

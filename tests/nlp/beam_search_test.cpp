@@ -1,0 +1,309 @@
+// sequence_beam_search against exhaustive search on a toy "model": a fixed
+// random table of next-token log-probabilities indexed by example, step and
+// previous token, with Model Garden's EOS and length-normalization rules.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "garden/nlp/beam_search.h"
+
+namespace {
+
+using garden::nlp::BeamSearchResult;
+using garden::nlp::Cache;
+using garden::nlp::greedy_decode;
+using garden::nlp::length_normalization;
+using garden::nlp::sequence_beam_search;
+using garden::nlp::SymbolsToLogitsFn;
+
+constexpr int64_t kVocab = 5;
+constexpr int64_t kEos = 1;
+
+// Log-probabilities [examples, steps, prev token, next token].
+at::Tensor random_table(int64_t examples, int64_t steps, uint64_t seed) {
+  torch::manual_seed(seed);
+  return torch::log_softmax(torch::randn({examples, steps, kVocab, kVocab}, torch::kDouble) * 2.0,
+                            -1);
+}
+
+// The model reads its example index from cache["example"], so a row that
+// does not follow its beam's example would read the wrong table.
+SymbolsToLogitsFn table_model(const at::Tensor& table, int* calls = nullptr) {
+  return [table, calls](const at::Tensor& ids, int64_t step, Cache& cache) {
+    if (calls != nullptr) ++*calls;
+    const at::Tensor prev = ids.select(1, ids.size(1) - 1);
+    return table.select(1, step).index({cache.at("example"), prev});
+  };
+}
+
+Cache example_cache(const std::vector<int64_t>& examples) {
+  return {{"example", torch::tensor(examples, torch::kLong)}};
+}
+
+struct Scored {
+  double score = -std::numeric_limits<double>::infinity();
+  std::vector<int64_t> tokens;  // generated tokens, EOS last
+};
+
+// Every sequence that ends with its first EOS within max_length tokens.
+Scored exhaustive_best(const at::Tensor& table, int64_t example, int64_t initial_id,
+                       int64_t max_length, double alpha) {
+  auto lp = table.select(0, example);
+  Scored best;
+  std::vector<int64_t> tokens;
+  std::function<void(int64_t, double)> visit = [&](int64_t prev, double log_prob) {
+    const int64_t step = static_cast<int64_t>(tokens.size());
+    if (step == max_length) return;
+    for (int64_t token = 0; token < kVocab; ++token) {
+      const double next = log_prob + lp[step][prev][token].item<double>();
+      tokens.push_back(token);
+      if (token == kEos) {
+        const double score = next / length_normalization(alpha, step + 1);
+        if (score > best.score) best = {score, tokens};
+      } else {
+        visit(token, next);
+      }
+      tokens.pop_back();
+    }
+  };
+  visit(initial_id, 0.0);
+  return best;
+}
+
+// Log-probability of a decoded row [initial, t1, ..., (EOS, 0, ...)] and the
+// number of generated tokens up to and including the first EOS.
+std::pair<double, int64_t> row_log_prob(const at::Tensor& table, int64_t example,
+                                        const at::Tensor& row) {
+  double log_prob = 0.0;
+  int64_t prev = row[0].item<int64_t>();
+  for (int64_t i = 1; i < row.size(0); ++i) {
+    const int64_t token = row[i].item<int64_t>();
+    log_prob += table[example][i - 1][prev][token].item<double>();
+    if (token == kEos) return {log_prob, i};
+    prev = token;
+  }
+  return {log_prob, row.size(0) - 1};
+}
+
+std::vector<int64_t> to_vector(const at::Tensor& t) {
+  const at::Tensor c = t.to(torch::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+at::Tensor pad_to(const at::Tensor& sequences, int64_t length) {
+  return torch::constant_pad_nd(sequences, {0, length - sequences.size(-1)}, 0);
+}
+
+TEST(SequenceBeamSearch, FullBeamMatchesExhaustiveSearch) {
+  const int64_t max_length = 4;
+  // 4 non-EOS tokens, so at most 4^3 alive prefixes: a beam of 64 never drops
+  // one and must find the exact optimum.
+  const int64_t beam = 64;
+  const std::vector<int64_t> initial = {0, 3, 2};
+  for (uint64_t seed : {1, 2, 3}) {
+    const at::Tensor table = random_table(3, max_length, seed);
+    for (double alpha : {0.0, 0.6, 1.5}) {
+      const BeamSearchResult result =
+          sequence_beam_search(table_model(table), torch::tensor(initial), example_cache({0, 1, 2}),
+                               kVocab, beam, alpha, max_length, kEos);
+      ASSERT_EQ(result.sequences.size(1), beam);
+      for (int64_t e = 0; e < 3; ++e) {
+        const Scored best = exhaustive_best(table, e, initial[e], max_length, alpha);
+        const at::Tensor top = result.sequences[e][0];
+        std::vector<int64_t> expected = {initial[e]};
+        expected.insert(expected.end(), best.tokens.begin(), best.tokens.end());
+        expected.resize(top.size(0), 0);  // 0 after EOS
+        EXPECT_EQ(to_vector(top), expected) << "seed " << seed << " alpha " << alpha;
+        EXPECT_NEAR(result.scores[e][0].item<double>(), best.score, 1e-9);
+      }
+    }
+  }
+}
+
+TEST(SequenceBeamSearch, ScoresAreSortedAndRecomputable) {
+  const int64_t max_length = 5;
+  const double alpha = 0.6;
+  const at::Tensor table = random_table(2, max_length, 7);
+  const BeamSearchResult result =
+      sequence_beam_search(table_model(table), torch::tensor(std::vector<int64_t>{0, 4}),
+                           example_cache({0, 1}), kVocab, 3, alpha, max_length, kEos);
+  for (int64_t e = 0; e < 2; ++e) {
+    for (int64_t k = 0; k < 3; ++k) {
+      const double score = result.scores[e][k].item<double>();
+      if (k > 0) {
+        EXPECT_LE(score, result.scores[e][k - 1].item<double>());
+      }
+      if (score < -1e6) continue;  // an unfilled finished slot
+      const auto [log_prob, length] = row_log_prob(table, e, result.sequences[e][k]);
+      EXPECT_NEAR(score, log_prob / length_normalization(alpha, length), 1e-9);
+    }
+  }
+}
+
+TEST(SequenceBeamSearch, BeamOneEqualsGreedyArgmax) {
+  const int64_t max_length = 6;
+  for (uint64_t seed : {11, 12, 13}) {
+    for (int64_t eos_step : {2, 100}) {  // EOS wins at step 2, or never
+      torch::manual_seed(seed);
+      at::Tensor logits = torch::randn({3, max_length, kVocab, kVocab}, torch::kDouble);
+      logits.select(3, kEos).fill_(-20.0);
+      if (eos_step < max_length) logits.select(1, eos_step).select(2, kEos).fill_(20.0);
+      const at::Tensor table = torch::log_softmax(logits, -1);
+      const at::Tensor initial = torch::tensor(std::vector<int64_t>{0, 2, 4});
+      const BeamSearchResult beam = sequence_beam_search(
+          table_model(table), initial, example_cache({0, 1, 2}), kVocab, 1, 0.0, max_length, kEos);
+      const BeamSearchResult greedy =
+          greedy_decode(table_model(table), initial, example_cache({0, 1, 2}), max_length, kEos);
+      const int64_t length = std::max(beam.sequences.size(2), greedy.sequences.size(2));
+      EXPECT_TRUE(pad_to(beam.sequences, length).equal(pad_to(greedy.sequences, length)));
+      EXPECT_TRUE(torch::allclose(beam.scores, greedy.scores, 1e-12, 1e-12));
+
+      // Greedy itself is the step-by-step argmax path.
+      for (int64_t e = 0; e < 3; ++e) {
+        int64_t prev = initial[e].item<int64_t>();
+        double log_prob = 0.0;
+        for (int64_t step = 0; step < max_length; ++step) {
+          const int64_t token = table[e][step][prev].argmax().item<int64_t>();
+          log_prob += table[e][step][prev][token].item<double>();
+          EXPECT_EQ(greedy.sequences[e][0][step + 1].item<int64_t>(), token);
+          if (token == kEos) break;
+          prev = token;
+        }
+        EXPECT_NEAR(greedy.scores[e][0].item<double>(), log_prob, 1e-12);
+      }
+    }
+  }
+}
+
+TEST(SequenceBeamSearch, EosFinishesASequence) {
+  const int64_t max_length = 8;
+  const double alpha = 0.6;
+  torch::manual_seed(41);
+  // Make [3, EOS] overwhelmingly likely from initial id 0.
+  at::Tensor logits = torch::randn({1, max_length, kVocab, kVocab}, torch::kDouble);
+  logits[0][0][0][3] = 12.0;
+  logits[0][1][3][kEos] = 12.0;
+  const at::Tensor table = torch::log_softmax(logits, -1);
+  int calls = 0;
+  const BeamSearchResult result =
+      sequence_beam_search(table_model(table, &calls), torch::tensor(std::vector<int64_t>{0}),
+                           example_cache({0}), kVocab, 2, alpha, max_length, kEos);
+  const at::Tensor best = result.sequences[0][0];
+  EXPECT_EQ(best[1].item<int64_t>(), 3);
+  EXPECT_EQ(best[2].item<int64_t>(), kEos);
+  // Tokens after EOS are padding, and the score is the one it finished with.
+  EXPECT_EQ(best.slice(0, 3).abs().sum().item<int64_t>(), 0);
+  const double log_prob = table[0][0][0][3].item<double>() + table[0][1][3][kEos].item<double>();
+  EXPECT_NEAR(result.scores[0][0].item<double>(), log_prob / length_normalization(alpha, 2), 1e-12);
+  // The search stops as soon as no alive sequence can beat the worst finished
+  // one; with a single beam that is right after [3, EOS] finishes.
+  calls = 0;
+  const BeamSearchResult single =
+      sequence_beam_search(table_model(table, &calls), torch::tensor(std::vector<int64_t>{0}),
+                           example_cache({0}), kVocab, 1, alpha, max_length, kEos);
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(to_vector(single.sequences[0][0]), (std::vector<int64_t>{0, 3, kEos}));
+  for (int64_t k = 0; k < 2; ++k) {
+    const std::vector<int64_t> row = to_vector(result.sequences[0][k]);
+    bool after_eos = false;
+    for (size_t i = 1; i < row.size(); ++i) {
+      if (after_eos) {
+        EXPECT_EQ(row[i], 0);
+      }
+      after_eos = after_eos || row[i] == kEos;
+    }
+  }
+}
+
+TEST(SequenceBeamSearch, BatchEqualsEachExampleAlone) {
+  const int64_t max_length = 5;
+  const int64_t beam = 3;
+  const double alpha = 0.6;
+  const at::Tensor table = random_table(3, max_length, 21);
+  const std::vector<int64_t> initial = {2, 0, 4};
+  const BeamSearchResult batch =
+      sequence_beam_search(table_model(table), torch::tensor(initial), example_cache({0, 1, 2}),
+                           kVocab, beam, alpha, max_length, kEos);
+  for (int64_t e = 0; e < 3; ++e) {
+    const BeamSearchResult alone =
+        sequence_beam_search(table_model(table), torch::tensor(std::vector<int64_t>{initial[e]}),
+                             example_cache({e}), kVocab, beam, alpha, max_length, kEos);
+    const int64_t length = std::max(batch.sequences.size(2), alone.sequences.size(2));
+    for (int64_t k = 0; k < beam; ++k) {
+      // A longer batch run may fill finished slots the lone run left empty.
+      if (alone.scores[0][k].item<double>() < -1e6) continue;
+      EXPECT_TRUE(
+          pad_to(alone.sequences[0][k], length).equal(pad_to(batch.sequences[e][k], length)))
+          << "example " << e << " beam " << k;
+      EXPECT_NEAR(alone.scores[0][k].item<double>(), batch.scores[e][k].item<double>(), 1e-12);
+    }
+  }
+}
+
+TEST(SequenceBeamSearch, CacheRowsFollowTheirBeams) {
+  const int64_t max_length = 5;
+  const int64_t beam = 3;
+  const at::Tensor table = random_table(2, max_length, 31);
+  const SymbolsToLogitsFn base = table_model(table);
+  int mismatches = 0;
+  int calls = 0;
+  // The cache holds what this row decoded before the current step, and the
+  // initial id of its example; both must match the ids the search passes in.
+  SymbolsToLogitsFn model = [&](const at::Tensor& ids, int64_t step, Cache& cache) {
+    ++calls;
+    EXPECT_EQ(ids.size(0), 2 * beam);
+    if (!cache.at("history").equal(ids.slice(1, 0, step))) ++mismatches;
+    if (!cache.at("initial").equal(ids.select(1, 0))) ++mismatches;
+    cache["history"] = ids.clone();
+    return base(ids, step, cache);
+  };
+  const std::vector<int64_t> initial = {0, 3};
+  Cache cache = example_cache({0, 1});
+  cache["history"] = torch::zeros({2, 0}, torch::kLong);
+  cache["initial"] = torch::tensor(initial);
+  sequence_beam_search(model, torch::tensor(initial), cache, kVocab, beam, 0.6, max_length, kEos);
+  EXPECT_GT(calls, 1);
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST(SequenceBeamSearch, MaxDecodeLengthIsRespected) {
+  const int64_t max_length = 3;
+  const double alpha = 1.0;
+  torch::manual_seed(51);
+  at::Tensor logits = torch::randn({2, max_length, kVocab, kVocab}, torch::kDouble);
+  logits.select(3, kEos).fill_(-30.0);  // nothing ever finishes
+  const at::Tensor table = torch::log_softmax(logits, -1);
+  std::vector<int64_t> steps;
+  const SymbolsToLogitsFn base = table_model(table);
+  SymbolsToLogitsFn model = [&](const at::Tensor& ids, int64_t step, Cache& cache) {
+    steps.push_back(step);
+    return base(ids, step, cache);
+  };
+  const BeamSearchResult result =
+      sequence_beam_search(model, torch::tensor(std::vector<int64_t>{0, 2}), example_cache({0, 1}),
+                           kVocab, 2, alpha, max_length, kEos);
+  EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(result.sequences.sizes(), (std::vector<int64_t>{2, 2, max_length + 1}));
+  // Nothing finished: the alive sequences come back with raw log-probabilities.
+  for (int64_t e = 0; e < 2; ++e) {
+    for (int64_t k = 0; k < 2; ++k) {
+      const auto [log_prob, length] = row_log_prob(table, e, result.sequences[e][k]);
+      EXPECT_EQ(length, max_length);
+      EXPECT_NEAR(result.scores[e][k].item<double>(), log_prob, 1e-12);
+    }
+  }
+
+  const BeamSearchResult none =
+      sequence_beam_search(model, torch::tensor(std::vector<int64_t>{0, 2}), example_cache({0, 1}),
+                           kVocab, 2, alpha, 0, kEos);
+  EXPECT_EQ(none.sequences.sizes(), (std::vector<int64_t>{2, 2, 1}));
+  EXPECT_EQ(steps.size(), 3u);
+}
+
+}  // namespace

@@ -1,0 +1,120 @@
+// padded_cross_entropy_loss against a hand computation in double of Model
+// Garden's label-smoothed cross-entropy (official/legacy/transformer/metrics.py).
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <vector>
+
+#include "garden/nlp/losses.h"
+
+namespace {
+
+using garden::nlp::padded_cross_entropy_loss;
+
+// Builds the explicit soft targets and sums -target * log_softmax by hand.
+double hand_token_loss(const std::vector<double>& logits, int64_t label, double smoothing) {
+  const size_t vocab = logits.size();
+  double max_logit = logits[0];
+  for (double l : logits) max_logit = std::max(max_logit, l);
+  double norm = 0.0;
+  for (double l : logits) norm += std::exp(l - max_logit);
+  const double log_norm = max_logit + std::log(norm);
+  const double confidence = 1.0 - smoothing;
+  const double low = smoothing / static_cast<double>(vocab - 1);
+  double xent = 0.0;
+  for (size_t v = 0; v < vocab; ++v) {
+    const double target = static_cast<int64_t>(v) == label ? confidence : low;
+    xent -= target * (logits[v] - log_norm);
+  }
+  const double constant = -(confidence * std::log(confidence) +
+                            static_cast<double>(vocab - 1) * low * std::log(low + 1e-20));
+  return xent - constant;
+}
+
+const std::vector<std::vector<std::vector<double>>> kLogits = {
+    {{1.0, -0.5, 2.0, 0.3}, {0.0, 0.1, -1.2, 0.7}, {3.0, 1.0, -2.0, 0.5}},
+    {{-0.3, 0.8, 0.2, 1.5}, {2.2, -1.0, 0.4, 0.0}, {0.6, 0.6, 0.1, -0.9}}};
+const std::vector<std::vector<int64_t>> kLabels = {{2, 3, 0}, {1, 0, 0}};  // 0 is padding
+
+at::Tensor logits_tensor() {
+  std::vector<double> flat;
+  for (const auto& row : kLogits)
+    for (const auto& step : row) flat.insert(flat.end(), step.begin(), step.end());
+  return torch::tensor(flat, torch::kDouble).view({2, 3, 4});
+}
+
+at::Tensor labels_tensor() {
+  return torch::tensor(std::vector<int64_t>{2, 3, 0, 1, 0, 0}, torch::kLong).view({2, 3});
+}
+
+TEST(PaddedCrossEntropyLoss, MatchesHandComputationWithSmoothing) {
+  const double smoothing = 0.1;
+  const auto loss = padded_cross_entropy_loss(logits_tensor(), labels_tensor(), smoothing);
+  double expected_sum = 0.0;
+  double expected_weight = 0.0;
+  for (size_t b = 0; b < kLabels.size(); ++b) {
+    for (size_t t = 0; t < kLabels[b].size(); ++t) {
+      const bool real = kLabels[b][t] != 0;
+      const double expected = real ? hand_token_loss(kLogits[b][t], kLabels[b][t], smoothing) : 0.0;
+      EXPECT_NEAR(loss.token_losses[b][t].item<double>(), expected, 1e-12) << b << "," << t;
+      EXPECT_DOUBLE_EQ(loss.weights[b][t].item<double>(), real ? 1.0 : 0.0);
+      expected_sum += expected;
+      expected_weight += real ? 1.0 : 0.0;
+    }
+  }
+  EXPECT_NEAR(loss.loss_sum.item<double>(), expected_sum, 1e-12);
+  EXPECT_DOUBLE_EQ(loss.weight_sum.item<double>(), 3.0);
+  EXPECT_NEAR(loss.mean().item<double>(), expected_sum / expected_weight, 1e-12);
+}
+
+TEST(PaddedCrossEntropyLoss, PadPositionsAreIgnored) {
+  // Changing the logits where the label is padding changes nothing, and the
+  // gradient there is zero.
+  at::Tensor logits = logits_tensor().requires_grad_();
+  const auto loss = padded_cross_entropy_loss(logits, labels_tensor(), 0.1);
+  loss.loss_sum.backward();
+  const at::Tensor pad_mask = labels_tensor().eq(0);
+  EXPECT_EQ(logits.grad().index({pad_mask}).abs().max().item<double>(), 0.0);
+
+  at::Tensor perturbed = logits_tensor().clone();
+  perturbed.index_put_({pad_mask},
+                       torch::randn({pad_mask.sum().item<int64_t>(), 4}, torch::kDouble) * 10.0);
+  const auto other = padded_cross_entropy_loss(perturbed, labels_tensor(), 0.1);
+  EXPECT_NEAR(other.loss_sum.item<double>(), loss.loss_sum.item<double>(), 1e-12);
+}
+
+TEST(PaddedCrossEntropyLoss, CustomPadId) {
+  const auto loss = padded_cross_entropy_loss(logits_tensor(), labels_tensor(), 0.0, /*pad_id=*/3);
+  // Only label 3 (at [0][1]) is padding now; the zeros count.
+  EXPECT_DOUBLE_EQ(loss.weight_sum.item<double>(), 5.0);
+  EXPECT_EQ(loss.token_losses[0][1].item<double>(), 0.0);
+}
+
+TEST(PaddedCrossEntropyLoss, NoSmoothingEqualsPlainCrossEntropy) {
+  const at::Tensor logits = logits_tensor();
+  const at::Tensor labels = labels_tensor();
+  const auto loss = padded_cross_entropy_loss(logits, labels, 0.0);
+  const at::Tensor plain = torch::nn::functional::cross_entropy(
+      logits.view({-1, 4}), labels.view({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+  const at::Tensor expected = plain.view({2, 3}) * labels.ne(0).to(torch::kDouble);
+  EXPECT_TRUE(torch::allclose(loss.token_losses, expected, 1e-12, 1e-12));
+}
+
+TEST(PaddedCrossEntropyLoss, PerfectPredictionCostsZeroAndFloatWorks) {
+  // Logits whose softmax is exactly the soft target give 0 loss.
+  const double smoothing = 0.2;
+  const double low = smoothing / 3.0;
+  std::vector<float> row = {static_cast<float>(std::log(low)), static_cast<float>(std::log(low)),
+                            static_cast<float>(std::log(1.0 - smoothing)),
+                            static_cast<float>(std::log(low))};
+  const at::Tensor logits = torch::tensor(row).view({1, 1, 4});
+  const at::Tensor labels = torch::tensor(std::vector<int64_t>{2}).view({1, 1});
+  const auto loss = padded_cross_entropy_loss(logits, labels, smoothing);
+  EXPECT_EQ(loss.loss_sum.scalar_type(), torch::kFloat);
+  EXPECT_NEAR(loss.loss_sum.item<double>(), 0.0, 1e-6);
+}
+
+}  // namespace
