@@ -11,34 +11,20 @@
 #include <iterator>
 #include <string>
 
+#include "cli/cli_fixture.h"
+
 namespace {
+
+using garden_test::CliRun;
+using garden_test::slurp;
+using garden_test::spit;
 
 namespace fs = std::filesystem;
 
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void spit(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-}
-
-struct CliRun {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
-
-class BleuCliTest : public ::testing::Test {
+class BleuCliTest : public garden_test::CliFixture {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) /
-           ("garden_bleu_cli_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    CliFixture::SetUp();
     // sacreBLEU's README example: one hypothesis file, two reference streams.
     spit(path("hyp.txt"),
          "The dog bit the man.\nIt wasn't surprising.\nThe man had just bitten him.\n");
@@ -47,27 +33,6 @@ class BleuCliTest : public ::testing::Test {
     spit(path("ref2.txt"),
          "The dog had bit the man.\nNo one was surprised.\nThe man had bitten the dog.\n");
   }
-  void TearDown() override {
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
-
-  // Runs `garden <args>` (args already shell-quoted where needed).
-  CliRun garden(const std::string& args) {
-    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string command = std::string("'") + GARDEN_CLI_PATH + "' " + args + " >'" +
-                                out.string() + "' 2>'" + err.string() + "'";
-    const int raw = std::system(command.c_str());
-    CliRun run;
-    run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    run.out = slurp(out);
-    run.err = slurp(err);
-    return run;
-  }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
 };
 
 TEST_F(BleuCliTest, PrintsSacrebleuLineForReadmeExample) {
