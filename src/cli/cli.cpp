@@ -14,6 +14,7 @@
 #include "garden/cli/tfrecord_command.h"
 #include "garden/core/actions.h"
 #include "garden/core/builtins.h"
+#include "garden/core/checkpoint.h"
 #include "garden/core/config/registry.h"
 #include "garden/core/config/yaml_io.h"
 #include "garden/core/error.h"
@@ -78,6 +79,8 @@ int run_train(const ExperimentFlags& flags, const std::string& mode, const std::
   namespace fs = std::filesystem;
   const bool trained = mode.rfind("train", 0) == 0;
   std::cout << "\nmodel_dir:   " << fs::absolute(model_dir).string() << "\n";
+  if (const auto checkpoint = latest_checkpoint(model_dir))
+    std::cout << "checkpoint:  " << fs::absolute(*checkpoint).string() << "\n";
   if (trained) std::cout << "params.yaml: " << (fs::absolute(model_dir) / "params.yaml").string() << "\n";
   std::cout << "summaries:   tensorboard --logdir " << fs::absolute(model_dir).string() << "\n";
   if (!logs.empty()) {
