@@ -1,5 +1,7 @@
 #include "garden/data/example.h"
 
+#include "garden/data/encoding.h"
+
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <torch/torch.h>
@@ -18,86 +20,11 @@ namespace {
 
 using Kind = FeatureValue::Kind;
 
-// ---- base64 and UTF-8, for bytes features in JSON
-
-constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-std::string base64_encode(const std::string& in) {
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  for (size_t i = 0; i < in.size(); i += 3) {
-    uint32_t n = static_cast<unsigned char>(in[i]) << 16;
-    if (i + 1 < in.size()) n |= static_cast<unsigned char>(in[i + 1]) << 8;
-    if (i + 2 < in.size()) n |= static_cast<unsigned char>(in[i + 2]);
-    out.push_back(kBase64[(n >> 18) & 63]);
-    out.push_back(kBase64[(n >> 12) & 63]);
-    out.push_back(i + 1 < in.size() ? kBase64[(n >> 6) & 63] : '=');
-    out.push_back(i + 2 < in.size() ? kBase64[n & 63] : '=');
-  }
-  return out;
-}
-
 // Returns false for anything but padded standard base64.
-bool base64_decode(const std::string& in, std::string& out) {
-  if (in.size() % 4 != 0) return false;
-  out.clear();
-  for (size_t i = 0; i < in.size(); i += 4) {
-    uint32_t n = 0;
-    int pad = 0;
-    for (size_t j = 0; j < 4; ++j) {
-      const char c = in[i + j];
-      int v;
-      if (c == '=' && i + 4 == in.size() && j >= 2) {
-        v = 0;
-        ++pad;
-      } else {
-        if (pad > 0) return false;  // data after padding
-        const char* at = std::char_traits<char>::find(kBase64, 64, c);
-        if (at == nullptr || c == '\0') return false;
-        v = static_cast<int>(at - kBase64);
-      }
-      n = (n << 6) | static_cast<uint32_t>(v);
-    }
-    out.push_back(static_cast<char>((n >> 16) & 0xFF));
-    if (pad < 2) out.push_back(static_cast<char>((n >> 8) & 0xFF));
-    if (pad < 1) out.push_back(static_cast<char>(n & 0xFF));
-  }
-  return true;
-}
 
 // JSON strings must be UTF-8 (nlohmann refuses to dump anything else).
 bool valid_utf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t extra;
-    uint32_t cp;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      extra = 1;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      extra = 2;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      extra = 3;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (s.size() - i <= extra) return false;
-    for (size_t k = 1; k <= extra; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
-    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += extra + 1;
-  }
-  return true;
+  return unicode::invalid_utf8_offset(s) == std::string_view::npos;
 }
 
 // The shortest decimal that reads back as the same float, as a double: 0.1f is written

@@ -1,5 +1,7 @@
 #include "garden/data/pipeline.h"
 
+#include "garden/data/encoding.h"
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -53,45 +55,6 @@ uint64_t mix_seed(uint64_t seed, uint64_t stream) {
   return z ^ (z >> 31);
 }
 
-const char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-std::string base64_encode(const std::string& in) {
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const uint32_t v =
-        (uint32_t(uint8_t(in[i])) << 16) | (uint32_t(uint8_t(in[i + 1])) << 8) | uint8_t(in[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out += kBase64[(v >> s) & 63];
-  }
-  if (i < in.size()) {
-    uint32_t v = uint32_t(uint8_t(in[i])) << 16;
-    if (i + 1 < in.size()) v |= uint32_t(uint8_t(in[i + 1])) << 8;
-    out += kBase64[(v >> 18) & 63];
-    out += kBase64[(v >> 12) & 63];
-    out += i + 1 < in.size() ? kBase64[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
-std::string base64_decode(const std::string& in) {
-  std::string out;
-  uint32_t v = 0;
-  int bits = 0;
-  for (char c : in) {
-    const char* p = c == '=' ? nullptr : std::strchr(kBase64, c);
-    if (!p || c == '\0') continue;
-    v = (v << 6) | uint32_t(p - kBase64);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += char((v >> bits) & 0xFF);
-    }
-  }
-  return out;
-}
-
 nlohmann::json records_to_json(const std::vector<Record>& records) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : records)
@@ -101,9 +64,13 @@ nlohmann::json records_to_json(const std::vector<Record>& records) {
 
 std::vector<Record> records_from_json(const nlohmann::json& j) {
   std::vector<Record> out;
-  for (const auto& r : j)
-    out.push_back(std::make_shared<const SourcedRecord>(SourcedRecord{
-        base64_decode(r.at("b")), RecordLocation{r.at("f"), r.at("i").get<int64_t>()}}));
+  for (const auto& r : j) {
+    std::string bytes;
+    if (!base64_decode(r.at("b").get<std::string>(), bytes))
+      throw Error("input pipeline state: a buffered record is not valid base64");
+    out.push_back(std::make_shared<const SourcedRecord>(
+        SourcedRecord{std::move(bytes), RecordLocation{r.at("f"), r.at("i").get<int64_t>()}}));
+  }
   return out;
 }
 
@@ -191,8 +158,8 @@ class InputPipeline::Core {
   Snapshot initial_;
 };
 
-InputPipeline::Core::Core(const config::DataConfig& config, LocatedMapFn map_fn, BatchingOptions batching,
-                          const InputContext& context)
+InputPipeline::Core::Core(const config::DataConfig& config, LocatedMapFn map_fn,
+                          BatchingOptions batching, const InputContext& context)
     : map_fn_(std::move(map_fn)), batching_(std::move(batching)) {
   if (!map_fn_) throw Error("the input pipeline needs a map function");
   files_ = match_files(config.input_path);
@@ -683,12 +650,12 @@ class InputPipeline::Prefetcher {
 
 InputPipeline::InputPipeline(const config::DataConfig& config, MapFn map_fn,
                              BatchingOptions batching, const InputContext& context)
-    : InputPipeline(config,
-                    LocatedMapFn([fn = std::move(map_fn)](const std::string& record,
-                                                          const RecordLocation&) {
-                      return fn(record);
-                    }),
-                    std::move(batching), context) {}
+    : InputPipeline(
+          config,
+          LocatedMapFn([fn = std::move(map_fn)](const std::string& record, const RecordLocation&) {
+            return fn(record);
+          }),
+          std::move(batching), context) {}
 
 InputPipeline::InputPipeline(const config::DataConfig& config, LocatedMapFn map_fn,
                              BatchingOptions batching, const InputContext& context)

@@ -15,6 +15,8 @@
 //  * invalid UTF-8 throws garden::Error (Python would fail to decode the file).
 #include "garden/nlp/bleu.h"
 
+#include "garden/data/encoding.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -367,64 +369,17 @@ bool is_space(char32_t c) {
 }
 
 std::u32string decode_utf8(const std::string& text) {
-  std::u32string out;
-  out.reserve(text.size());
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto b = static_cast<unsigned char>(text[i]);
-    int extra = 0;
-    char32_t c = 0;
-    if (b < 0x80) {
-      c = b;
-    } else if ((b & 0xE0) == 0xC0 && b >= 0xC2) {
-      extra = 1, c = b & 0x1F;
-    } else if ((b & 0xF0) == 0xE0) {
-      extra = 2, c = b & 0x0F;
-    } else if ((b & 0xF8) == 0xF0 && b <= 0xF4) {
-      extra = 3, c = b & 0x07;
-    } else {
-      throw Error("invalid UTF-8 byte at offset " + std::to_string(i) + " in BLEU input");
-    }
-    if (i + extra >= text.size() && extra > 0)
-      throw Error("truncated UTF-8 sequence at offset " + std::to_string(i) + " in BLEU input");
-    for (int k = 1; k <= extra; ++k) {
-      const auto cont = static_cast<unsigned char>(text[i + k]);
-      if ((cont & 0xC0) != 0x80)
-        throw Error("invalid UTF-8 sequence at offset " + std::to_string(i) + " in BLEU input");
-      c = (c << 6) | (cont & 0x3F);
-    }
-    // Overlong 3/4-byte forms, surrogates and values past U+10FFFF are not UTF-8.
-    if ((extra == 2 && (c < 0x800 || (c >= 0xD800 && c <= 0xDFFF))) ||
-        (extra == 3 && (c < 0x10000 || c > 0x10FFFF)))
-      throw Error("invalid UTF-8 sequence at offset " + std::to_string(i) + " in BLEU input");
-    out.push_back(c);
-    i += extra + 1;
-  }
-  return out;
-}
-
-void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out.push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
+  const std::size_t bad = data::unicode::invalid_utf8_offset(text);
+  if (bad != std::string_view::npos)
+    throw Error("invalid UTF-8 at byte offset " + std::to_string(bad) + " in BLEU input");
+  const auto points = data::unicode::decode_utf8(text);
+  return std::u32string(points.begin(), points.end());
 }
 
 std::string encode_utf8(const std::u32string& text) {
   std::string out;
   out.reserve(text.size());
-  for (char32_t c : text) append_utf8(out, c);
+  for (char32_t c : text) data::unicode::append_utf8(c, out);
   return out;
 }
 
@@ -634,21 +589,21 @@ std::string unicode_lowercase(const std::string& text) {
   for (std::size_t i = 0; i < s.size(); ++i) {
     const char32_t c = s[i];
     if (c == 0x130) {  // the one code point whose lowercase is two: i + combining dot
-      append_utf8(out, 0x69);
-      append_utf8(out, 0x307);
+      data::unicode::append_utf8(0x69, out);
+      data::unicode::append_utf8(0x307, out);
       continue;
     }
     if (c == 0x3A3) {  // capital sigma: final form at the end of a word
       const bool after_cased = i > 0 && is_cased(s[i - 1]);
       const bool before_cased = i + 1 < s.size() && is_cased(s[i + 1]);
-      append_utf8(out, after_cased && !before_cased ? 0x3C2 : 0x3C3);
+      data::unicode::append_utf8(after_cased && !before_cased ? 0x3C2 : 0x3C3, out);
       continue;
     }
     const LowerRun* run = find_range(kLowerRuns, c);
     if (run && (c - run->lo) % run->stride == 0)
-      append_utf8(out, static_cast<char32_t>(static_cast<int64_t>(c) + run->delta));
+      data::unicode::append_utf8(static_cast<char32_t>(static_cast<int64_t>(c) + run->delta), out);
     else
-      append_utf8(out, c);
+      data::unicode::append_utf8(c, out);
   }
   return out;
 }

@@ -16,6 +16,8 @@
 
 #include "garden/data/tokenizer.h"
 
+#include "garden/data/encoding.h"
+
 namespace garden::data {
 
 class WordPieceTokenizer : public Tokenizer {
@@ -78,9 +80,7 @@ class WordPieceTokenizer : public Tokenizer {
 // other BERT-style preprocessing. All take and return UTF-8; invalid UTF-8
 // bytes decode to U+FFFD (which clean_text then drops).
 namespace unicode {
-// Decodes UTF-8 to code points.
-std::vector<char32_t> decode_utf8(std::string_view text);
-void append_utf8(char32_t cp, std::string& out);
+// (decode_utf8 and append_utf8 are in garden/data/encoding.h.)
 bool is_whitespace(char32_t cp);       // space, \t, \n, \r, or category Zs
 bool is_control(char32_t cp);          // categories Cc, Cf, Co (not \t \n \r)
 bool is_punctuation(char32_t cp);      // ASCII symbol ranges, or category P*
