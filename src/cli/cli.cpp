@@ -12,6 +12,7 @@
 #include "garden/cli/bleu_command.h"
 #include "garden/cli/spm_command.h"
 #include "garden/cli/tfrecord_command.h"
+#include "garden/cli/translate_command.h"
 #include "garden/core/actions.h"
 #include "garden/core/builtins.h"
 #include "garden/core/checkpoint.h"
@@ -159,6 +160,7 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
     add_tfrecord_command(app);
     add_spm_command(app);
     add_bleu_command(app);
+    add_translate_command(app);
 
     try {
       app.parse(argc, argv);

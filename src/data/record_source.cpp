@@ -91,6 +91,7 @@ class LineSource : public RecordReader {
     return true;
   }
   int64_t position() const override { return records_; }
+  const std::string& path() const { return path_; }
   nlohmann::json state() const override { return {{"records", records_}, {"offset", offset_}}; }
   void restore(const nlohmann::json& state) override {
     offset_ = state.at("offset");
@@ -158,6 +159,43 @@ class CsvSource : public RecordReader {
   int64_t records_ = 0;
 };
 
+// Two text files read in lockstep: line i of the source file and line i of
+// the target file make record i, joined by '\n' (a line has no '\n').
+class AlignedSource : public RecordReader {
+ public:
+  AlignedSource(const std::string& source_path, const std::string& target_path)
+      : source_(source_path), target_(target_path) {}
+  bool next(std::string& record) override {
+    std::string target;
+    const bool has_source = source_.next(record);
+    const bool has_target = target_.next(target);
+    if (has_source != has_target)
+      throw Error("aligned files '" + source_path() + "' and '" + target_path() +
+                  "' differ in length: '" + (has_source ? target_path() : source_path()) +
+                  "' ends after line " + std::to_string(records_));
+    if (!has_source) return false;
+    record += '\n';
+    record += target;
+    ++records_;
+    return true;
+  }
+  int64_t position() const override { return records_; }
+  nlohmann::json state() const override {
+    return {{"records", records_}, {"source", source_.state()}, {"target", target_.state()}};
+  }
+  void restore(const nlohmann::json& state) override {
+    records_ = state.at("records");
+    source_.restore(state.at("source"));
+    target_.restore(state.at("target"));
+  }
+
+ private:
+  const std::string& source_path() const { return source_.path(); }
+  const std::string& target_path() const { return target_.path(); }
+  LineSource source_, target_;
+  int64_t records_ = 0;
+};
+
 }  // namespace
 
 std::unique_ptr<RecordReader> open_record_reader(const std::string& path,
@@ -167,13 +205,24 @@ std::unique_ptr<RecordReader> open_record_reader(const std::string& path,
   if (file_type == "text" || file_type == "tsv") return std::make_unique<LineSource>(path);
   if (file_type == "documents") return std::make_unique<DocumentSource>(path);
   if (file_type == "csv") return std::make_unique<CsvSource>(path);
+  if (file_type.rfind("aligned:", 0) == 0 && file_type.size() > 8)
+    return std::make_unique<AlignedSource>(path, aligned_target_path(path, file_type.substr(8)));
   if (file_type == "tfrecord_compressed") {
     TFRecordReader::Options gzip = tfrecord;
     gzip.compression = Compression::kGzip;
     return std::make_unique<TFRecordSource>(path, gzip);
   }
   throw Error("file_type '" + file_type +
-              "' is not one of tfrecord, tfrecord_compressed, text, tsv, documents, csv");
+              "' is not one of tfrecord, tfrecord_compressed, text, tsv, documents, csv, "
+              "aligned:<extension>");
+}
+
+std::string aligned_target_path(const std::string& source_path, const std::string& extension) {
+  std::filesystem::path path(source_path);
+  if (!path.has_extension())
+    throw Error("aligned file '" + source_path + "' has no extension to replace with '." +
+                extension + "' (name the pair like train.en and train.de)");
+  return path.replace_extension("." + extension).string();
 }
 
 }  // namespace garden::data

@@ -41,9 +41,17 @@ class RecordReader {
 //   documents  one document each: its sentences (one a line) joined by '\n';
 //              blank lines separate documents
 //   csv        one row each (after the header), as a JSON array of strings
+//   aligned:EXT  parallel text in two files: `path` is one side (e.g.
+//              train.en), aligned_target_path(path, EXT) the other (train.de);
+//              one record per line pair, the two lines joined by '\n'. Files
+//              of different lengths are an error naming both.
 // Throws garden::Error for an unknown type; the readers throw naming the file.
 std::unique_ptr<RecordReader> open_record_reader(const std::string& path,
                                                  const std::string& file_type,
                                                  const TFRecordReader::Options& tfrecord = {});
+
+// `source_path` with its last extension replaced by EXT: train.en -> train.de.
+// Throws garden::Error when the path has no extension.
+std::string aligned_target_path(const std::string& source_path, const std::string& extension);
 
 }  // namespace garden::data

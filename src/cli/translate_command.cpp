@@ -1,0 +1,201 @@
+#include "garden/cli/translate_command.h"
+
+#include <CLI/CLI.hpp>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "garden/core/checkpoint.h"
+#include "garden/core/config/yaml_io.h"
+#include "garden/core/error.h"
+#include "garden/core/runtime.h"
+#include "garden/data/sentencepiece.h"
+#include "garden/nlp/translation.h"
+
+namespace garden {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TranslateFlags {
+  std::string model_dir;
+  std::string checkpoint;
+  std::optional<int64_t> beam_size;
+  int64_t batch_size = 32;
+  std::string input;
+  std::string output;
+};
+
+// The checkpoint to translate with: --checkpoint (a file, a directory, or
+// `best`), else the latest in model_dir.
+std::string find_checkpoint(const TranslateFlags& flags, const config::ExperimentConfig& params) {
+  if (flags.checkpoint == "best") {
+    const std::string& subdir = params.trainer.best_checkpoint_export_subdir;
+    if (subdir.empty())
+      throw Error("--checkpoint=best: the run in '" + flags.model_dir +
+                  "' exported no best checkpoint (trainer.best_checkpoint_export_subdir is "
+                  "empty)");
+    const std::string dir = (fs::path(flags.model_dir) / subdir).string();
+    if (auto path = latest_checkpoint(dir)) return *path;
+    throw Error("--checkpoint=best: no checkpoint in '" + dir + "'");
+  }
+  if (!flags.checkpoint.empty()) {
+    if (auto path = latest_checkpoint(flags.checkpoint)) return *path;
+    throw Error("--checkpoint '" + flags.checkpoint + "' is not a checkpoint or holds none");
+  }
+  if (auto path = latest_checkpoint(flags.model_dir)) return *path;
+  throw Error("no checkpoint in '" + flags.model_dir + "' (train it first, or pass --checkpoint)");
+}
+
+struct Line {
+  int64_t number = 0;  // 1-based
+  std::vector<int64_t> ids;
+};
+
+void run_translate(const TranslateFlags& flags) {
+  if (flags.batch_size < 1) throw Error("--batch_size must be >= 1");
+  if (flags.beam_size && *flags.beam_size < 1) throw Error("--beam_size must be >= 1");
+  const std::string params_path = (fs::path(flags.model_dir) / "params.yaml").string();
+  if (!fs::exists(params_path))
+    throw Error("'" + flags.model_dir + "' has no params.yaml: not a model_dir of garden train");
+  auto params = std::make_shared<config::ExperimentConfig>();
+  auto task_config = std::make_shared<nlp::TranslationConfig>();
+  params->task = task_config;
+  try {
+    config::apply_file(*params, params_path);
+  } catch (const std::exception& e) {
+    throw Error("'" + params_path + "' is not a translation experiment's: " + e.what());
+  }
+  if (flags.beam_size) task_config->model.beam_size = *flags.beam_size;
+  config::validate_config(*params);
+  apply_runtime(params->runtime);
+  const std::string checkpoint = find_checkpoint(flags, *params);
+
+  nlp::TranslationTask task(task_config, flags.model_dir);
+  task.set_tokenizer_training(false);
+  const auto& tokenizer = task.tokenizer();
+  ModelPtr model = task.build_model();
+  const CheckpointData data = read_checkpoint_file(checkpoint);
+  if (data.meta.contains("task")) task.restore_checkpoint_metadata(data.meta.at("task"));
+  load_model_state(*model, data.tensors, "model/", /*strict=*/true);
+  const torch::Device device(params->runtime.device);
+  model->to(device);
+  model->eval();
+  auto* transformer = model->as<nlp::Seq2SeqTransformerImpl>();
+  const nlp::DecodeOptions decode = task.decode_options();
+  const int64_t max_length = task_config->validation_data.max_seq_length;
+
+  std::ifstream input_file;
+  if (!flags.input.empty()) {
+    input_file.open(flags.input, std::ios::binary);
+    if (!input_file) throw Error("cannot read --input '" + flags.input + "'");
+  }
+  std::istream& in = flags.input.empty() ? std::cin : input_file;
+  std::ofstream output_file;
+  if (!flags.output.empty()) {
+    output_file.open(flags.output, std::ios::binary | std::ios::trunc);
+    if (!output_file) throw Error("cannot write --output '" + flags.output + "'");
+  }
+  std::ostream& out = flags.output.empty() ? std::cout : output_file;
+
+  const auto start = std::chrono::steady_clock::now();
+  int64_t lines = 0, translated = 0;
+  // A window of lines is sorted by length so batches carry little padding,
+  // then written back in input order.
+  const int64_t window = flags.batch_size * 16;
+  std::vector<std::string> texts;
+  std::string text;
+  auto flush_window = [&] {
+    std::vector<std::string> results(texts.size());
+    std::vector<Line> pending;
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      if (!texts[i].empty() && texts[i].back() == '\r') texts[i].pop_back();
+      if (texts[i].empty()) continue;
+      bool truncated = false;
+      Line line{lines - static_cast<int64_t>(texts.size()) + static_cast<int64_t>(i) + 1,
+                task.encode_source(texts[i], max_length, &truncated)};
+      if (truncated)
+        std::cerr << "garden: warning: line " << line.number << " is longer than the model's "
+                  << max_length << " tokens (validation_data.max_seq_length); translating its "
+                  << "first " << max_length - 1 << "\n";
+      pending.push_back(std::move(line));
+    }
+    std::vector<std::size_t> order(pending.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return pending[a].ids.size() < pending[b].ids.size();
+    });
+    const int64_t first_number = lines - static_cast<int64_t>(texts.size()) + 1;
+    for (std::size_t begin = 0; begin < order.size();
+         begin += static_cast<std::size_t>(flags.batch_size)) {
+      const std::size_t end =
+          std::min(order.size(), begin + static_cast<std::size_t>(flags.batch_size));
+      std::size_t longest = 0;
+      for (std::size_t k = begin; k < end; ++k)
+        longest = std::max(longest, pending[order[k]].ids.size());
+      at::Tensor source = torch::zeros(
+          {static_cast<int64_t>(end - begin), static_cast<int64_t>(longest)}, torch::kLong);
+      for (std::size_t k = begin; k < end; ++k) {
+        const auto& ids = pending[order[k]].ids;
+        std::copy(ids.begin(), ids.end(),
+                  source.data_ptr<int64_t>() + static_cast<int64_t>(k - begin) * source.size(1));
+      }
+      const auto outputs =
+          nlp::translate_ids(*transformer, source.to(device), tokenizer.eos_id(), decode);
+      for (std::size_t k = begin; k < end; ++k) {
+        const Line& line = pending[order[k]];
+        results[static_cast<std::size_t>(line.number - first_number)] =
+            tokenizer.decode(outputs[k - begin]);
+      }
+      translated += static_cast<int64_t>(end - begin);
+    }
+    for (const auto& result : results) out << result << '\n';
+    out.flush();
+    texts.clear();
+  };
+  while (std::getline(in, text)) {
+    texts.push_back(text);
+    ++lines;
+    if (static_cast<int64_t>(texts.size()) >= window) flush_window();
+  }
+  if (!texts.empty()) flush_window();
+  if (!out) throw Error("writing the translations failed");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cerr << "garden: translated " << lines << " lines (" << translated << " non-empty) in "
+            << std::fixed << std::setprecision(2) << seconds << " s, " << std::setprecision(1)
+            << (seconds > 0 ? static_cast<double>(translated) / seconds : 0.0)
+            << " sentences/s, beam " << decode.beam_size << ", checkpoint " << checkpoint << "\n";
+}
+
+}  // namespace
+
+CLI::App* add_translate_command(CLI::App& app) {
+  auto flags = std::make_shared<TranslateFlags>();
+  auto* translate =
+      app.add_subcommand("translate", "Translate lines of text with a trained translation model");
+  translate->add_option("--model_dir", flags->model_dir, "model_dir of a translation run")
+      ->required();
+  translate->add_option("--checkpoint", flags->checkpoint,
+                        "Checkpoint file or directory, or `best` (default: the latest)");
+  translate->add_option("--beam_size", flags->beam_size,
+                        "Beam width (default: the model's beam_size); 1 is greedy");
+  translate->add_option("--batch_size", flags->batch_size, "Sentences decoded at once")
+      ->capture_default_str();
+  translate->add_option("--input", flags->input, "Input file, one sentence a line (default: stdin)");
+  translate->add_option("--output", flags->output, "Output file (default: stdout)");
+  translate->callback([flags] { run_translate(*flags); });
+  return translate;
+}
+
+}  // namespace garden

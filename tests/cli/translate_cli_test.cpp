@@ -1,0 +1,188 @@
+// `garden translate`: a model_dir trained by `garden train` on a handful of
+// bundled pairs translates stdin or a file, one line per line.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/cli_fixture.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using garden_test::CliFixture;
+using garden_test::CliRun;
+using garden_test::slurp;
+using garden_test::spit;
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(line);
+  return lines;
+}
+
+class TranslateCliTest : public CliFixture {
+ protected:
+  // One model_dir for the whole suite: the demo experiment shrunk to overfit
+  // 16 pairs in a few seconds.
+  static void SetUpTestSuite() {
+    suite_dir_ = fs::path(::testing::TempDir()) / ("garden_translate_" + std::to_string(::getpid()));
+    fs::remove_all(suite_dir_);
+    fs::create_directories(suite_dir_);
+    std::ifstream sample(std::string(GARDEN_SOURCE_DIR) + "/data/testdata/en_de_sample.tsv");
+    std::ofstream pairs(suite_dir_ / "pairs.tsv");
+    std::string line;
+    for (int i = 0; i < 16 && std::getline(sample, line); ++i) {
+      pairs << line << '\n';
+      const auto tab = line.find('\t');
+      sources_.push_back(line.substr(0, tab));
+      targets_.push_back(line.substr(tab + 1));
+    }
+    pairs.close();
+    const std::string data = (suite_dir_ / "pairs.tsv").string();
+    spit(suite_dir_ / "overfit.yaml",
+         "task:\n"
+         "  sentencepiece_vocab_size: 100\n"
+         "  model:\n"
+         "    embedding_width: 64\n"
+         "    dropout_rate: 0.0\n"
+         "    label_smoothing: 0.0\n"
+         "    encoder: {num_layers: 1, num_attention_heads: 4, intermediate_size: 128,"
+         " dropout_rate: 0.0, attention_dropout_rate: 0.0, intermediate_dropout: 0.0}\n"
+         "    decoder: {num_layers: 1, num_attention_heads: 4, intermediate_size: 128,"
+         " dropout_rate: 0.0, attention_dropout_rate: 0.0, intermediate_dropout: 0.0}\n"
+         "  train_data: {input_path: '" + data + "', global_batch_size: 512, shuffle_buffer_size: 16}\n"
+         "  validation_data: {input_path: '" + data + "', global_batch_size: 512, max_seq_length: 40}\n"
+         "trainer:\n"
+         "  train_steps: 400\n"
+         "  steps_per_loop: 100\n"
+         "  summary_interval: 100\n"
+         "  validation_interval: 400\n"
+         "  checkpoint_interval: 200\n"
+         "  optimizer_config:\n"
+         "    learning_rate: {type: polynomial, polynomial: {initial_learning_rate: 0.005,"
+         " decay_steps: 400, end_learning_rate: 0.0001}}\n"
+         "    warmup: {type: null}\n");
+    const std::string command = std::string("'") + GARDEN_CLI_PATH +
+                                "' train --experiment wmt_transformer/demo --config_file '" +
+                                (suite_dir_ / "overfit.yaml").string() + "' --model_dir '" +
+                                model_dir() + "' >'" + (suite_dir_ / "train.log").string() +
+                                "' 2>&1";
+    train_status_ = std::system(command.c_str());
+  }
+  static void TearDownTestSuite() {
+    std::error_code ignored;
+    fs::remove_all(suite_dir_, ignored);
+  }
+  void SetUp() override {
+    CliFixture::SetUp();
+    ASSERT_EQ(train_status_, 0) << slurp(suite_dir_ / "train.log");
+  }
+
+  static std::string model_dir() { return (suite_dir_ / "model").string(); }
+
+  CliRun translate(const std::string& input_text, const std::string& flags = "") {
+    spit(dir_ / "input.txt", input_text);
+    return garden("translate --model_dir '" + model_dir() + "' " + flags + " <'" +
+                  (dir_ / "input.txt").string() + "'");
+  }
+
+  static fs::path suite_dir_;
+  static int train_status_;
+  static std::vector<std::string> sources_, targets_;
+};
+
+fs::path TranslateCliTest::suite_dir_;
+int TranslateCliTest::train_status_ = -1;
+std::vector<std::string> TranslateCliTest::sources_, TranslateCliTest::targets_;
+
+TEST_F(TranslateCliTest, OneLinePerLineInOrderAndEmptyLinesStayEmpty) {
+  std::string input;
+  for (std::size_t i = 0; i < sources_.size(); ++i) {
+    input += sources_[i] + "\n";
+    if (i == 3) input += "\n";  // an empty line in the middle
+  }
+  input += "\n";  // and one at the end
+  const CliRun run = translate(input, "--batch_size 3");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const auto outputs = lines_of(run.out);
+  ASSERT_EQ(outputs.size(), sources_.size() + 2);
+  EXPECT_EQ(outputs[4], "");
+  EXPECT_EQ(outputs.back(), "");
+  // The overfitted model reproduces its training targets, in input order.
+  int exact = 0;
+  for (std::size_t i = 0; i < sources_.size(); ++i) {
+    const std::string& output = outputs[i < 4 ? i : i + 1];
+    EXPECT_FALSE(output.empty()) << "line " << i + 1;
+    exact += output == targets_[i];
+  }
+  EXPECT_GE(exact, 12) << run.out;
+  EXPECT_NE(run.err.find("translated 18 lines (16 non-empty)"), std::string::npos) << run.err;
+}
+
+TEST_F(TranslateCliTest, FilesGreedyAndAnExplicitCheckpointAgreeWithStdin) {
+  std::string input;
+  for (const auto& s : sources_) input += s + "\n";
+  spit(dir_ / "in.txt", input);
+  const CliRun from_stdin = translate(input, "--beam_size 1");
+  ASSERT_EQ(from_stdin.status, 0) << from_stdin.err;
+  const CliRun from_file =
+      garden("translate --model_dir '" + model_dir() + "' --beam_size 1 --input '" +
+             path("in.txt") + "' --output '" + path("out.txt") + "' --checkpoint '" +
+             model_dir() + "/ckpt-400'");
+  ASSERT_EQ(from_file.status, 0) << from_file.err;
+  EXPECT_EQ(from_file.out, "");
+  EXPECT_EQ(slurp(dir_ / "out.txt"), from_stdin.out);
+  EXPECT_NE(from_file.err.find("beam 1"), std::string::npos) << from_file.err;
+  // The older checkpoint translates differently (it is half trained).
+  const CliRun older = translate(input, "--beam_size 1 --checkpoint '" + model_dir() + "/ckpt-200'");
+  ASSERT_EQ(older.status, 0) << older.err;
+  EXPECT_NE(older.out, from_stdin.out);
+}
+
+TEST_F(TranslateCliTest, ALongLineIsTruncatedWithAWarningNamingIt) {
+  std::string long_line;
+  for (int i = 0; i < 40; ++i) long_line += sources_[static_cast<std::size_t>(i % 16)] + " ";
+  const CliRun run = translate(sources_[0] + "\n" + long_line + "\n" + sources_[1] + "\n");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(lines_of(run.out).size(), 3u);
+  EXPECT_NE(run.err.find("warning: line 2 is longer than the model's 40 tokens"),
+            std::string::npos)
+      << run.err;
+  EXPECT_EQ(run.err.find("line 1 "), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("line 3 "), std::string::npos) << run.err;
+}
+
+TEST_F(TranslateCliTest, MissingPiecesAreOneLineErrors) {
+  auto one_line_error = [](const CliRun& run, const std::string& text) {
+    EXPECT_EQ(run.status, 1);
+    EXPECT_EQ(run.out, "");
+    EXPECT_NE(run.err.find("garden: error: "), std::string::npos) << run.err;
+    EXPECT_NE(run.err.find(text), std::string::npos) << run.err;
+    EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << run.err;
+  };
+  // A model_dir with params.yaml and the tokenizer but no checkpoint.
+  const fs::path empty = dir_ / "no_checkpoint";
+  fs::create_directories(empty);
+  fs::copy_file(fs::path(model_dir()) / "params.yaml", empty / "params.yaml");
+  fs::copy_file(fs::path(model_dir()) / "sentencepiece.model", empty / "sentencepiece.model");
+  one_line_error(garden("translate --model_dir '" + empty.string() + "' </dev/null"),
+                 "no checkpoint in");
+  one_line_error(garden("translate --model_dir '" + path("nowhere") + "' </dev/null"),
+                 "has no params.yaml");
+  // A model_dir of another task.
+  fs::create_directories(dir_ / "iris");
+  spit(dir_ / "iris/params.yaml", "task:\n  label_column: label\n");
+  one_line_error(garden("translate --model_dir '" + path("iris") + "' </dev/null"),
+                 "is not a translation experiment's");
+  one_line_error(translate("x\n", "--checkpoint '" + path("missing-ckpt") + "'"),
+                 "is not a checkpoint");
+  one_line_error(translate("x\n", "--checkpoint best"), "exported no best checkpoint");
+}
+
+}  // namespace

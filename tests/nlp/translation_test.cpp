@@ -1,0 +1,507 @@
+// The translation task: its data in three formats, length filtering, the
+// tokenizer it trains, the teacher-forced inputs, validation's aggregation
+// into BLEU, decoding, and a tiny model that overfits a handful of pairs.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "garden/core/builtins.h"
+#include "garden/core/config/yaml_io.h"
+#include "garden/core/error.h"
+#include "garden/core/runtime.h"
+#include "garden/core/train_lib.h"
+#include "garden/data/example.h"
+#include "garden/data/sentencepiece.h"
+#include "garden/data/tfrecord.h"
+#include "garden/nlp/bleu.h"
+#include "garden/nlp/losses.h"
+#include "garden/nlp/translation.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using garden::Batch;
+using garden::Logs;
+using garden::nlp::TranslationConfig;
+using garden::nlp::TranslationTask;
+
+struct Pair {
+  std::string source, target;
+};
+
+// The first `count` pairs of the bundled gettext sample.
+std::vector<Pair> sample_pairs(std::size_t count) {
+  std::ifstream in(std::string(GARDEN_SOURCE_DIR) + "/data/testdata/en_de_sample.tsv");
+  std::vector<Pair> pairs;
+  std::string line;
+  while (pairs.size() < count && std::getline(in, line)) {
+    const auto tab = line.find('\t');
+    pairs.push_back({line.substr(0, tab), line.substr(tab + 1)});
+  }
+  return pairs;
+}
+
+void write_tsv(const std::string& path, const std::vector<Pair>& pairs) {
+  std::ofstream out(path, std::ios::binary);
+  for (const auto& p : pairs) out << p.source << '\t' << p.target << '\n';
+}
+
+class TranslationTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::path(::testing::TempDir()) / ("garden_translation_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    // One SentencePiece model (pad 0, eos 1) shared by the tests that do not
+    // test training it.
+    const auto pairs = sample_pairs(900);
+    {
+      std::ofstream text(dir_ / "spm.txt");
+      for (const auto& p : pairs) text << p.source << '\n' << p.target << '\n';
+    }
+    garden::data::SentencePieceTrainOptions options;
+    options.input = {(dir_ / "spm.txt").string()};
+    options.model_prefix = (dir_ / "spm").string();
+    options.vocab_size = 500;
+    options.pad_id = 0;
+    options.eos_id = 1;
+    options.unk_id = 2;
+    options.bos_id = -1;
+    garden::data::train_sentencepiece(options);
+  }
+  static void TearDownTestSuite() {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+
+  static std::string spm_path() { return (dir_ / "spm.model").string(); }
+  static std::string path(const std::string& name) { return (dir_ / name).string(); }
+
+  // A small task config over `train` / `validation` TSV files.
+  static std::shared_ptr<TranslationConfig> small_config(const std::string& train,
+                                                         const std::string& validation) {
+    auto config = std::make_shared<TranslationConfig>();
+    config->sentencepiece_model_path = spm_path();
+    config->model.embedding_width = 32;
+    for (auto* stack : {&config->model.encoder, &config->model.decoder}) {
+      stack->num_layers = 1;
+      stack->num_attention_heads = 4;
+      stack->intermediate_size = 64;
+    }
+    for (auto* data : {&config->train_data, &config->validation_data}) {
+      data->file_type = "tsv";
+      data->global_batch_size = 256;
+      data->max_seq_length = 64;
+      data->seed = 7;
+    }
+    config->train_data.input_path = train;
+    config->train_data.is_training = true;
+    config->validation_data.input_path = validation;
+    config->validation_data.is_training = false;
+    config->validation_data.drop_remainder = false;
+    return config;
+  }
+
+  // Every example of an evaluation pass, by unique id: (inputs, targets).
+  static std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> eval_examples(
+      TranslationTask& task, const garden::config::DataConfig& data) {
+    auto dataset = task.build_inputs(data, {});
+    std::map<int64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> examples;
+    while (auto batch = dataset->next()) {
+      const auto& inputs = batch->at("inputs");
+      const auto& targets = batch->at("targets");
+      const auto& ids = batch->at("unique_id");
+      for (int64_t b = 0; b < inputs.size(0); ++b) {
+        auto strip = [](const at::Tensor& row) {
+          std::vector<int64_t> out;
+          for (int64_t i = 0; i < row.size(0); ++i)
+            if (row[i].item<int64_t>() != 0) out.push_back(row[i].item<int64_t>());
+          return out;
+        };
+        const int64_t id = ids[b][0].item<int64_t>();
+        EXPECT_EQ(examples.count(id), 0u) << "unique id " << id << " twice";
+        examples[id] = {strip(inputs[b]), strip(targets[b])};
+      }
+    }
+    return examples;
+  }
+
+  static fs::path dir_;
+};
+
+fs::path TranslationTest::dir_;
+
+TEST_F(TranslationTest, TsvAlignedAndTfrecordGiveTheSameExamples) {
+  const auto pairs = sample_pairs(40);
+  write_tsv(path("pairs.tsv"), pairs);
+  {
+    std::ofstream en(path("pairs.en")), de(path("pairs.de"));
+    for (const auto& p : pairs) en << p.source << '\n', de << p.target << '\n';
+  }
+  {
+    garden::data::TFRecordWriter writer(path("pairs.tfrecord"));
+    for (const auto& p : pairs)
+      writer.write(garden::data::serialize_example(
+          {{"en", garden::data::FeatureValue::of_bytes({p.source})},
+           {"de", garden::data::FeatureValue::of_bytes({p.target})}}));
+  }
+  auto tsv = small_config(path("pairs.tsv"), path("pairs.tsv"));
+  auto aligned = small_config(path("pairs.tsv"), path("pairs.en"));
+  aligned->validation_data.file_type = "aligned";
+  auto tfrecord = small_config(path("pairs.tsv"), path("pairs.tfrecord"));
+  tfrecord->validation_data.file_type = "tfrecord";
+  for (auto* config : {aligned.get(), tfrecord.get()}) {
+    config->validation_data.src_lang = "en";
+    config->validation_data.tgt_lang = "de";
+  }
+  TranslationTask tsv_task(tsv), aligned_task(aligned), tfrecord_task(tfrecord);
+  const auto expected = eval_examples(tsv_task, tsv->validation_data);
+  ASSERT_EQ(expected.size(), pairs.size());
+  // Record i of the only file has unique id i, and its ids are the pair's
+  // tokens plus EOS.
+  const auto& tokenizer = tsv_task.tokenizer();
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    auto source = tokenizer.encode(pairs[i].source);
+    auto target = tokenizer.encode(pairs[i].target);
+    source.push_back(tokenizer.eos_id());
+    target.push_back(tokenizer.eos_id());
+    EXPECT_EQ(expected.at(static_cast<int64_t>(i)).first, source) << "pair " << i;
+    EXPECT_EQ(expected.at(static_cast<int64_t>(i)).second, target) << "pair " << i;
+  }
+  EXPECT_EQ(eval_examples(aligned_task, aligned->validation_data), expected);
+  EXPECT_EQ(eval_examples(tfrecord_task, tfrecord->validation_data), expected);
+}
+
+TEST_F(TranslationTest, TrainingDropsLongPairsEvaluationTruncatesAndKeepsEveryPair) {
+  const auto pairs = sample_pairs(120);
+  write_tsv(path("long.tsv"), pairs);
+  auto config = small_config(path("long.tsv"), path("long.tsv"));
+  const int64_t limit = 6;
+  config->train_data.max_seq_length = limit;
+  config->validation_data.max_seq_length = limit;
+  TranslationTask task(config);
+  const auto& tokenizer = task.tokenizer();
+  std::set<std::vector<int64_t>> short_sources;
+  int64_t long_pairs = 0;
+  for (const auto& p : pairs) {
+    auto source = tokenizer.encode(p.source);
+    auto target = tokenizer.encode(p.target);
+    source.push_back(tokenizer.eos_id());
+    target.push_back(tokenizer.eos_id());
+    if (static_cast<int64_t>(std::max(source.size(), target.size())) <= limit)
+      short_sources.insert(source);
+    else
+      ++long_pairs;
+  }
+  ASSERT_GT(long_pairs, 10);
+  ASSERT_GT(short_sources.size(), 10u);
+
+  // Training: only pairs within the limit, every one of them eventually.
+  auto train = task.build_inputs(config->train_data, {});
+  std::set<std::vector<int64_t>> seen;
+  for (int step = 0; step < 200 && seen.size() < short_sources.size(); ++step) {
+    const Batch batch = *train->next();
+    EXPECT_LE(batch.at("inputs").size(1), limit);
+    EXPECT_LE(batch.at("targets").size(1), limit);
+    const auto& inputs = batch.at("inputs");
+    for (int64_t b = 0; b < inputs.size(0); ++b) {
+      std::vector<int64_t> row;
+      for (int64_t i = 0; i < inputs.size(1); ++i)
+        if (inputs[b][i].item<int64_t>() != 0) row.push_back(inputs[b][i].item<int64_t>());
+      EXPECT_TRUE(short_sources.count(row)) << "a training example longer than the limit";
+      seen.insert(row);
+    }
+  }
+  EXPECT_EQ(seen, short_sources);
+
+  // Evaluation: every pair, cut to limit - 1 tokens plus EOS.
+  const auto examples = eval_examples(task, config->validation_data);
+  ASSERT_EQ(examples.size(), pairs.size());
+  for (const auto& [id, example] : examples) {
+    const auto& p = pairs[static_cast<std::size_t>(id)];
+    auto source = tokenizer.encode(p.source);
+    if (static_cast<int64_t>(source.size()) > limit - 1) source.resize(limit - 1);
+    source.push_back(tokenizer.eos_id());
+    EXPECT_EQ(example.first, source) << "pair " << id;
+    EXPECT_LE(static_cast<int64_t>(example.second.size()), limit);
+    EXPECT_EQ(example.second.back(), tokenizer.eos_id());
+  }
+}
+
+TEST_F(TranslationTest, BadDataIsOneErrorNamingFileAndLine) {
+  garden::register_builtins();
+  {
+    std::ofstream out(path("notab.tsv"));
+    out << "Open\tÖffnen\nno tab here\n";
+  }
+  auto config = small_config(path("notab.tsv"), path("notab.tsv"));
+  TranslationTask task(config);
+  try {
+    auto dataset = task.build_inputs(config->validation_data, {});
+    while (dataset->next()) {
+    }
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("notab.tsv' line 2: no tab"), std::string::npos)
+        << e.what();
+  }
+
+  {
+    std::ofstream en(path("uneven.en")), de(path("uneven.de"));
+    en << "a\nb\nc\n";
+    de << "x\ny\n";
+  }
+  auto aligned = small_config(path("notab.tsv"), path("uneven.en"));
+  aligned->validation_data.file_type = "aligned";
+  aligned->validation_data.src_lang = "en";
+  aligned->validation_data.tgt_lang = "de";
+  TranslationTask aligned_task(aligned);
+  try {
+    auto dataset = aligned_task.build_inputs(aligned->validation_data, {});
+    while (dataset->next()) {
+    }
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("uneven.en"), std::string::npos) << what;
+    EXPECT_NE(what.find("uneven.de' ends after line 2"), std::string::npos) << what;
+  }
+
+  // A tf.Example without the target feature.
+  {
+    garden::data::TFRecordWriter writer(path("missing.tfrecord"));
+    writer.write(garden::data::serialize_example(
+        {{"en", garden::data::FeatureValue::of_bytes({"Open"})}}));
+  }
+  auto examples = small_config(path("notab.tsv"), path("missing.tfrecord"));
+  examples->validation_data.file_type = "tfrecord";
+  examples->validation_data.src_lang = "en";
+  examples->validation_data.tgt_lang = "de";
+  TranslationTask example_task(examples);
+  try {
+    auto dataset = example_task.build_inputs(examples->validation_data, {});
+    while (dataset->next()) {
+    }
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("missing.tfrecord"), std::string::npos) << what;
+    EXPECT_NE(what.find("'de'"), std::string::npos) << what;
+  }
+
+  // Config errors: aligned without languages, an unknown file type.
+  auto experiment = std::make_shared<garden::config::ExperimentConfig>();
+  experiment->task = small_config(path("notab.tsv"), path("notab.tsv"));
+  EXPECT_THROW(garden::config::apply_override(*experiment, "task.train_data.file_type=aligned");
+               garden::config::validate_config(*experiment), garden::config::ConfigError);
+  experiment->task = small_config(path("notab.tsv"), path("notab.tsv"));
+  EXPECT_THROW(garden::config::apply_override(*experiment, "task.train_data.file_type=csv");
+               garden::config::validate_config(*experiment), garden::config::ConfigError);
+}
+
+TEST_F(TranslationTest, TokenizerIsTrainedIntoModelDirOnceAndItsPadMustBeZero) {
+  write_tsv(path("spm_pairs.tsv"), sample_pairs(300));
+  auto config = small_config(path("spm_pairs.tsv"), path("spm_pairs.tsv"));
+  config->sentencepiece_model_path = "";
+  config->sentencepiece_vocab_size = 300;
+  const std::string model_dir = path("spm_model_dir");
+  TranslationTask task(config, model_dir);
+  const auto& tokenizer = task.tokenizer();
+  const fs::path model = fs::path(model_dir) / TranslationTask::kSentencePieceFile;
+  ASSERT_TRUE(fs::exists(model));
+  EXPECT_EQ(tokenizer.vocab_size(), 300);
+  EXPECT_EQ(tokenizer.pad_id(), 0);
+  EXPECT_EQ(tokenizer.eos_id(), 1);
+  // Nothing temporary is left behind.
+  for (const auto& entry : fs::directory_iterator(model_dir))
+    EXPECT_EQ(entry.path().filename().string().find("tmp"), std::string::npos)
+        << entry.path();
+  // The model's vocabulary is the tokenizer's.
+  auto model_ptr = task.build_model();
+  EXPECT_EQ(model_ptr->as<garden::nlp::Seq2SeqTransformerImpl>()->options().vocab_size, 300);
+
+  // A second task over the same model_dir reuses the file.
+  const auto written = fs::last_write_time(model);
+  TranslationTask again(config, model_dir);
+  again.tokenizer();
+  EXPECT_EQ(fs::last_write_time(model), written);
+
+  // Translation without a trained tokenizer is an error, not a new one.
+  TranslationTask no_training(config, path("empty_model_dir"));
+  no_training.set_tokenizer_training(false);
+  EXPECT_THROW(no_training.tokenizer(), garden::Error);
+
+  // SentencePiece's own default ids put <unk> at 0: refused.
+  garden::data::SentencePieceTrainOptions defaults;
+  defaults.input = {(dir_ / "spm.txt").string()};
+  defaults.model_prefix = path("pad3");
+  defaults.vocab_size = 300;
+  garden::data::train_sentencepiece(defaults);
+  auto pad3 = small_config(path("spm_pairs.tsv"), path("spm_pairs.tsv"));
+  pad3->sentencepiece_model_path = path("pad3.model");
+  TranslationTask pad3_task(pad3);
+  try {
+    pad3_task.tokenizer();
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pads with id 0"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(TranslationTest, DecoderInputIsTheTargetShiftedRightAndTheLossIgnoresPadding) {
+  auto config = small_config(path("unused.tsv"), path("unused.tsv"));
+  config->model.label_smoothing = 0.1;
+  TranslationTask task(config);
+  torch::manual_seed(3);
+  auto model = task.build_model();
+  model->eval();
+  auto& transformer = *model->as<garden::nlp::Seq2SeqTransformerImpl>();
+  const at::Tensor inputs = torch::tensor({{5, 6, 7, 1}, {8, 9, 1, 0}}, torch::kLong);
+  const at::Tensor targets = torch::tensor({{11, 12, 1}, {13, 1, 0}}, torch::kLong);
+  const at::Tensor decoder_in = torch::tensor({{0, 11, 12}, {0, 13, 1}}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  const Batch outputs = task.call_model(*model, {{"inputs", inputs}, {"targets", targets}}, false);
+  EXPECT_TRUE(torch::equal(outputs.at("logits"), transformer.forward(inputs, decoder_in)));
+  const at::Tensor loss = task.build_losses({{"targets", targets}}, outputs);
+  const auto xent = garden::nlp::padded_cross_entropy_loss(outputs.at("logits"), targets, 0.1);
+  EXPECT_EQ(xent.weight_sum.item<double>(), 5.0);
+  EXPECT_NEAR(loss.item<double>(), (xent.loss_sum / 5.0).item<double>(), 1e-6);
+}
+
+TEST_F(TranslationTest, ValidationLogsReduceToBleuInUniqueIdOrder) {
+  const auto pairs = sample_pairs(30);
+  write_tsv(path("reduce.tsv"), pairs);
+  auto config = small_config(path("reduce.tsv"), path("reduce.tsv"));
+  TranslationTask task(config);
+  const auto& tokenizer = task.tokenizer();
+  // Outputs that decode to the reference, except pair 4 (a wrong sentence),
+  // delivered in three batches in a scrambled order.
+  std::vector<int64_t> order(pairs.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  std::shuffle(order.begin(), order.end(), std::mt19937(5));
+  std::vector<std::string> hypotheses(pairs.size()), references;
+  for (const auto& p : pairs) references.push_back(p.target);
+  Logs state;
+  for (std::size_t start = 0; start < order.size(); start += 10) {
+    std::vector<int64_t> ids(order.begin() + static_cast<std::ptrdiff_t>(start),
+                             order.begin() + static_cast<std::ptrdiff_t>(start + 10));
+    std::vector<std::vector<int64_t>> outputs;
+    for (int64_t id : ids) {
+      const std::string text = id == 4 ? "Das ist falsch" : pairs[static_cast<std::size_t>(id)].target;
+      hypotheses[static_cast<std::size_t>(id)] = tokenizer.decode(tokenizer.encode(text));
+      outputs.push_back(tokenizer.encode(text));
+    }
+    task.aggregate_logs(state, {{"loss", 1.0},
+                                {"translations", outputs},
+                                {"unique_ids", std::vector<std::vector<int64_t>>{ids}}});
+  }
+  const Logs logs = task.reduce_aggregated_logs(state, 10);
+  const double sacre = garden::nlp::corpus_bleu(hypotheses, {references}).score;
+  const double mg = garden::nlp::model_garden_bleu(references, hypotheses);
+  EXPECT_LT(sacre, 100.0);
+  EXPECT_GT(sacre, 50.0);
+  EXPECT_NEAR(garden::to_double(logs.at("sacrebleu_score")), sacre, 1e-9);
+  EXPECT_NEAR(garden::to_double(logs.at("bleu_score")), mg, 1e-4);
+  const auto& examples = std::get<std::vector<std::string>>(logs.at("translations"));
+  ASSERT_EQ(examples.size(), 5u);
+  EXPECT_NE(examples[0].find("input: " + pairs[0].source), std::string::npos);
+}
+
+TEST_F(TranslationTest, BeamOneIsGreedyAndABatchDecodesAsEachSentenceAlone) {
+  auto config = small_config(path("unused.tsv"), path("unused.tsv"));
+  TranslationTask task(config);
+  torch::manual_seed(11);
+  auto model = task.build_model();
+  model->eval();
+  auto& transformer = *model->as<garden::nlp::Seq2SeqTransformerImpl>();
+  const at::Tensor batch = torch::tensor({{5, 6, 7, 8, 1}, {9, 10, 1, 0, 0}, {11, 1, 0, 0, 0}});
+  garden::nlp::DecodeOptions options;
+  options.beam_size = 3;
+  options.decode_max_length = 8;
+  const int64_t eos = 1;
+  const auto together = garden::nlp::translate_ids(transformer, batch, eos, options);
+  for (int64_t b = 0; b < batch.size(0); ++b) {
+    const int64_t length = (batch[b] != 0).sum().item<int64_t>();
+    const auto alone =
+        garden::nlp::translate_ids(transformer, batch.slice(0, b, b + 1).slice(1, 0, length), eos,
+                                   options);
+    EXPECT_EQ(alone[0], together[static_cast<std::size_t>(b)]) << "sentence " << b;
+  }
+  // Beam 1: the argmax at every step, computed here by full recomputation.
+  options.beam_size = 1;
+  const auto greedy = garden::nlp::translate_ids(transformer, batch, eos, options);
+  torch::NoGradGuard no_grad;
+  for (int64_t b = 0; b < batch.size(0); ++b) {
+    const int64_t length = (batch[b] != 0).sum().item<int64_t>();
+    const at::Tensor source = batch.slice(0, b, b + 1).slice(1, 0, length);
+    std::vector<int64_t> decoded = {0};
+    std::vector<int64_t> expected;
+    for (int step = 0; step < 8; ++step) {
+      const at::Tensor logits = transformer.forward(source, torch::tensor(decoded).unsqueeze(0));
+      const int64_t next = logits[0][-1].argmax().item<int64_t>();
+      if (next == eos) break;
+      expected.push_back(next);
+      decoded.push_back(next);
+    }
+    EXPECT_EQ(greedy[static_cast<std::size_t>(b)], expected) << "sentence " << b;
+  }
+}
+
+// Issue 5: a tiny model overfits a handful of bundled pairs to BLEU > 90
+// within seconds, through the whole run (tokenizer training, pipeline,
+// trainer, validation with beam search).
+TEST_F(TranslationTest, TinyModelOverfitsAHandfulOfPairs) {
+  garden::register_builtins();
+  write_tsv(path("handful.tsv"), sample_pairs(16));
+  auto params = std::make_shared<garden::config::ExperimentConfig>();
+  auto task = small_config(path("handful.tsv"), path("handful.tsv"));
+  task->sentencepiece_model_path = "";
+  task->sentencepiece_vocab_size = 100;
+  task->model.embedding_width = 64;
+  task->model.dropout_rate = 0.0;
+  task->model.label_smoothing = 0.0;
+  // German runs longer than English: room beyond the input's length.
+  task->model.extra_decode_length = 10;
+  for (auto* stack : {&task->model.encoder, &task->model.decoder}) {
+    stack->intermediate_size = 128;
+    stack->dropout_rate = stack->attention_dropout_rate = stack->intermediate_dropout = 0.0;
+  }
+  task->train_data.global_batch_size = 512;
+  task->train_data.shuffle_buffer_size = 16;
+  task->validation_data.global_batch_size = 512;
+  params->task = task;
+  auto& trainer = params->trainer;
+  trainer.train_steps = 400;
+  trainer.steps_per_loop = 100;
+  trainer.summary_interval = 100;
+  trainer.checkpoint_interval = 400;
+  trainer.validation_interval = 400;
+  auto& opt = trainer.optimizer_config;
+  opt.optimizer.type = "adam";
+  opt.learning_rate.type = "polynomial";
+  opt.learning_rate.polynomial.initial_learning_rate = 0.005;
+  opt.learning_rate.polynomial.decay_steps = 400;
+  opt.learning_rate.polynomial.end_learning_rate = 0.0001;
+  params->runtime.seed = 1;
+  params->runtime.intra_op_parallelism_threads = 1;
+  garden::config::validate_config(*params);
+  garden::finalize_config(*params);
+  garden::RunOptions options;
+  options.model_dir = path("overfit");
+  const Logs logs = garden::run_experiment(params, options);
+  EXPECT_GT(garden::to_double(logs.at("sacrebleu_score")), 90.0);
+  EXPECT_GT(garden::to_double(logs.at("bleu_score")), 90.0);
+  EXPECT_TRUE(fs::exists(path("overfit/sentencepiece.model")));
+}
+
+}  // namespace
