@@ -1,0 +1,341 @@
+// Translation training-step benchmark (issue 5): Garden's Seq2SeqTransformer
+// against the PyTorch peer ../shared/bench/peer_translation.py, measured
+// alternately in one run.
+//
+//   translation_bench [--threads 1] [--steps 5] [--warmup 2] [--batch 64]
+//                     [--length 32] [--rounds 3] [--peer PATH] [--profile]
+//
+// The model is the peer's `tiny` preset: shared embedding (V 8000, d 256),
+// 3 + 3 pre-layer-norm layers, 4 heads, feed-forward 1024 with ReLU, biases,
+// final layer norms, dropout 0.1 on sublayer outputs, attention
+// probabilities and the feed-forward activation; AdamW at a constant 1e-4
+// with weight decay 0.01 (torch.optim.AdamW's default) and no clipping.
+//
+// Each round runs the peer once (its own warmup and timed steps, one JSON
+// line) and then Garden in this process. Tokens/s counts source + target
+// tokens, 2 * batch * length, as the peer does (the batch has no padding).
+//
+// The loss is not the same formula: the peer uses PyTorch's
+// cross_entropy(label_smoothing=0.1) (smoothing spread over all V ids,
+// label included); Garden uses Model Garden's padded_cross_entropy_loss
+// (0.9 on the label, 0.1 / (V - 1) elsewhere, minus the soft target's
+// entropy). Both are one log-softmax over [B*T, V] plus a few reductions.
+//
+// --profile times forward, loss, backward and optimizer apart (Garden only,
+// no peer) and prints LibTorch's operator profile.
+#include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "garden/core/config/optimization.h"
+#include "garden/nlp/losses.h"
+#include "garden/nlp/transformer.h"
+#include "garden/optim/optimizer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int threads = 1;
+  int steps = 5;
+  int warmup = 2;
+  int64_t batch = 64;
+  int64_t length = 32;
+  int rounds = 3;
+  std::string peer;
+  bool profile = false;
+};
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::cerr << problem << "\nusage: translation_bench [--threads N] [--steps S] [--warmup W] "
+            << "[--batch B] [--length T] [--rounds R] [--peer PATH] [--profile]\n";
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--profile") {
+      o.profile = true;
+      continue;
+    }
+    if (i + 1 >= argc) usage(flag + " needs a value");
+    const std::string value = argv[++i];
+    try {
+      if (flag == "--threads") o.threads = std::stoi(value);
+      else if (flag == "--steps") o.steps = std::stoi(value);
+      else if (flag == "--warmup") o.warmup = std::stoi(value);
+      else if (flag == "--batch") o.batch = std::stoll(value);
+      else if (flag == "--length") o.length = std::stoll(value);
+      else if (flag == "--rounds") o.rounds = std::stoi(value);
+      else if (flag == "--peer") o.peer = value;
+      else usage("unknown flag " + flag);
+    } catch (const std::logic_error&) {
+      usage(flag + " expects a number, got '" + value + "'");
+    }
+  }
+  if (o.threads < 1 || o.steps < 1 || o.warmup < 0 || o.batch < 1 || o.length < 1 || o.rounds < 1)
+    usage("threads, steps, batch, length and rounds must be positive, warmup >= 0");
+  return o;
+}
+
+// The peer script: --peer, else ../shared/bench/peer_translation.py relative
+// to the source tree, else to the working directory.
+std::string find_peer(const std::string& given) {
+  if (!given.empty()) return given;
+  for (const fs::path& base : {fs::path(GARDEN_SOURCE_DIR), fs::current_path()}) {
+    const fs::path candidate = base / ".." / "shared" / "bench" / "peer_translation.py";
+    if (fs::exists(candidate)) return fs::canonical(candidate).string();
+  }
+  throw std::runtime_error("peer_translation.py not found: pass --peer PATH");
+}
+
+// Runs the peer once and returns its JSON line.
+nlohmann::json run_peer(const std::string& script, const Options& o) {
+  const std::string command = "/usr/bin/python3 '" + script + "' --preset tiny --threads " +
+                              std::to_string(o.threads) + " --steps " + std::to_string(o.steps) +
+                              " --warmup " + std::to_string(o.warmup) + " --batch " +
+                              std::to_string(o.batch) + " --length " + std::to_string(o.length);
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  if (!pipe) throw std::runtime_error("cannot start: " + command);
+  std::string out;
+  std::array<char, 4096> buffer;
+  while (std::fgets(buffer.data(), buffer.size(), pipe.get())) out += buffer.data();
+  for (std::size_t start = 0; start < out.size();) {
+    const std::size_t end = std::min(out.find('\n', start), out.size());
+    const std::string line = out.substr(start, end - start);
+    if (!line.empty() && line.front() == '{') return nlohmann::json::parse(line);
+    start = end + 1;
+  }
+  throw std::runtime_error("the peer printed no JSON line; command: " + command + "\n" + out);
+}
+
+// The model, optimizer and fixed synthetic batch of one Garden run.
+class GardenStep {
+ public:
+  explicit GardenStep(const Options& o) {
+    torch::manual_seed(0);
+    garden::nlp::Seq2SeqTransformerOptions m;
+    m.vocab_size = kVocab;
+    m.hidden_size = 256;
+    m.num_layers = 3;
+    m.num_heads = 4;
+    m.intermediate_size = 1024;
+    m.activation = "relu";
+    m.dropout_rate = m.attention_dropout_rate = m.intermediate_dropout = 0.1;
+    m.use_bias = true;
+    m.norm_first = true;
+    model_ = garden::nlp::Seq2SeqTransformer(m);
+    model_->train();
+
+    garden::config::OptimizationConfig c;
+    c.optimizer.type = "adamw";
+    c.optimizer.adamw.weight_decay_rate = 0.01;  // torch.optim.AdamW's default
+    c.optimizer.adamw.epsilon = 1e-8;            // torch's default (Keras: 1e-7)
+    c.optimizer.adamw.gradient_clip_norm = 0.0;  // the peer does not clip
+    c.learning_rate.type = "constant";
+    c.learning_rate.constant.learning_rate = 1e-4;
+    std::vector<garden::optim::NamedParameter> params;
+    for (const auto& item : model_->named_parameters())
+      params.push_back({item.key(), item.value()});
+    optimizer_ = garden::optim::make_optimizer(c, std::move(params));
+
+    src_ = torch::randint(1, kVocab, {o.batch, o.length}, torch::kLong);
+    tgt_ = torch::randint(1, kVocab, {o.batch, o.length}, torch::kLong);
+  }
+
+  int64_t parameter_count() const {
+    int64_t n = 0;
+    for (const auto& p : model_->parameters()) n += p.numel();
+    return n;
+  }
+
+  double step() {
+    optimizer_->zero_grad();
+    at::Tensor logits = model_->forward(src_, tgt_);
+    at::Tensor loss = garden::nlp::padded_cross_entropy_loss(logits, tgt_, kSmoothing).mean();
+    loss.backward();
+    optimizer_->step();
+    return loss.item<double>();
+  }
+
+  // The same step, each phase timed: {forward, loss, backward, optimizer} in ms.
+  std::array<double, 4> timed_step() {
+    std::array<double, 4> ms{};
+    auto lap = [&ms, t = Clock::now()](int i) mutable {
+      const auto now = Clock::now();
+      ms[i] = std::chrono::duration<double, std::milli>(now - t).count();
+      t = now;
+    };
+    optimizer_->zero_grad();
+    at::Tensor logits = model_->forward(src_, tgt_);
+    lap(0);
+    at::Tensor loss = garden::nlp::padded_cross_entropy_loss(logits, tgt_, kSmoothing).mean();
+    lap(1);
+    loss.backward();
+    lap(2);
+    optimizer_->step();
+    lap(3);
+    return ms;
+  }
+
+  // Mean step time in ms over `steps` after `warmup` untimed steps.
+  double measure(int warmup, int steps) {
+    for (int i = 0; i < warmup; ++i) step();
+    const auto start = Clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count() / steps;
+  }
+
+  static constexpr int64_t kVocab = 8000;
+  static constexpr double kSmoothing = 0.1;
+
+ private:
+  garden::nlp::Seq2SeqTransformer model_{nullptr};
+  std::unique_ptr<garden::optim::Optimizer> optimizer_;
+  at::Tensor src_, tgt_;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// x to `digits` decimals, as the nearest double (so JSON prints it short).
+double rounded(double x, int digits) {
+  const double scale = std::pow(10.0, digits);
+  return std::round(x * scale) / scale;
+}
+
+void profile(GardenStep& garden, const Options& o) {
+  for (int i = 0; i < o.warmup; ++i) garden.step();
+  std::array<double, 4> total{};
+  for (int i = 0; i < o.steps; ++i) {
+    const auto ms = garden.timed_step();
+    for (int k = 0; k < 4; ++k) total[k] += ms[k] / o.steps;
+  }
+  std::cout << nlohmann::json{{"forward_ms", rounded(total[0], 1)},
+                              {"loss_ms", rounded(total[1], 1)},
+                              {"backward_ms", rounded(total[2], 1)},
+                              {"optimizer_ms", rounded(total[3], 1)}}
+                   .dump()
+            << "\n";
+  // One more step under LibTorch's profiler: self time per operator, the
+  // twenty largest.
+  namespace prof = torch::autograd::profiler;
+  prof::enableProfilerLegacy(
+      torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU));
+  garden.step();
+  const auto lists = prof::disableProfilerLegacy();
+  struct Total {
+    double self_us = 0, total_us = 0;
+    int calls = 0;
+  };
+  std::map<std::string, Total> totals;
+  for (const auto& events : lists) {
+    struct Open {
+      const prof::LegacyEvent* push;
+      double child_us;
+    };
+    std::vector<Open> stack;
+    for (const auto& e : events) {
+      if (e.kindStr() == "push") {
+        stack.push_back({&e, 0.0});
+      } else if (e.kindStr() == "pop" && !stack.empty()) {
+        const Open open = stack.back();
+        stack.pop_back();
+        const double us = open.push->cpuElapsedUs(e);
+        Total& t = totals[open.push->name()];
+        t.self_us += us - open.child_us;
+        t.total_us += us;
+        ++t.calls;
+        if (!stack.empty()) stack.back().child_us += us;
+      }
+    }
+  }
+  std::vector<std::pair<std::string, Total>> sorted(totals.begin(), totals.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.second.self_us > b.second.self_us; });
+  std::printf("%-50s %10s %10s %6s\n", "operator", "self_ms", "total_ms", "calls");
+  for (std::size_t i = 0; i < std::min<std::size_t>(sorted.size(), 30); ++i)
+    std::printf("%-50s %10.2f %10.2f %6d\n", sorted[i].first.c_str(),
+                sorted[i].second.self_us / 1000, sorted[i].second.total_us / 1000,
+                sorted[i].second.calls);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  at::set_num_threads(o.threads);
+  GardenStep garden(o);
+  const double tokens = 2.0 * static_cast<double>(o.batch * o.length);
+  if (o.profile) {
+    profile(garden, o);
+    return 0;
+  }
+  const std::string peer = find_peer(o.peer);
+  std::cout << "# translation tiny, batch " << o.batch << " x " << o.length << ", threads "
+            << o.threads << ", " << o.warmup << " warmup + " << o.steps
+            << " timed steps a round, peer " << peer << "\n"
+            << "# loss: Garden = Model Garden's padded_cross_entropy_loss (smoothing 0.1), "
+               "peer = torch cross_entropy(label_smoothing=0.1); different values, "
+               "comparable cost\n";
+  std::printf("%5s %12s %14s %14s %16s %7s\n", "round", "peer_step_ms", "peer_tokens/s",
+              "garden_step_ms", "garden_tokens/s", "ratio");
+  std::vector<double> ratios, peer_ms, garden_ms;
+  nlohmann::json peer_info;
+  for (int r = 0; r < o.rounds; ++r) {
+    peer_info = run_peer(peer, o);
+    const double p = peer_info.at("step_ms").get<double>();
+    const double g = garden.measure(o.warmup, o.steps);
+    peer_ms.push_back(p);
+    garden_ms.push_back(g);
+    ratios.push_back(p / g);  // tokens/s garden over peer
+    std::printf("%5d %12.1f %14.1f %14.1f %16.1f %7.3f\n", r + 1, p, tokens / p * 1000.0, g,
+                tokens / g * 1000.0, p / g);
+    std::fflush(stdout);
+  }
+  const nlohmann::json summary = {
+      {"bench", "translation_step"},
+      {"preset", "tiny"},
+      {"threads", o.threads},
+      {"batch", o.batch},
+      {"length", o.length},
+      {"steps", o.steps},
+      {"warmup", o.warmup},
+      {"rounds", o.rounds},
+      {"garden_params", garden.parameter_count()},
+      {"peer_params", peer_info.value("params", int64_t{0})},
+      {"peer_torch", peer_info.value("torch", std::string())},
+      {"peer_step_ms_median", rounded(median(peer_ms), 1)},
+      {"garden_step_ms_median", rounded(median(garden_ms), 1)},
+      {"peer_tokens_per_s_median", rounded(tokens / median(peer_ms) * 1000.0, 1)},
+      {"garden_tokens_per_s_median", rounded(tokens / median(garden_ms) * 1000.0, 1)},
+      {"ratio_median", rounded(median(ratios), 3)},
+      {"ratios", [&] {
+         std::vector<double> r;
+         for (double x : ratios) r.push_back(rounded(x, 3));
+         return r;
+       }()},
+  };
+  std::cout << summary.dump() << "\n";
+  return 0;
+}
