@@ -1,9 +1,9 @@
-// SentencePiece tokenization and training through Debian's SentencePiece
-// command-line tools (spm_train / spm_encode / spm_decode on PATH, package
-// `sentencepiece`). Not the library: Debian's libsentencepiece carries its own
-// protobuf 3.14 and aborts in a process that also has the system protobuf
-// (libtorch, garden) loaded; see sentencepiece.cpp. Each encode/decode call
-// runs one tool process (about 5 ms): encode many texts with encode_lines().
+// SentencePiece tokenization and training, in process, through Debian's
+// libsentencepiece. The library carries its own protobuf 3.14, which aborts
+// in a process that also has the system's protobuf (LibTorch, Garden), so it
+// lives in the module libgarden_sentencepiece.so, loaded with dlmopen into a
+// link-map namespace of its own (see sentencepiece.cpp and garden_spm.h).
+// Calls are thread-safe: the input pipeline encodes on its own thread.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +36,7 @@ class SentencePieceTokenizer : public Tokenizer {
 
   std::vector<int64_t> encode(std::string_view text) const override;
   std::vector<std::string> encode_pieces(std::string_view text) const override;
-  // encode() for many texts in one tool run (newlines inside a text count as
-  // spaces). Use this for datasets.
+  // encode() of each text.
   std::vector<std::vector<int64_t>> encode_lines(const std::vector<std::string>& texts) const;
   // Control ids (bos, eos, pad) are dropped; unk decodes to " \u2047 ".
   std::string decode(const std::vector<int64_t>& ids) const override;
