@@ -484,6 +484,7 @@ void InputPipeline::Core::restore_source(const nlohmann::json& source) {
     const auto path = file_for_seq(slots_[i].file_seq);
     if (!path) throw Error("the checkpoint names an input file this run does not have");
     slots_[i].reader = open_record_reader(*path, file_type_, tfrecord_options_);
+    slots_[i].path = *path;  // records read from here on name their file
     slots_[i].reader->restore(slots[i].at("reader"));
   }
 }

@@ -425,6 +425,34 @@ TEST(PipelineState, RestoreYieldsExactlyTheFollowingBatches) {
   expect_exact_resume(eval, padded, 100, {0, 4, 13});
 }
 
+TEST(PipelineState, RecordsReadAfterARestoreStillNameTheirFile) {
+  const auto dir = fresh_dir("restore_where");
+  const auto path = write_files(dir, numbered({20, 20}));
+  auto config = data_config(path, false, 1);
+  config.cycle_length = 2;
+  // Each example carries the file its record came from (the error messages
+  // of a map function name it) and its index in that file.
+  garden::data::LocatedMapFn located = [](const std::string& record,
+                                          const garden::data::RecordLocation& where) {
+    const int64_t id = std::stoll(record);
+    const bool file_ok =
+        where.file == (fs::path(where.file).parent_path() /
+                       ("part-" + std::to_string(id / 100) + ".tfrecord")).string();
+    return Batch{{"id", torch::tensor(id, torch::kLong)},
+                 {"ok", torch::tensor(int64_t(file_ok && where.index == id % 100), torch::kLong)}};
+  };
+  InputPipeline first(config, located);
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(first.next());
+  InputPipeline resumed(config, located);
+  resumed.restore(first.state());
+  int64_t seen = 0;
+  while (auto batch = resumed.next()) {
+    EXPECT_EQ(batch->at("ok").item<int64_t>(), 1) << "record " << batch->at("id").item<int64_t>();
+    ++seen;
+  }
+  EXPECT_EQ(seen, 33);
+}
+
 TEST(PipelineState, RestoreRejectsOtherFilesAndSeeds) {
   const auto dir = fresh_dir("reject");
   const auto path = write_files(dir, numbered({3, 3}));

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "garden/core/builtins.h"
+#include "garden/core/checkpoint.h"
 #include "garden/core/config/yaml_io.h"
 #include "garden/core/error.h"
 #include "garden/core/runtime.h"
@@ -455,6 +456,46 @@ TEST_F(TranslationTest, BeamOneIsGreedyAndABatchDecodesAsEachSentenceAlone) {
     }
     EXPECT_EQ(greedy[static_cast<std::size_t>(b)], expected) << "sentence " << b;
   }
+}
+
+// Dropout, a shuffle buffer and length buckets: a run stopped at 20 steps and
+// resumed to 40 ends bitwise equal to one that ran 40 steps straight.
+TEST_F(TranslationTest, AResumedRunEndsBitwiseEqualToAnUninterruptedOne) {
+  garden::register_builtins();
+  write_tsv(path("resume.tsv"), sample_pairs(200));
+  auto run = [&](const std::string& model_dir, int64_t steps) {
+    auto params = std::make_shared<garden::config::ExperimentConfig>();
+    auto task = small_config(path("resume.tsv"), path("resume.tsv"));
+    task->model.dropout_rate = 0.1;
+    task->train_data.shuffle_buffer_size = 50;
+    params->task = task;
+    params->trainer.train_steps = steps;
+    params->trainer.steps_per_loop = 10;
+    params->trainer.summary_interval = 10;
+    params->trainer.checkpoint_interval = 20;
+    params->trainer.optimizer_config.optimizer.type = "adam";
+    params->trainer.optimizer_config.learning_rate.constant.learning_rate = 0.001;
+    params->runtime.seed = 5;
+    params->runtime.intra_op_parallelism_threads = 1;
+    garden::config::validate_config(*params);
+    garden::finalize_config(*params);
+    garden::RunOptions options;
+    options.mode = "train";
+    options.model_dir = path(model_dir);
+    garden::run_experiment(params, options);
+  };
+  run("straight", 40);
+  run("resumed", 20);
+  ASSERT_FALSE(fs::exists(path("resumed/ckpt-40")));
+  run("resumed", 40);
+  const auto a = garden::read_checkpoint_file(path("straight/ckpt-40"));
+  const auto b = garden::read_checkpoint_file(path("resumed/ckpt-40"));
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (const auto& [name, tensor] : a.tensors) {
+    ASSERT_TRUE(b.tensors.count(name)) << name;
+    EXPECT_TRUE(torch::equal(tensor, b.tensors.at(name))) << name << " differs";
+  }
+  EXPECT_EQ(a.meta.at("train_data"), b.meta.at("train_data"));
 }
 
 // Issue 5: a tiny model overfits a handful of bundled pairs to BLEU > 90
