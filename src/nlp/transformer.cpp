@@ -292,6 +292,14 @@ torch::nn::LayerNorm make_norm(int64_t width, double epsilon) {
 
 }  // namespace
 
+at::Tensor dropout(const at::Tensor& x, double p, bool training) {
+  return maybe_dropout(x, p, training);
+}
+
+at::Tensor relu_dropout(const at::Tensor& x, double p, bool training) {
+  return relu_then_dropout(x, p, training);
+}
+
 at::Tensor padding_mask(const at::Tensor& ids, int64_t pad_id, at::ScalarType dtype) {
   TORCH_CHECK(ids.dim() == 2, "padding_mask expects ids [B, S]");
   return (ids == pad_id).to(dtype).mul_(kMaskedValue).view({ids.size(0), 1, 1, ids.size(1)});
@@ -520,11 +528,15 @@ Seq2SeqTransformerImpl::Seq2SeqTransformerImpl(const Seq2SeqTransformerOptions& 
     embedding->weight.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(d)));
   }
   const auto block = options.block_options();
-  for (int64_t i = 0; i < options.num_layers; ++i) {
-    encoder_layers.push_back(
-        register_module("encoder_layer_" + std::to_string(i), TransformerEncoderBlock(block)));
-    decoder_layers.push_back(
-        register_module("decoder_layer_" + std::to_string(i), TransformerDecoderBlock(block)));
+  const int64_t decoder_depth =
+      options.decoder_num_layers >= 0 ? options.decoder_num_layers : options.num_layers;
+  for (int64_t i = 0; i < std::max(options.num_layers, decoder_depth); ++i) {
+    if (i < options.num_layers)
+      encoder_layers.push_back(
+          register_module("encoder_layer_" + std::to_string(i), TransformerEncoderBlock(block)));
+    if (i < decoder_depth)
+      decoder_layers.push_back(
+          register_module("decoder_layer_" + std::to_string(i), TransformerDecoderBlock(block)));
   }
   if (options.norm_first) {
     encoder_norm = register_module("encoder_norm", make_norm(d, options.norm_epsilon));

@@ -82,7 +82,7 @@ void TranslationModelConfig::validate() const {
                                 " is not divisible by num_attention_heads " +
                                 std::to_string(stack->num_attention_heads));
   // One block configuration for both stacks (the hand-written model shares
-  // it); only the depth may differ.
+  // it); the depths may differ.
   const auto same = [&](auto a, auto b, const char* key) {
     if (a != b)
       throw config::ConfigError(std::string("encoder.") + key + " and decoder." + key +
@@ -97,8 +97,6 @@ void TranslationModelConfig::validate() const {
   same(encoder.use_bias, decoder.use_bias, "use_bias");
   same(encoder.norm_first, decoder.norm_first, "norm_first");
   same(encoder.norm_epsilon, decoder.norm_epsilon, "norm_epsilon");
-  if (encoder.num_layers != decoder.num_layers)
-    throw config::ConfigError("encoder.num_layers and decoder.num_layers must be equal");
   if (!(dropout_rate >= 0 && dropout_rate < 1))
     throw config::ConfigError("dropout_rate must be in [0, 1)");
   if (decode_max_length && *decode_max_length < 1)
@@ -462,6 +460,7 @@ ModelPtr TranslationTask::build_model() {
   options.vocab_size = tokenizer().vocab_size();
   options.hidden_size = model.embedding_width;
   options.num_layers = model.encoder.num_layers;
+  options.decoder_num_layers = model.decoder.num_layers;
   options.num_heads = model.encoder.num_attention_heads;
   options.intermediate_size = model.encoder.intermediate_size;
   options.activation = model.encoder.activation;

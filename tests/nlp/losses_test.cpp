@@ -85,6 +85,25 @@ TEST(PaddedCrossEntropyLoss, PadPositionsAreIgnored) {
   EXPECT_NEAR(other.loss_sum.item<double>(), loss.loss_sum.item<double>(), 1e-12);
 }
 
+TEST(PaddedCrossEntropyLoss, GradientMatchesAutogradOfTheDefinition) {
+  // The fused backward against autograd through the formula written out:
+  // -sum(soft_target * log_softmax(logits)) weighted by the non-pad labels.
+  for (double smoothing : {0.0, 0.1, 0.3}) {
+    at::Tensor logits = logits_tensor().requires_grad_();
+    padded_cross_entropy_loss(logits, labels_tensor(), smoothing).mean().backward();
+    at::Tensor reference = logits_tensor().requires_grad_();
+    const int64_t vocab = reference.size(-1);
+    const at::Tensor target =
+        torch::full(reference.sizes(), smoothing / double(vocab - 1), torch::kDouble)
+            .scatter_(-1, labels_tensor().unsqueeze(-1), 1.0 - smoothing);
+    const at::Tensor weights = labels_tensor().ne(0).to(torch::kDouble);
+    const at::Tensor token = -(target * torch::log_softmax(reference, -1)).sum(-1);
+    ((token * weights).sum() / weights.sum()).backward();
+    EXPECT_TRUE(torch::allclose(logits.grad(), reference.grad(), 1e-12, 1e-12))
+        << "smoothing " << smoothing;
+  }
+}
+
 TEST(PaddedCrossEntropyLoss, CustomPadId) {
   const auto loss = padded_cross_entropy_loss(logits_tensor(), labels_tensor(), 0.0, /*pad_id=*/3);
   // Only label 3 (at [0][1]) is padding now; the zeros count.

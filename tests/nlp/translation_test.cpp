@@ -379,6 +379,27 @@ TEST_F(TranslationTest, DecoderInputIsTheTargetShiftedRightAndTheLossIgnoresPadd
   EXPECT_NEAR(loss.item<double>(), (xent.loss_sum / 5.0).item<double>(), 1e-6);
 }
 
+TEST_F(TranslationTest, EncoderAndDecoderDepthsMayDiffer) {
+  auto config = small_config(path("unused.tsv"), path("unused.tsv"));
+  config->model.encoder.num_layers = 3;
+  config->model.decoder.num_layers = 1;
+  auto experiment = std::make_shared<garden::config::ExperimentConfig>();
+  experiment->task = config;
+  garden::config::validate_config(*experiment);
+  TranslationTask task(config);
+  auto model = task.build_model();
+  auto& transformer = *model->as<garden::nlp::Seq2SeqTransformerImpl>();
+  EXPECT_EQ(transformer.encoder_layers.size(), 3u);
+  EXPECT_EQ(transformer.decoder_layers.size(), 1u);
+  model->eval();
+  const auto outputs = garden::nlp::translate_ids(
+      transformer, torch::tensor({{5, 6, 1}}, torch::kLong), 1, task.decode_options());
+  EXPECT_EQ(outputs.size(), 1u);
+  // The other block settings must agree.
+  config->model.decoder.intermediate_size = 32;
+  EXPECT_THROW(garden::config::validate_config(*experiment), garden::config::ConfigError);
+}
+
 TEST_F(TranslationTest, ValidationLogsReduceToBleuInUniqueIdOrder) {
   const auto pairs = sample_pairs(30);
   write_tsv(path("reduce.tsv"), pairs);

@@ -40,6 +40,15 @@ constexpr double kMaskedValue = -1e9;
 //   "encoder_padding_mask": [B, 1, 1, S] additive mask (0 real token,
 //       kMaskedValue padding).
 
+// Inverted dropout as every layer here applies it: in training, each element
+// is zeroed with probability p and the others are scaled by 1 / (1 - p); the
+// identity otherwise. On the CPU (float, double) the mask comes from a
+// counter-based generator seeded by one draw from LibTorch's default CPU
+// generator: torch::manual_seed reproduces it, whatever the thread count.
+at::Tensor dropout(const at::Tensor& x, double p, bool training);
+// dropout(relu(x)) in one pass.
+at::Tensor relu_dropout(const at::Tensor& x, double p, bool training);
+
 // Additive padding mask [B, 1, 1, S] for token ids [B, S]: `pad_id` is masked.
 at::Tensor padding_mask(const at::Tensor& ids, int64_t pad_id = 0,
                         at::ScalarType dtype = at::kFloat);
@@ -174,7 +183,8 @@ TORCH_MODULE(TransformerDecoderBlock);
 struct Seq2SeqTransformerOptions {
   int64_t vocab_size = 32000;
   int64_t hidden_size = 512;  // also the embedding width
-  int64_t num_layers = 6;     // encoder layers and decoder layers each
+  int64_t num_layers = 6;           // encoder layers (and decoder layers, unless set below)
+  int64_t decoder_num_layers = -1;  // -1: num_layers
   int64_t num_heads = 8;
   int64_t intermediate_size = 2048;
   std::string activation = "relu";
