@@ -697,67 +697,61 @@ std::shared_ptr<config::ExperimentConfig> base_experiment() {
   return wmt_experiment({512, 8, 2048, 6});
 }
 
-// Sized for a CPU: a 30-minute run on gettext-en-de (docs/tasks/translation.md).
-std::shared_ptr<config::ExperimentConfig> tiny_experiment() {
+// What the CPU-sized experiments set: TSV data, token batches, a short
+// warmup, beta_2 0.98 and clipping (a short run needs a faster start than
+// Model Garden's 16000 warmup steps), one intra-op thread.
+struct CpuRecipe {
+  Preset preset;
+  int64_t vocab_size, token_budget, train_max_length, shuffle_buffer_size;
+  int64_t train_steps, checkpoint_interval, validation_interval, max_to_keep, warmup_steps;
+};
+
+std::shared_ptr<config::ExperimentConfig> cpu_experiment(const CpuRecipe& recipe) {
   auto experiment = std::make_shared<config::ExperimentConfig>();
-  auto task = translation_task({256, 4, 1024, 3});
-  task->sentencepiece_vocab_size = 8000;
+  auto task = translation_task(recipe.preset);
+  task->sentencepiece_vocab_size = recipe.vocab_size;
   task->train_data.file_type = "tsv";
-  task->train_data.global_batch_size = 3072;
-  task->train_data.max_seq_length = 64;
-  task->train_data.shuffle_buffer_size = 10000;
+  task->train_data.global_batch_size = recipe.token_budget;
+  task->train_data.max_seq_length = recipe.train_max_length;
+  task->train_data.shuffle_buffer_size = recipe.shuffle_buffer_size;
   task->validation_data.file_type = "tsv";
   task->validation_data.global_batch_size = 4096;
   task->validation_data.max_seq_length = 100;
   task->model.extra_decode_length = 20;
   experiment->task = task;
   auto& trainer = experiment->trainer;
-  trainer.train_steps = 20000;
+  trainer.train_steps = recipe.train_steps;
   trainer.validation_steps = -1;
   trainer.steps_per_loop = 100;
   trainer.summary_interval = 100;
-  trainer.checkpoint_interval = 1000;
-  trainer.validation_interval = 2000;
-  trainer.max_to_keep = 3;
-  // 0.7 * width^-0.5 with an 800-step warmup: a short run needs a faster start
-  // than Model Garden's 16000 steps, and beta_2 0.98 for the same reason.
-  transformer_schedule(*experiment, 0.7 / std::sqrt(256.0), 800, 0.98);
-  experiment->trainer.optimizer_config.optimizer.adam.global_clipnorm = 1.0;
+  trainer.checkpoint_interval = recipe.checkpoint_interval;
+  trainer.validation_interval = recipe.validation_interval;
+  trainer.max_to_keep = recipe.max_to_keep;
+  // 0.7 * width^-0.5 * step^-0.5 after the warmup.
+  transformer_schedule(*experiment,
+                       0.7 / std::sqrt(static_cast<double>(recipe.preset.width)),
+                       recipe.warmup_steps, 0.98);
+  trainer.optimizer_config.optimizer.adam.global_clipnorm = 1.0;
   experiment->runtime.distribution_strategy = "one_device";
   cpu_threads(experiment->runtime);
   return experiment;
 }
 
+// Sized for a CPU: a 30-minute run on gettext-en-de (docs/tasks/translation.md).
+std::shared_ptr<config::ExperimentConfig> tiny_experiment() {
+  return cpu_experiment({{256, 4, 1024, 3}, 8000, 3072, 64, 10000, 20000, 1000, 2000, 3, 800});
+}
+
 // The README's demo: a small model on a slice of gettext-en-de bundled in the
 // repo, a few minutes on two cores.
 std::shared_ptr<config::ExperimentConfig> demo_experiment() {
-  auto experiment = std::make_shared<config::ExperimentConfig>();
-  auto task = translation_task({128, 4, 512, 2});
-  task->sentencepiece_vocab_size = 2000;
-  task->train_data.input_path = bundled_data_path("translation/en_de_train.tsv");
-  task->train_data.file_type = "tsv";
-  task->train_data.global_batch_size = 2048;
-  task->train_data.max_seq_length = 48;
-  task->train_data.shuffle_buffer_size = 5000;
-  task->validation_data.input_path = bundled_data_path("translation/en_de_valid.tsv");
-  task->validation_data.file_type = "tsv";
-  task->validation_data.global_batch_size = 4096;
-  task->validation_data.max_seq_length = 64;
-  task->model.extra_decode_length = 20;
-  experiment->task = task;
-  auto& trainer = experiment->trainer;
-  trainer.train_steps = 1200;
-  trainer.validation_steps = -1;
-  trainer.steps_per_loop = 100;
-  trainer.summary_interval = 100;
-  trainer.checkpoint_interval = 400;
-  trainer.validation_interval = 600;
-  trainer.max_to_keep = 2;
-  transformer_schedule(*experiment, 0.7 / std::sqrt(128.0), 300, 0.98);
-  experiment->trainer.optimizer_config.optimizer.adam.global_clipnorm = 1.0;
-  experiment->runtime.distribution_strategy = "one_device";
+  auto experiment =
+      cpu_experiment({{128, 4, 512, 2}, 2000, 2048, 48, 5000, 1200, 400, 600, 2, 300});
+  auto& task = static_cast<TranslationConfig&>(*experiment->task);
+  task.train_data.input_path = bundled_data_path("translation/en_de_train.tsv");
+  task.validation_data.input_path = bundled_data_path("translation/en_de_valid.tsv");
+  task.validation_data.max_seq_length = 64;
   experiment->runtime.seed = 1;
-  cpu_threads(experiment->runtime);
   return experiment;
 }
 
