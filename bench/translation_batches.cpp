@@ -3,7 +3,7 @@
 // prefetch) makes them. Prints one JSON line.
 //
 //   translation_batches --experiment wmt_transformer/tiny --train PATH.tsv
-//       [--sentencepiece MODEL] [--batches 2000] [--static]
+//       [--sentencepiece MODEL] [--batches 2000] [--static] [--params_override S]
 //
 // Without --sentencepiece a model is trained into a temporary model_dir first.
 #include <torch/torch.h>
@@ -24,14 +24,14 @@ namespace {
 
 int usage() {
   std::cerr << "usage: translation_batches --experiment NAME --train PATH [--sentencepiece MODEL] "
-               "[--batches N] [--static]\n";
+               "[--batches N] [--static] [--params_override S]\n";
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string experiment = "wmt_transformer/tiny", train, spm;
+  std::string experiment = "wmt_transformer/tiny", train, spm, extra;
   int64_t batches = 2000;
   bool static_batch = false;
   for (int i = 1; i < argc; ++i) {
@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
     else if (arg == "--sentencepiece") spm = value();
     else if (arg == "--batches") batches = std::stoll(value());
     else if (arg == "--static") static_batch = true;
+    else if (arg == "--params_override") extra = value();
     else return usage();
   }
   if (train.empty()) return usage();
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
     std::string override = "task.train_data.input_path=" + train;
     if (!spm.empty()) override += ",task.sentencepiece_model_path=" + spm;
     if (static_batch) override += ",task.train_data.static_batch=true";
+    if (!extra.empty()) override += "," + extra;
     auto params = garden::resolve_experiment(experiment, {}, override);
     auto config = std::dynamic_pointer_cast<garden::nlp::TranslationConfig>(params->task);
     if (!config) throw std::runtime_error(experiment + " is not a translation experiment");
@@ -79,6 +81,8 @@ int main(int argc, char** argv) {
                            {"static_batch", config->train_data.static_batch},
                            {"token_budget", config->train_data.global_batch_size},
                            {"max_seq_length", config->train_data.max_seq_length},
+                           {"bucket_min_boundary", config->train_data.bucket_min_boundary},
+                           {"bucket_boundary_scale", config->train_data.bucket_boundary_scale},
                            {"batches", batches},
                            {"sentences_per_batch", double(sentences) / double(batches)},
                            {"tokens_per_batch", double(real) / double(batches)},

@@ -66,6 +66,11 @@ struct TranslationDataConfig : config::DataConfig {
   bool static_batch = false;
   std::string src_lang;
   std::string tgt_lang;
+  // Garden: the length buckets (Model Garden's wmt_dataloader hard-codes 8
+  // and 1.1). Boundaries start at bucket_min_boundary and grow by
+  // max(x + 1, int(x * bucket_boundary_scale)).
+  int64_t bucket_min_boundary = 8;
+  double bucket_boundary_scale = 1.1;
   void visit(config::Visitor& v) override;
   void validate() const override;
 };
