@@ -48,6 +48,7 @@ class TranslateCliTest : public CliFixture {
     spit(suite_dir_ / "overfit.yaml",
          "task:\n"
          "  sentencepiece_vocab_size: 100\n"
+         "  print_translations: true\n"
          "  model:\n"
          "    embedding_width: 64\n"
          "    dropout_rate: 0.0\n"
@@ -123,6 +124,23 @@ TEST_F(TranslateCliTest, OneLinePerLineInOrderAndEmptyLinesStayEmpty) {
   }
   EXPECT_GE(exact, 12) << run.out;
   EXPECT_NE(run.err.find("translated 18 lines (16 non-empty)"), std::string::npos) << run.err;
+}
+
+TEST_F(TranslateCliTest, TheRunWroteBleuAndExampleTranslationsToTensorBoard) {
+  std::string events;
+  for (const auto& entry : fs::directory_iterator(fs::path(model_dir()) / "validation"))
+    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0)
+      events += slurp(entry.path());
+  // Tags and the text summary's UTF-8 payload are stored as they are.
+  EXPECT_NE(events.find("sacrebleu_score"), std::string::npos);
+  EXPECT_NE(events.find("bleu_score"), std::string::npos);
+  EXPECT_NE(events.find("translations"), std::string::npos);
+  EXPECT_NE(events.find("input: " + sources_[0]), std::string::npos);
+  EXPECT_NE(events.find("reference: " + targets_[0]), std::string::npos);
+  // print_translations logged every pair.
+  const std::string log = slurp(suite_dir_ / "train.log");
+  for (std::size_t i = 0; i < sources_.size(); ++i)
+    EXPECT_NE(log.find("  input:     " + sources_[i] + "\n"), std::string::npos) << i;
 }
 
 TEST_F(TranslateCliTest, FilesGreedyAndAnExplicitCheckpointAgreeWithStdin) {
