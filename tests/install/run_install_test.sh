@@ -84,6 +84,12 @@ if [[ "$iris_csv" != "$prefix"/* ]]; then
   fail "installed garden reads tabular/iris data from '$iris_csv', outside $prefix"
 fi
 
+demo_tsv=$("$prefix/bin/garden" config --experiment=wmt_transformer/demo 2>/dev/null |
+  sed -n 's/^ *input_path: *\(.*en_de_train\.tsv\)$/\1/p' | head -n 1 || true)
+if [[ "$demo_tsv" != "$prefix"/* || ! -f "$demo_tsv" ]]; then
+  fail "installed garden reads wmt_transformer/demo data from '$demo_tsv', not a file under $prefix"
+fi
+
 # The installed library finds its SentencePiece module beside itself.
 say "running the installed garden spm train / encode"
 spm_dir="$work_dir/spm"
