@@ -27,11 +27,11 @@ rows=$(awk '
     print seconds($1, $2) - start, $7, "eval", vloss, bleu, sacre
   }' "$log")
 
-echo "| minutes | step | training loss | validation loss | BLEU (Model Garden) | sacreBLEU |"
+echo "| minutes (step reached) | step | training loss | validation loss | BLEU (Model Garden) | sacreBLEU |"
 echo "|---:|---:|---:|---:|---:|---:|"
 awk '
   $3 == "train" { loss[$2] = $4; t[$2] = $1; steps[$2] = 1 }
-  $3 == "eval" { vl[$2] = $4; b[$2] = $5; sb[$2] = $6; t[$2] = $1; steps[$2] = 1 }
+  $3 == "eval" { vl[$2] = $4; b[$2] = $5; sb[$2] = $6; if (!($2 in t)) t[$2] = $1; steps[$2] = 1 }
   END {
     n = 0; for (s in steps) order[++n] = s + 0
     for (i = 2; i <= n; ++i) { v = order[i]; j = i - 1; while (j > 0 && order[j] > v) { order[j + 1] = order[j]; --j } order[j + 1] = v }
