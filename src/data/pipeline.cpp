@@ -200,9 +200,11 @@ InputPipeline::Core::Core(const config::DataConfig& config, LocatedMapFn map_fn,
   batch_size_ = per_replica;
   drop_remainder_ = config.drop_remainder;
   if (batching_.mode == BatchMode::kStatic) {
-    // wmt_dataloader: in training the batch size counts tokens.
+    // wmt_dataloader: in training the batch size counts tokens, and every
+    // batch is full. Evaluation keeps drop_remainder as configured, so a
+    // pass can keep every example.
     if (training_) batch_size_ = per_replica / batching_.max_length;
-    drop_remainder_ = true;
+    if (training_) drop_remainder_ = true;
     if (batch_size_ < 1)
       throw Error("global_batch_size " + std::to_string(config.global_batch_size) +
                   " is too small for static batches of max_length " +

@@ -400,6 +400,26 @@ TEST_F(TranslationTest, EncoderAndDecoderDepthsMayDiffer) {
   EXPECT_THROW(garden::config::validate_config(*experiment), garden::config::ConfigError);
 }
 
+TEST_F(TranslationTest, StaticBatchesArePaddedToMaxSeqLengthAndEvaluationKeepsEveryPair) {
+  write_tsv(path("static.tsv"), sample_pairs(50));
+  auto config = small_config(path("static.tsv"), path("static.tsv"));
+  for (auto* data : {&config->train_data, &config->validation_data}) {
+    data->static_batch = true;
+    data->max_seq_length = 16;
+  }
+  config->train_data.global_batch_size = 16 * 8;  // 8 pairs a batch
+  config->validation_data.global_batch_size = 8;  // evaluation counts pairs
+  TranslationTask task(config);
+  auto train = task.build_inputs(config->train_data, {});
+  for (int i = 0; i < 5; ++i) {
+    const Batch batch = *train->next();
+    EXPECT_EQ(batch.at("inputs").sizes(), (std::vector<int64_t>{8, 16}));
+    EXPECT_EQ(batch.at("targets").sizes(), (std::vector<int64_t>{8, 16}));
+  }
+  const auto examples = eval_examples(task, config->validation_data);
+  EXPECT_EQ(examples.size(), 50u);
+}
+
 TEST_F(TranslationTest, ValidationLogsReduceToBleuInUniqueIdOrder) {
   const auto pairs = sample_pairs(30);
   write_tsv(path("reduce.tsv"), pairs);
