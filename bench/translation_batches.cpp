@@ -40,13 +40,20 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) std::exit(usage());
       return argv[++i];
     };
-    if (arg == "--experiment") experiment = value();
-    else if (arg == "--train") train = value();
-    else if (arg == "--sentencepiece") spm = value();
-    else if (arg == "--batches") batches = std::stoll(value());
-    else if (arg == "--static") static_batch = true;
-    else if (arg == "--params_override") extra = value();
-    else return usage();
+    if (arg == "--experiment")
+      experiment = value();
+    else if (arg == "--train")
+      train = value();
+    else if (arg == "--sentencepiece")
+      spm = value();
+    else if (arg == "--batches")
+      batches = std::stoll(value());
+    else if (arg == "--static")
+      static_batch = true;
+    else if (arg == "--params_override")
+      extra = value();
+    else
+      return usage();
   }
   if (train.empty()) return usage();
   try {

@@ -1,7 +1,7 @@
 #include "garden/cli/translate_command.h"
 
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -192,7 +192,8 @@ CLI::App* add_translate_command(CLI::App& app) {
                         "Beam width (default: the model's beam_size); 1 is greedy");
   translate->add_option("--batch_size", flags->batch_size, "Sentences decoded at once")
       ->capture_default_str();
-  translate->add_option("--input", flags->input, "Input file, one sentence a line (default: stdin)");
+  translate->add_option("--input", flags->input,
+                        "Input file, one sentence a line (default: stdin)");
   translate->add_option("--output", flags->output, "Output file (default: stdout)");
   translate->callback([flags] { run_translate(*flags); });
   return translate;

@@ -164,8 +164,7 @@ InputPipeline::Core::Core(const config::DataConfig& config, LocatedMapFn map_fn,
   if (!map_fn_) throw Error("the input pipeline needs a map function");
   files_ = match_files(config.input_path);
   file_type_ = config.file_type;
-  tfrecord_options_.compression = parse_compression(config.compression_type);
-  tfrecord_options_.skip_corrupt = config.skip_corrupt_records;
+  tfrecord_options_ = tfrecord_options(config);
   training_ = config.is_training.value_or(false);
   cache_ = config.cache;
   num_pipelines_ = std::max<int64_t>(1, context.num_input_pipelines);

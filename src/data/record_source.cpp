@@ -217,6 +217,13 @@ std::unique_ptr<RecordReader> open_record_reader(const std::string& path,
               "aligned:<extension>");
 }
 
+TFRecordReader::Options tfrecord_options(const config::DataConfig& config) {
+  TFRecordReader::Options options;
+  options.compression = parse_compression(config.compression_type);
+  options.skip_corrupt = config.skip_corrupt_records;
+  return options;
+}
+
 std::string aligned_target_path(const std::string& source_path, const std::string& extension) {
   std::filesystem::path path(source_path);
   if (!path.has_extension())

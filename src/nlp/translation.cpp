@@ -152,8 +152,7 @@ void TranslationDataConfig::validate() const {
 void TranslationConfig::visit_task_fields(config::Visitor& v) {
   v("sentencepiece_model_path", sentencepiece_model_path,
     "SentencePiece model; empty: train one on train_data into model_dir/sentencepiece.model.");
-  v("print_translations", print_translations,
-    "Log every validation input, output and reference.");
+  v("print_translations", print_translations, "Log every validation input, output and reference.");
   v("sentencepiece_vocab_size", sentencepiece_vocab_size,
     "Vocabulary size of the SentencePiece model trained when sentencepiece_model_path is "
     "empty.");
@@ -196,8 +195,8 @@ class PairDecoder {
     }
   }
 
-  void operator()(const std::string& record, const data::RecordLocation& where,
-                  std::string& source, std::string& target) const {
+  void operator()(const std::string& record, const data::RecordLocation& where, std::string& source,
+                  std::string& target) const {
     switch (format_) {
       case PairFormat::kTsv: {
         const auto tab = record.find('\t');
@@ -231,13 +230,6 @@ class PairDecoder {
   data::ParseSpec spec_;
 };
 
-data::TFRecordReader::Options reader_options(const TranslationDataConfig& data) {
-  data::TFRecordReader::Options options;
-  options.compression = data::parse_compression(data.compression_type);
-  options.skip_corrupt = data.skip_corrupt_records;
-  return options;
-}
-
 // Calls fn(unique_id, source, target) for every pair of `data`, in file order.
 template <class Fn>
 void for_each_pair(const TranslationDataConfig& data, Fn&& fn) {
@@ -246,7 +238,8 @@ void for_each_pair(const TranslationDataConfig& data, Fn&& fn) {
   const PairDecoder decode(data);
   std::string record, source, target;
   for (std::size_t f = 0; f < files.size(); ++f) {
-    auto reader = data::open_record_reader(files[f], reader_file_type(data), reader_options(data));
+    auto reader =
+        data::open_record_reader(files[f], reader_file_type(data), data::tfrecord_options(data));
     int64_t index = 0;
     while (reader->next(record)) {
       decode(record, {files[f], index}, source, target);
@@ -256,9 +249,7 @@ void for_each_pair(const TranslationDataConfig& data, Fn&& fn) {
   }
 }
 
-at::Tensor ids_tensor(const std::vector<int64_t>& ids) {
-  return torch::tensor(ids, torch::kLong);
-}
+at::Tensor ids_tensor(const std::vector<int64_t>& ids) { return torch::tensor(ids, torch::kLong); }
 
 }  // namespace
 
@@ -324,8 +315,9 @@ std::string TranslationTask::tokenizer_path() const {
 void TranslationTask::train_tokenizer(const std::string& model_path) {
   const auto& train = config_.train_data;
   if (train.input_path.empty())
-    throw Error("sentencepiece_model_path is empty, and train_data.input_path is too: there is "
-                "no text to train a SentencePiece model on");
+    throw Error(
+        "sentencepiece_model_path is empty, and train_data.input_path is too: there is "
+        "no text to train a SentencePiece model on");
   const auto start = std::chrono::steady_clock::now();
   fs::create_directories(fs::path(model_path).parent_path());
   // Everything goes to temporary names first: a killed run never leaves a
@@ -388,7 +380,8 @@ const data::SentencePieceTokenizer& TranslationTask::tokenizer() {
                   "' (sentencepiece_model_path is empty and model_dir has none)");
     train_tokenizer(path);
   }
-  tokenizer_ = std::make_unique<data::SentencePieceTokenizer>(data::SentencePieceTokenizer::load(path));
+  tokenizer_ =
+      std::make_unique<data::SentencePieceTokenizer>(data::SentencePieceTokenizer::load(path));
   if (tokenizer_->pad_id() != 0 && tokenizer_->piece_to_id("<pad>") != 0)
     throw Error("SentencePiece model '" + path + "' has pad_id " +
                 std::to_string(tokenizer_->pad_id()) +
@@ -443,8 +436,7 @@ DatasetPtr TranslationTask::build_inputs(const config::DataConfig& params,
   std::unordered_map<std::string, int64_t> file_index;
   if (!training) {
     const auto files = data::match_files(data.input_path);
-    for (std::size_t i = 0; i < files.size(); ++i)
-      file_index[files[i]] = static_cast<int64_t>(i);
+    for (std::size_t i = 0; i < files.size(); ++i) file_index[files[i]] = static_cast<int64_t>(i);
   }
   auto decode = std::make_shared<PairDecoder>(data);
   data::LocatedMapFn map_fn = [tokenizer, eos, decode, training, file_index](
@@ -503,8 +495,8 @@ at::Tensor shift_right(const at::Tensor& targets) {
 
 Batch TranslationTask::call_model(Model& model, const Batch& features, bool) {
   auto& transformer = as_transformer(model);
-  return {{"logits",
-           transformer.forward(features.at("inputs"), shift_right(features.at("targets")))}};
+  return {
+      {"logits", transformer.forward(features.at("inputs"), shift_right(features.at("targets")))}};
 }
 
 at::Tensor TranslationTask::build_losses(const Batch& labels, const Batch& model_outputs,
@@ -534,9 +526,8 @@ Logs TranslationTask::validation_step(const Batch& inputs, Model& model, MetricL
 Batch TranslationTask::inference_step(const Batch& inputs, Model& model) {
   torch::NoGradGuard no_grad;
   model.eval();
-  const auto outputs =
-      translate_ids(as_transformer(model), inputs.at("inputs"), tokenizer().eos_id(),
-                    decode_options());
+  const auto outputs = translate_ids(as_transformer(model), inputs.at("inputs"),
+                                     tokenizer().eos_id(), decode_options());
   int64_t longest = 1;
   for (const auto& row : outputs) longest = std::max<int64_t>(longest, row.size());
   at::Tensor padded = torch::zeros({static_cast<int64_t>(outputs.size()), longest}, torch::kLong);
@@ -566,8 +557,8 @@ Logs TranslationTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_
   for (const auto& batch : std::get<std::vector<std::vector<int64_t>>>(ids_it->second))
     ids.insert(ids.end(), batch.begin(), batch.end());
   if (ids.size() != outputs.size())
-    throw Error("translation validation: " + std::to_string(outputs.size()) +
-                " outputs for " + std::to_string(ids.size()) + " unique ids");
+    throw Error("translation validation: " + std::to_string(outputs.size()) + " outputs for " +
+                std::to_string(ids.size()) + " unique ids");
 
   // The references are the raw target sentences (not their truncated
   // tokenization), in unique-id order.
@@ -576,7 +567,8 @@ Logs TranslationTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_
   for (const auto& pair : pairs) by_id[pair.unique_id] = &pair;
   std::vector<std::size_t> order(ids.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ids[a] < ids[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return ids[a] < ids[b]; });
 
   const auto& tok = tokenizer();
   std::vector<std::string> hypotheses, references, sources;
@@ -595,8 +587,8 @@ Logs TranslationTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_
 
   if (config_.print_translations.value_or(false))
     for (std::size_t i = 0; i < hypotheses.size(); ++i)
-      log_info() << "step " << global_step << " translation " << i << "\n  input:     "
-                 << sources[i] << "\n  output:    " << hypotheses[i]
+      log_info() << "step " << global_step << " translation " << i
+                 << "\n  input:     " << sources[i] << "\n  output:    " << hypotheses[i]
                  << "\n  reference: " << references[i];
   // A few examples for TensorBoard's text dashboard (markdown).
   std::vector<std::string> examples;
@@ -741,8 +733,7 @@ std::shared_ptr<config::ExperimentConfig> cpu_experiment(const CpuRecipe& recipe
   trainer.validation_interval = recipe.validation_interval;
   trainer.max_to_keep = recipe.max_to_keep;
   // 0.7 * width^-0.5 * step^-0.5 after the warmup.
-  transformer_schedule(*experiment,
-                       0.7 / std::sqrt(static_cast<double>(recipe.preset.width)),
+  transformer_schedule(*experiment, 0.7 / std::sqrt(static_cast<double>(recipe.preset.width)),
                        recipe.warmup_steps, 0.98);
   trainer.optimizer_config.optimizer.adam.global_clipnorm = 1.0;
   experiment->runtime.distribution_strategy = "one_device";

@@ -31,7 +31,8 @@ class TranslateCliTest : public CliFixture {
   // One model_dir for the whole suite: the demo experiment shrunk to overfit
   // 16 pairs in a few seconds.
   static void SetUpTestSuite() {
-    suite_dir_ = fs::path(::testing::TempDir()) / ("garden_translate_" + std::to_string(::getpid()));
+    suite_dir_ =
+        fs::path(::testing::TempDir()) / ("garden_translate_" + std::to_string(::getpid()));
     fs::remove_all(suite_dir_);
     fs::create_directories(suite_dir_);
     std::ifstream sample(std::string(GARDEN_SOURCE_DIR) + "/data/testdata/en_de_sample.tsv");
@@ -57,18 +58,22 @@ class TranslateCliTest : public CliFixture {
          " dropout_rate: 0.0, attention_dropout_rate: 0.0, intermediate_dropout: 0.0}\n"
          "    decoder: {num_layers: 1, num_attention_heads: 4, intermediate_size: 128,"
          " dropout_rate: 0.0, attention_dropout_rate: 0.0, intermediate_dropout: 0.0}\n"
-         "  train_data: {input_path: '" + data + "', global_batch_size: 512, shuffle_buffer_size: 16}\n"
-         "  validation_data: {input_path: '" + data + "', global_batch_size: 512, max_seq_length: 40}\n"
-         "trainer:\n"
-         "  train_steps: 400\n"
-         "  steps_per_loop: 100\n"
-         "  summary_interval: 100\n"
-         "  validation_interval: 400\n"
-         "  checkpoint_interval: 200\n"
-         "  optimizer_config:\n"
-         "    learning_rate: {type: polynomial, polynomial: {initial_learning_rate: 0.005,"
-         " decay_steps: 400, end_learning_rate: 0.0001}}\n"
-         "    warmup: {type: null}\n");
+         "  train_data: {input_path: '" +
+             data +
+             "', global_batch_size: 512, shuffle_buffer_size: 16}\n"
+             "  validation_data: {input_path: '" +
+             data +
+             "', global_batch_size: 512, max_seq_length: 40}\n"
+             "trainer:\n"
+             "  train_steps: 400\n"
+             "  steps_per_loop: 100\n"
+             "  summary_interval: 100\n"
+             "  validation_interval: 400\n"
+             "  checkpoint_interval: 200\n"
+             "  optimizer_config:\n"
+             "    learning_rate: {type: polynomial, polynomial: {initial_learning_rate: 0.005,"
+             " decay_steps: 400, end_learning_rate: 0.0001}}\n"
+             "    warmup: {type: null}\n");
     const std::string command = std::string("'") + GARDEN_CLI_PATH +
                                 "' train --experiment wmt_transformer/demo --config_file '" +
                                 (suite_dir_ / "overfit.yaml").string() + "' --model_dir '" +
@@ -149,16 +154,16 @@ TEST_F(TranslateCliTest, FilesGreedyAndAnExplicitCheckpointAgreeWithStdin) {
   spit(dir_ / "in.txt", input);
   const CliRun from_stdin = translate(input, "--beam_size 1");
   ASSERT_EQ(from_stdin.status, 0) << from_stdin.err;
-  const CliRun from_file =
-      garden("translate --model_dir '" + model_dir() + "' --beam_size 1 --input '" +
-             path("in.txt") + "' --output '" + path("out.txt") + "' --checkpoint '" +
-             model_dir() + "/ckpt-400'");
+  const CliRun from_file = garden(
+      "translate --model_dir '" + model_dir() + "' --beam_size 1 --input '" + path("in.txt") +
+      "' --output '" + path("out.txt") + "' --checkpoint '" + model_dir() + "/ckpt-400'");
   ASSERT_EQ(from_file.status, 0) << from_file.err;
   EXPECT_EQ(from_file.out, "");
   EXPECT_EQ(slurp(dir_ / "out.txt"), from_stdin.out);
   EXPECT_NE(from_file.err.find("beam 1"), std::string::npos) << from_file.err;
   // The older checkpoint translates differently (it is half trained).
-  const CliRun older = translate(input, "--beam_size 1 --checkpoint '" + model_dir() + "/ckpt-200'");
+  const CliRun older =
+      translate(input, "--beam_size 1 --checkpoint '" + model_dir() + "/ckpt-200'");
   ASSERT_EQ(older.status, 0) << older.err;
   EXPECT_NE(older.out, from_stdin.out);
 }
@@ -169,8 +174,7 @@ TEST_F(TranslateCliTest, ALongLineIsTruncatedWithAWarningNamingIt) {
   const CliRun run = translate(sources_[0] + "\n" + long_line + "\n" + sources_[1] + "\n");
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_EQ(lines_of(run.out).size(), 3u);
-  EXPECT_NE(run.err.find("warning: line 2 is longer than the model's 40 tokens"),
-            std::string::npos)
+  EXPECT_NE(run.err.find("warning: line 2 is longer than the model's 40 tokens"), std::string::npos)
       << run.err;
   EXPECT_EQ(run.err.find("line 1 "), std::string::npos) << run.err;
   EXPECT_EQ(run.err.find("line 3 "), std::string::npos) << run.err;

@@ -281,8 +281,8 @@ TEST_F(TranslationTest, BadDataIsOneErrorNamingFileAndLine) {
   // A tf.Example without the target feature.
   {
     garden::data::TFRecordWriter writer(path("missing.tfrecord"));
-    writer.write(garden::data::serialize_example(
-        {{"en", garden::data::FeatureValue::of_bytes({"Open"})}}));
+    writer.write(
+        garden::data::serialize_example({{"en", garden::data::FeatureValue::of_bytes({"Open"})}}));
   }
   auto examples = small_config(path("notab.tsv"), path("missing.tfrecord"));
   examples->validation_data.file_type = "tfrecord";
@@ -325,8 +325,7 @@ TEST_F(TranslationTest, TokenizerIsTrainedIntoModelDirOnceAndItsPadMustBeZero) {
   EXPECT_EQ(tokenizer.eos_id(), 1);
   // Nothing temporary is left behind.
   for (const auto& entry : fs::directory_iterator(model_dir))
-    EXPECT_EQ(entry.path().filename().string().find("tmp"), std::string::npos)
-        << entry.path();
+    EXPECT_EQ(entry.path().filename().string().find("tmp"), std::string::npos) << entry.path();
   // The model's vocabulary is the tokenizer's.
   auto model_ptr = task.build_model();
   EXPECT_EQ(model_ptr->as<garden::nlp::Seq2SeqTransformerImpl>()->options().vocab_size, 300);
@@ -439,7 +438,8 @@ TEST_F(TranslationTest, ValidationLogsReduceToBleuInUniqueIdOrder) {
                              order.begin() + static_cast<std::ptrdiff_t>(start + 10));
     std::vector<std::vector<int64_t>> outputs;
     for (int64_t id : ids) {
-      const std::string text = id == 4 ? "Das ist falsch" : pairs[static_cast<std::size_t>(id)].target;
+      const std::string text =
+          id == 4 ? "Das ist falsch" : pairs[static_cast<std::size_t>(id)].target;
       hypotheses[static_cast<std::size_t>(id)] = tokenizer.decode(tokenizer.encode(text));
       outputs.push_back(tokenizer.encode(text));
     }
@@ -474,9 +474,8 @@ TEST_F(TranslationTest, BeamOneIsGreedyAndABatchDecodesAsEachSentenceAlone) {
   const auto together = garden::nlp::translate_ids(transformer, batch, eos, options);
   for (int64_t b = 0; b < batch.size(0); ++b) {
     const int64_t length = (batch[b] != 0).sum().item<int64_t>();
-    const auto alone =
-        garden::nlp::translate_ids(transformer, batch.slice(0, b, b + 1).slice(1, 0, length), eos,
-                                   options);
+    const auto alone = garden::nlp::translate_ids(
+        transformer, batch.slice(0, b, b + 1).slice(1, 0, length), eos, options);
     EXPECT_EQ(alone[0], together[static_cast<std::size_t>(b)]) << "sentence " << b;
   }
   // Beam 1: the argmax at every step, computed here by full recomputation.

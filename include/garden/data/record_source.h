@@ -10,6 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "garden/core/config/definitions.h"
 #include "garden/data/tfrecord.h"
 
 namespace garden::data {
@@ -49,6 +50,10 @@ class RecordReader {
 std::unique_ptr<RecordReader> open_record_reader(const std::string& path,
                                                  const std::string& file_type,
                                                  const TFRecordReader::Options& tfrecord = {});
+
+// How a DataConfig reads TFRecord files: its compression_type (file_type
+// tfrecord_compressed means GZIP) and skip_corrupt_records.
+TFRecordReader::Options tfrecord_options(const config::DataConfig& config);
 
 // `source_path` with its last extension replaced by EXT: train.en -> train.de.
 // Throws garden::Error when the path has no extension.

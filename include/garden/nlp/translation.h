@@ -75,8 +75,7 @@ struct TranslationDataConfig : config::DataConfig {
   void validate() const override;
 };
 
-struct TranslationConfig
-    : config::TaskConfigWith<TranslationModelConfig, TranslationDataConfig> {
+struct TranslationConfig : config::TaskConfigWith<TranslationModelConfig, TranslationDataConfig> {
   // A SentencePiece model; empty: train one on train_data into
   // model_dir/sentencepiece.model (or reuse the one already there).
   std::string sentencepiece_model_path;
