@@ -9,6 +9,11 @@
 #include <string>
 #include <vector>
 
+// Exported by libsentencepiece (its logging.h is not installed).
+namespace sentencepiece::logging {
+void SetMinLogLevel(int v);
+}
+
 namespace {
 
 char* copy_string(const std::string& text) {
@@ -34,6 +39,10 @@ void garden_spm_free(void* buffer) { std::free(buffer); }
 
 int garden_spm_train(const char* flags, char** error) {
   try {
+    // The trainer logs its whole command line before it reads --minloglevel:
+    // apply that flag first, so a quiet run is quiet.
+    const char* level = std::strstr(flags, "--minloglevel=");
+    sentencepiece::logging::SetMinLogLevel(level ? std::atoi(level + 14) : 0);
     const auto status = sentencepiece::SentencePieceTrainer::Train(flags);
     if (!status.ok()) return fail(error, status.ToString());
     return 0;
