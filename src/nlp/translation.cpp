@@ -126,16 +126,10 @@ void TranslationDataConfig::visit(config::Visitor& v) {
 }
 
 void TranslationDataConfig::validate() const {
-  // DataConfig knows the generic file types; `aligned` is this task's.
-  if (file_type == "aligned") {
-    config::DataConfig generic = *this;
-    generic.file_type = "text";
-    generic.config::DataConfig::validate();
-    if (src_lang.empty() || tgt_lang.empty())
-      throw config::ConfigError("file_type aligned needs src_lang and tgt_lang (the extensions)");
-  } else {
-    config::DataConfig::validate();
-  }
+  // The file types are this task's own (tsv, aligned, tf.Example records).
+  validate_reading();
+  if (file_type == "aligned" && (src_lang.empty() || tgt_lang.empty()))
+    throw config::ConfigError("file_type aligned needs src_lang and tgt_lang (the extensions)");
   if (file_type != "tsv" && file_type != "aligned" && file_type != "tfrecord" &&
       file_type != "tfrecord_compressed")
     throw config::ConfigError("file_type '" + file_type +
@@ -199,13 +193,12 @@ class PairDecoder {
                   std::string& target) const {
     switch (format_) {
       case PairFormat::kTsv: {
-        const auto tab = record.find('\t');
-        if (tab == std::string::npos)
+        std::vector<std::string> fields = data::split_fields(record);
+        if (fields.size() < 2)
           throw Error("TSV file '" + where.file + "' line " + std::to_string(where.index + 1) +
                       ": no tab between source and target");
-        const auto end = record.find('\t', tab + 1);
-        source = record.substr(0, tab);
-        target = record.substr(tab + 1, end == std::string::npos ? end : end - tab - 1);
+        source = std::move(fields[0]);
+        target = std::move(fields[1]);
         return;
       }
       case PairFormat::kAligned: {

@@ -25,17 +25,21 @@ void DataConfig::visit(Visitor& v) {
 }
 
 void DataConfig::validate() const {
+  validate_reading();
+  static const std::set<std::string> file_types = {"tfrecord", "tfrecord_compressed", "text",
+                                                   "tsv", "documents", "csv"};
+  if (!file_types.count(file_type))
+    throw ConfigError("file_type '" + file_type +
+                      "' is not one of tfrecord, tfrecord_compressed, text, tsv, documents, csv");
+}
+
+void DataConfig::validate_reading() const {
   if (global_batch_size < 0) throw ConfigError("global_batch_size must be >= 0");
   if (shuffle_buffer_size < 0) throw ConfigError("shuffle_buffer_size must be >= 0");
   if (block_length < 1) throw ConfigError("block_length must be >= 1");
   if (cycle_length && *cycle_length < 1) throw ConfigError("cycle_length must be >= 1");
   if (prefetch_buffer_size && *prefetch_buffer_size < 0)
     throw ConfigError("prefetch_buffer_size must be >= 0");
-  static const std::set<std::string> file_types = {"tfrecord", "tfrecord_compressed", "text",
-                                                   "tsv", "documents", "csv"};
-  if (!file_types.count(file_type))
-    throw ConfigError("file_type '" + file_type +
-                      "' is not one of tfrecord, tfrecord_compressed, text, tsv, documents, csv");
   if (!compression_type.empty() && compression_type != "GZIP" && compression_type != "ZLIB")
     throw ConfigError("compression_type '" + compression_type + "' is not one of '', GZIP, ZLIB");
 }

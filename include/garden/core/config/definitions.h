@@ -36,7 +36,11 @@ struct DataConfig : Config {
   // failing.
   bool skip_corrupt_records = false;
   void visit(Visitor& v) override;
+  // validate_reading(), then file_type is one of the generic types.
   void validate() const override;
+  // Everything but file_type: for a task's data config with file types of
+  // its own.
+  void validate_reading() const;
 };
 
 // Model Garden's DifferentialPrivacyConfig (official/modeling/privacy).
