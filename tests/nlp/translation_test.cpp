@@ -336,6 +336,21 @@ TEST_F(TranslationTest, TokenizerIsTrainedIntoModelDirOnceAndItsPadMustBeZero) {
   again.tokenizer();
   EXPECT_EQ(fs::last_write_time(model), written);
 
+  // A vocabulary the data cannot fill is one error naming the key, and the
+  // model_dir it would have made is not left behind.
+  auto too_big = small_config(path("spm_pairs.tsv"), path("spm_pairs.tsv"));
+  too_big->sentencepiece_model_path = "";
+  too_big->sentencepiece_vocab_size = 900000;
+  TranslationTask failing(too_big, path("failed_model_dir"));
+  try {
+    failing.tokenizer();
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("task.sentencepiece_vocab_size 900000"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(path("failed_model_dir")));
+
   // Translation without a trained tokenizer is an error, not a new one.
   TranslationTask no_training(config, path("empty_model_dir"));
   no_training.set_tokenizer_training(false);
