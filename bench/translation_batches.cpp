@@ -16,7 +16,7 @@
 #include <string>
 
 #include "garden/cli/cli.h"
-#include "garden/core/builtins.h"
+#include "garden/cli/builtins.h"
 #include "garden/data/sentencepiece.h"
 #include "garden/nlp/translation.h"
 

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "garden/core/builtins.h"
+#include "garden/cli/builtins.h"
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);

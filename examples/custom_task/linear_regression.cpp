@@ -3,7 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <garden/core/config/registry.h>
-#include <garden/core/error.h>
+#include <garden/base/error.h>
 #include <garden/core/metrics.h>
 
 namespace example {

@@ -12,7 +12,7 @@
 #include <torch/torch.h>
 
 #include <garden/core/config/definitions.h>
-#include <garden/core/dataset.h>
+#include <garden/base/dataset.h>
 #include <garden/core/task.h>
 
 namespace example {

@@ -1,8 +1,8 @@
-#include "garden/core/builtins.h"
+#include "garden/cli/builtins.h"
 
 #include <mutex>
 
-#include "garden/nlp/translation.h"
+#include "garden/nlp/translation_experiments.h"
 #include "garden/tabular/classification.h"
 
 namespace garden {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 #include "garden/data/sentencepiece.h"
 
 namespace garden {

@@ -16,7 +16,7 @@
 
 #include "garden/core/checkpoint.h"
 #include "garden/core/config/yaml_io.h"
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 #include "garden/core/runtime.h"
 #include "garden/data/sentencepiece.h"
 #include "garden/nlp/translation.h"

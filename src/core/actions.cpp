@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "garden/core/checkpoint.h"
-#include "garden/core/logging.h"
+#include "garden/base/logging.h"
 
 namespace fs = std::filesystem;
 

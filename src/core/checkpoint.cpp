@@ -14,8 +14,8 @@
 #include <regex>
 #include <sstream>
 
-#include "garden/core/error.h"
-#include "garden/data/crc32c.h"
+#include "garden/base/error.h"
+#include "garden/base/crc32c.h"
 
 namespace fs = std::filesystem;
 
@@ -117,14 +117,14 @@ void write_checkpoint_file(const std::string& path, const CheckpointData& data,
                        {"shape", cpu.sizes().vec()},
                        {"offset", offset},
                        {"nbytes", nbytes},
-                       {"crc32c", data::crc32c(cpu.data_ptr(), nbytes)}});
+                       {"crc32c", garden::crc32c(cpu.data_ptr(), nbytes)}});
     offset += nbytes;
     tensors.emplace_back(name, std::move(cpu));
   }
   const nlohmann::json header = {{"format", 1}, {"meta", data.meta}, {"tensors", entries}};
   const std::string header_text = header.dump();
   const uint64_t header_size = header_text.size();
-  const uint32_t header_crc = data::mask_crc(data::crc32c(header_text.data(), header_size));
+  const uint32_t header_crc = garden::mask_crc(garden::crc32c(header_text.data(), header_size));
 
   const fs::path target(path);
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
@@ -160,7 +160,7 @@ CheckpointData read_checkpoint_file(const std::string& path) {
   if (!in.read(header_text.data(), static_cast<std::streamsize>(header_size)) ||
       !in.read(reinterpret_cast<char*>(&header_crc), 4))
     throw Error("checkpoint '" + path + "' is truncated (in the header)");
-  if (data::unmask_crc(header_crc) != data::crc32c(header_text.data(), header_text.size()))
+  if (garden::unmask_crc(header_crc) != garden::crc32c(header_text.data(), header_text.size()))
     throw Error("checkpoint '" + path + "' is corrupt (header CRC mismatch)");
   const nlohmann::json header = nlohmann::json::parse(header_text);
   const std::streamoff data_start = 8 + 8 + static_cast<std::streamoff>(header_size) + 4;
@@ -178,7 +178,7 @@ CheckpointData read_checkpoint_file(const std::string& path) {
     in.seekg(data_start + static_cast<std::streamoff>(entry.at("offset").get<uint64_t>()));
     if (!in.read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(nbytes)))
       throw Error("checkpoint '" + path + "' is truncated (in tensor '" + name + "')");
-    if (data::crc32c(tensor.data_ptr(), nbytes) != entry.at("crc32c").get<uint32_t>())
+    if (garden::crc32c(tensor.data_ptr(), nbytes) != entry.at("crc32c").get<uint32_t>())
       throw Error("checkpoint '" + path + "' is corrupt (CRC mismatch in tensor '" + name + "')");
     out.tensors.emplace(name, std::move(tensor));
   }

@@ -6,8 +6,8 @@
 #include <sstream>
 #include <thread>
 
-#include "garden/core/error.h"
-#include "garden/core/logging.h"
+#include "garden/base/error.h"
+#include "garden/base/logging.h"
 #include "garden/core/progress.h"
 #include "garden/core/summary_writer.h"
 

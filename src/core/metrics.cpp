@@ -2,7 +2,7 @@
 
 #include <ATen/ATen.h>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 
 namespace garden {
 namespace {

@@ -3,8 +3,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
-#include "garden/core/error.h"
-#include "garden/core/logging.h"
+#include "garden/base/error.h"
+#include "garden/base/logging.h"
 
 namespace garden {
 

@@ -6,8 +6,8 @@
 #include <random>
 
 #include "garden/core/config/yaml_io.h"
-#include "garden/core/error.h"
-#include "garden/core/logging.h"
+#include "garden/base/error.h"
+#include "garden/base/logging.h"
 
 namespace garden {
 

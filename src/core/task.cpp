@@ -7,8 +7,8 @@
 
 #include "garden/core/checkpoint.h"
 #include "garden/core/config/registry.h"
-#include "garden/core/error.h"
-#include "garden/core/logging.h"
+#include "garden/base/error.h"
+#include "garden/base/logging.h"
 #include "garden/core/precision.h"
 
 namespace garden {

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 
 namespace garden::data {
 

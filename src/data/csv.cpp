@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 
 namespace garden::data {
 

@@ -1,6 +1,6 @@
 #include "garden/data/example.h"
 
-#include "garden/data/encoding.h"
+#include "garden/base/encoding.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>

@@ -1,6 +1,6 @@
 #include "garden/data/pipeline.h"
 
-#include "garden/data/encoding.h"
+#include "garden/base/encoding.h"
 
 #include <torch/torch.h>
 
@@ -16,7 +16,7 @@
 #include <sstream>
 #include <thread>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 #include "garden/data/record_source.h"
 
 namespace garden::data {

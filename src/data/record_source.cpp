@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 #include "garden/data/csv.h"
 #include "garden/data/text_readers.h"
 #include "garden/data/tfrecord.h"

@@ -18,7 +18,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 #include "garden_spm.h"
 
 namespace garden::data {

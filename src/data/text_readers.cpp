@@ -1,6 +1,6 @@
 #include "garden/data/text_readers.h"
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 
 namespace garden::data {
 

@@ -10,8 +10,8 @@
 #include <system_error>
 #include <vector>
 
-#include "garden/core/logging.h"
-#include "garden/data/crc32c.h"
+#include "garden/base/logging.h"
+#include "garden/base/crc32c.h"
 
 namespace garden::data {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 
 namespace garden::data {
 
@@ -547,6 +547,8 @@ void append_stripped(char32_t cp, std::u32string& out) {
 namespace {
 
 using namespace unicode;
+using garden::unicode::append_utf8;
+using garden::unicode::decode_utf8;
 
 // Python's str.split() whitespace, which BERT's whitespace_tokenize uses: a
 // bit wider than is_whitespace (line/paragraph separators, \v, \f, ...).

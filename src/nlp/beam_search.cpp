@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 
 namespace garden::nlp {
 namespace {

@@ -15,7 +15,7 @@
 //  * invalid UTF-8 throws garden::Error (Python would fail to decode the file).
 #include "garden/nlp/bleu.h"
 
-#include "garden/data/encoding.h"
+#include "garden/base/encoding.h"
 
 #include <algorithm>
 #include <cmath>
@@ -23,7 +23,7 @@
 #include <iterator>
 #include <unordered_map>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 
 namespace garden::nlp {
 
@@ -369,17 +369,17 @@ bool is_space(char32_t c) {
 }
 
 std::u32string decode_utf8(const std::string& text) {
-  const std::size_t bad = data::unicode::invalid_utf8_offset(text);
+  const std::size_t bad = garden::unicode::invalid_utf8_offset(text);
   if (bad != std::string_view::npos)
     throw Error("invalid UTF-8 at byte offset " + std::to_string(bad) + " in BLEU input");
-  const auto points = data::unicode::decode_utf8(text);
+  const auto points = garden::unicode::decode_utf8(text);
   return std::u32string(points.begin(), points.end());
 }
 
 std::string encode_utf8(const std::u32string& text) {
   std::string out;
   out.reserve(text.size());
-  for (char32_t c : text) data::unicode::append_utf8(c, out);
+  for (char32_t c : text) garden::unicode::append_utf8(c, out);
   return out;
 }
 
@@ -589,21 +589,21 @@ std::string unicode_lowercase(const std::string& text) {
   for (std::size_t i = 0; i < s.size(); ++i) {
     const char32_t c = s[i];
     if (c == 0x130) {  // the one code point whose lowercase is two: i + combining dot
-      data::unicode::append_utf8(0x69, out);
-      data::unicode::append_utf8(0x307, out);
+      garden::unicode::append_utf8(0x69, out);
+      garden::unicode::append_utf8(0x307, out);
       continue;
     }
     if (c == 0x3A3) {  // capital sigma: final form at the end of a word
       const bool after_cased = i > 0 && is_cased(s[i - 1]);
       const bool before_cased = i + 1 < s.size() && is_cased(s[i + 1]);
-      data::unicode::append_utf8(after_cased && !before_cased ? 0x3C2 : 0x3C3, out);
+      garden::unicode::append_utf8(after_cased && !before_cased ? 0x3C2 : 0x3C3, out);
       continue;
     }
     const LowerRun* run = find_range(kLowerRuns, c);
     if (run && (c - run->lo) % run->stride == 0)
-      data::unicode::append_utf8(static_cast<char32_t>(static_cast<int64_t>(c) + run->delta), out);
+      garden::unicode::append_utf8(static_cast<char32_t>(static_cast<int64_t>(c) + run->delta), out);
     else
-      data::unicode::append_utf8(c, out);
+      garden::unicode::append_utf8(c, out);
   }
   return out;
 }

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <string>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 
 namespace garden::nlp {
 

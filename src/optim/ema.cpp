@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <set>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 
 namespace garden::optim {
 

@@ -7,7 +7,7 @@
 #include <cstdlib>
 
 #include "garden/core/config/config.h"
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 
 namespace garden::optim {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <regex>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 
 namespace garden::optim {
 

@@ -9,9 +9,9 @@
 #include <set>
 
 #include "garden/core/config/registry.h"
-#include "garden/core/error.h"
-#include "garden/core/logging.h"
-#include "garden/core/paths.h"
+#include "garden/base/error.h"
+#include "garden/base/logging.h"
+#include "garden/base/paths.h"
 #include "garden/data/csv.h"
 
 namespace garden::tabular {

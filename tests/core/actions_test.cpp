@@ -15,7 +15,7 @@
 #include "garden/core/checkpoint.h"
 #include "garden/core/config/registry.h"
 #include "garden/core/config/yaml_io.h"
-#include "garden/core/logging.h"
+#include "garden/base/logging.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
 

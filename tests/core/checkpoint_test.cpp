@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "garden/core/checkpoint.h"
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 
 namespace fs = std::filesystem;
 

@@ -6,7 +6,7 @@
 
 #include "garden/core/config/registry.h"
 #include "garden/core/config/yaml_io.h"
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 #include "garden/core/precision.h"
 #include "garden/core/progress.h"
 #include "garden/core/runtime.h"

@@ -318,7 +318,7 @@ TEST_F(SummaryWriterTest, ConcurrentWritesStayIntact) {
 
 #include "garden/core/config/registry.h"
 #include "garden/core/config/yaml_io.h"
-#include "garden/core/logging.h"
+#include "garden/base/logging.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "garden/cli/spm_command.h"
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 #include "garden/data/sentencepiece.h"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 
 namespace {
 

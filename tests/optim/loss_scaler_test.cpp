@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "garden/core/config/config.h"
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 #include "garden/optim/loss_scaler.h"
 
 namespace {

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 #include "garden/core/trainer.h"
 
 namespace garden {

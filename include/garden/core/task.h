@@ -11,9 +11,9 @@
 #include <torch/nn/module.h>
 
 #include "garden/core/config/definitions.h"
-#include "garden/core/dataset.h"
+#include "garden/base/dataset.h"
 #include "garden/core/metrics.h"
-#include "garden/core/types.h"
+#include "garden/base/types.h"
 #include "garden/optim/optimizer.h"
 
 namespace garden {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "garden/core/config/definitions.h"
-#include "garden/core/types.h"
+#include "garden/base/types.h"
 
 namespace garden {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "garden/core/types.h"
+#include "garden/base/types.h"
 
 namespace garden::data {
 

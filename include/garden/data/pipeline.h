@@ -11,8 +11,8 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "garden/core/config/definitions.h"
-#include "garden/core/dataset.h"
-#include "garden/core/types.h"
+#include "garden/base/dataset.h"
+#include "garden/base/types.h"
 #include "garden/data/batching.h"
 #include "garden/data/example.h"
 

@@ -16,7 +16,7 @@
 
 #include "garden/data/tokenizer.h"
 
-#include "garden/data/encoding.h"
+#include "garden/base/encoding.h"
 
 namespace garden::data {
 
@@ -80,7 +80,7 @@ class WordPieceTokenizer : public Tokenizer {
 // other BERT-style preprocessing. All take and return UTF-8; invalid UTF-8
 // bytes decode to U+FFFD (which clean_text then drops).
 namespace unicode {
-// (decode_utf8 and append_utf8 are in garden/data/encoding.h.)
+// (decode_utf8 and append_utf8 are in garden/base/encoding.h.)
 bool is_whitespace(char32_t cp);       // space, \t, \n, \r, or category Zs
 bool is_control(char32_t cp);          // categories Cc, Cf, Co (not \t \n \r)
 bool is_punctuation(char32_t cp);      // ASCII symbol ranges, or category P*

@@ -26,12 +26,14 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "garden/base/error.h"
+
 namespace garden::config {
 
 // Every configuration error: unknown key, wrong type, failed restriction.
-class ConfigError : public std::runtime_error {
+class ConfigError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  using Error::Error;
 };
 
 class Visitor;

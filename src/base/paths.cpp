@@ -1,4 +1,4 @@
-#include "garden/core/paths.h"
+#include "garden/base/paths.h"
 
 #include <dlfcn.h>
 

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-namespace garden::data {
+namespace garden {
 
 // Standard, padded base64.
 std::string base64_encode(std::string_view bytes);
@@ -24,4 +24,4 @@ std::vector<char32_t> decode_utf8(std::string_view text);
 void append_utf8(char32_t cp, std::string& out);
 }  // namespace unicode
 
-}  // namespace garden::data
+}  // namespace garden

@@ -1,4 +1,4 @@
-#include "garden/core/logging.h"
+#include "garden/base/logging.h"
 
 #include <unistd.h>
 

@@ -1,8 +1,8 @@
-#include "garden/core/types.h"
+#include "garden/base/types.h"
 
 #include <ATen/ATen.h>
 
-#include "garden/core/error.h"
+#include "garden/base/error.h"
 
 namespace garden {
 

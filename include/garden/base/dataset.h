@@ -7,7 +7,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "garden/core/types.h"
+#include "garden/base/types.h"
 
 namespace garden {
 

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace garden::data {
+namespace garden {
 
 // CRC-32C of n bytes.
 uint32_t crc32c(const void* data, size_t n);
@@ -29,4 +29,4 @@ bool crc32c_hardware_available();
 uint32_t crc32c_extend_hardware(uint32_t crc, const void* data, size_t n);
 }  // namespace detail
 
-}  // namespace garden::data
+}  // namespace garden

@@ -1,4 +1,4 @@
-#include "garden/data/crc32c.h"
+#include "garden/base/crc32c.h"
 
 #include <array>
 #include <cstring>
@@ -9,7 +9,7 @@
 #include <nmmintrin.h>
 #endif
 
-namespace garden::data {
+namespace garden {
 namespace {
 
 // Reflected form of the Castagnoli polynomial 0x1EDC6F41.
@@ -122,4 +122,4 @@ uint32_t crc32c_extend_hardware(uint32_t crc, const void* data, size_t n) {
 }
 
 }  // namespace detail
-}  // namespace garden::data
+}  // namespace garden

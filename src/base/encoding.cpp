@@ -1,9 +1,9 @@
-#include "garden/data/encoding.h"
+#include "garden/base/encoding.h"
 
 #include <cstdint>
 #include <cstring>
 
-namespace garden::data {
+namespace garden {
 
 namespace {
 constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -128,4 +128,4 @@ void append_utf8(char32_t cp, std::string& out) {
 }
 
 }  // namespace unicode
-}  // namespace garden::data
+}  // namespace garden

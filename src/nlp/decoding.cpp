@@ -1,0 +1,43 @@
+#include "garden/nlp/decoding.h"
+
+#include <torch/torch.h>
+
+#include "garden/nlp/beam_search.h"
+
+namespace garden::nlp {
+
+std::vector<std::vector<int64_t>> translate_ids(Seq2SeqTransformerImpl& model,
+                                                const at::Tensor& source_ids, int64_t eos_id,
+                                                const DecodeOptions& options) {
+  torch::NoGradGuard no_grad;
+  const int64_t batch = source_ids.size(0);
+  const int64_t max_length =
+      options.decode_max_length.value_or(source_ids.size(1) + options.extra_decode_length);
+  const EncoderOutput encoded = model.encode(source_ids);
+  Cache cache = model.init_cache(encoded, batch);
+  const SymbolsToLogitsFn step_fn = [&model](const at::Tensor& ids, int64_t step, Cache& c) {
+    return model.decode_step(ids.select(1, step), step, c);
+  };
+  const at::Tensor initial = torch::zeros({batch}, torch::kLong);
+  const BeamSearchResult result =
+      options.beam_size <= 1
+          ? greedy_decode(step_fn, initial, std::move(cache), max_length, eos_id)
+          : sequence_beam_search(step_fn, initial, std::move(cache), model.options().vocab_size,
+                                 options.beam_size, options.alpha, max_length, eos_id);
+  // The best sequence of each example, without the initial id, up to EOS.
+  const at::Tensor best = result.sequences.select(1, 0).slice(1, 1).contiguous().cpu();
+  std::vector<std::vector<int64_t>> outputs(static_cast<std::size_t>(batch));
+  const int64_t length = best.size(1);
+  const int64_t* data = best.data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    auto& out = outputs[static_cast<std::size_t>(b)];
+    for (int64_t t = 0; t < length; ++t) {
+      const int64_t id = data[b * length + t];
+      if (id == eos_id || id == 0) break;
+      out.push_back(id);
+    }
+  }
+  return outputs;
+}
+
+}  // namespace garden::nlp
