@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # ccache must ignore what precompiled headers change, or it never hits.
-export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+export CCACHE_SLOPPINESS=pch_defines,time_macros
 # Paths relative to the checkout, so another clone or worktree shares the cache.
 export CCACHE_BASEDIR="$PWD"
 jobs=$(nproc)

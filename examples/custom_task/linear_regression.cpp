@@ -151,26 +151,20 @@ garden::Batch LinearRegressionTask::call_model(garden::Model& model,
   return {{"predictions", regressor->forward(features.at("features"))}};
 }
 
-at::Tensor LinearRegressionTask::build_losses(const garden::Batch& labels,
-                                              const garden::Batch& model_outputs,
-                                              const at::Tensor& aux_losses) {
-  at::Tensor loss = torch::mse_loss(model_outputs.at("predictions"), labels.at("label"));
-  if (aux_losses.defined()) loss = loss + aux_losses;
-  return loss;
+garden::Losses LinearRegressionTask::build_losses(const garden::Batch& labels,
+                                                  const garden::Batch& model_outputs,
+                                                  const at::Tensor& aux_losses) {
+  const at::Tensor& y = labels.at("label");
+  // The mean squared error over the batch's rows, and how many rows that is.
+  garden::Losses losses(torch::mse_loss(model_outputs.at("predictions"), y),
+                        torch::full({}, static_cast<double>(y.size(0))));
+  losses.add_aux(aux_losses);
+  return losses;
 }
 
 garden::MetricList LinearRegressionTask::build_metrics(bool) {
-  return {std::make_shared<garden::Mean>("mean_absolute_error")};
-}
-
-void LinearRegressionTask::process_metrics(garden::MetricList& metrics,
-                                           const garden::Batch& labels,
-                                           const garden::Batch& model_outputs) {
-  const at::Tensor error = (model_outputs.at("predictions") - labels.at("label")).abs();
-  for (auto& metric : metrics)
-    if (auto* mean = dynamic_cast<garden::Mean*>(metric.get());
-        mean && mean->name() == "mean_absolute_error")
-      mean->update(error);
+  // Reads labels["label"] and outputs["predictions"] by name.
+  return {std::make_shared<garden::MeanAbsoluteError>("mean_absolute_error")};
 }
 
 nlohmann::json LinearRegressionTask::checkpoint_metadata() const {

@@ -95,11 +95,9 @@ class LinearRegressionTask : public garden::Task {
   garden::ModelPtr build_model() override;
   garden::Batch call_model(garden::Model& model, const garden::Batch& features,
                            bool training) override;
-  at::Tensor build_losses(const garden::Batch& labels, const garden::Batch& model_outputs,
-                          const at::Tensor& aux_losses = {}) override;
+  garden::Losses build_losses(const garden::Batch& labels, const garden::Batch& model_outputs,
+                              const at::Tensor& aux_losses = {}) override;
   garden::MetricList build_metrics(bool training = true) override;
-  void process_metrics(garden::MetricList& metrics, const garden::Batch& labels,
-                       const garden::Batch& model_outputs) override;
   nlohmann::json checkpoint_metadata() const override;
   void restore_checkpoint_metadata(const nlohmann::json& metadata) override;
 

@@ -35,7 +35,8 @@ void set_log_file(const std::string& path) {
 
 void set_quiet(bool quiet) { quiet_flag() = quiet; }
 
-void log_message(LogLevel level, const std::string& message) {
+namespace {
+std::string format_line(LogLevel level, const std::string& message) {
   const auto now = std::chrono::system_clock::now();
   const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
   std::tm tm{};
@@ -43,9 +44,20 @@ void log_message(LogLevel level, const std::string& message) {
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
   const char* tag = level == LogLevel::kInfo ? "I" : level == LogLevel::kWarning ? "W" : "E";
-  const std::string line = std::string(stamp) + " " + tag + " " + message + "\n";
+  return std::string(stamp) + " " + tag + " " + message + "\n";
+}
+}  // namespace
+
+void log_message(LogLevel level, const std::string& message) {
+  const std::string line = format_line(level, message);
   std::lock_guard<std::mutex> lock(log_mutex());
   if (level != LogLevel::kInfo || !quiet_flag()) std::cerr << line << std::flush;
+  if (log_file().is_open()) log_file() << line << std::flush;
+}
+
+void log_to_file(LogLevel level, const std::string& message) {
+  const std::string line = format_line(level, message);
+  std::lock_guard<std::mutex> lock(log_mutex());
   if (log_file().is_open()) log_file() << line << std::flush;
 }
 

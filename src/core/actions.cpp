@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "garden/base/file_io.h"
 #include "garden/core/checkpoint.h"
 #include "garden/base/logging.h"
 
@@ -55,20 +56,19 @@ void BestCheckpointExporter::maybe_export_checkpoint(Trainer& trainer, const Log
   std::error_code ec;
   fs::create_directories(export_dir_, ec);
   if (ec) throw Error("cannot create '" + export_dir_ + "': " + ec.message());
-  write_checkpoint_file((fs::path(export_dir_) / "best_ckpt").string(), trainer.checkpoint_state());
+  const std::string checkpoint = (fs::path(export_dir_) / kBestCheckpointName).string();
+  write_checkpoint_file(checkpoint, trainer.checkpoint_state());
+  // TensorFlow's index too, so every tool that takes a checkpoint directory
+  // (garden translate --checkpoint=best, init_checkpoint) finds it.
+  write_file_atomically((fs::path(export_dir_) / "checkpoint").string(),
+                        std::string("model_checkpoint_path: \"") + kBestCheckpointName +
+                            "\"\nall_model_checkpoint_paths: \"" + kBestCheckpointName + "\"\n");
   nlohmann::json info = nlohmann::json::object();
   for (const auto& [key, v] : eval_logs)
     if (is_scalar(v)) info[key] = to_double(v);
   info["best_ckpt_global_step"] = global_step;
-  const fs::path path = fs::path(export_dir_) / "info.json";
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << info.dump(2) << "\n";
-    if (!out) throw Error("cannot write '" + tmp.string() + "'");
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error("cannot write '" + path.string() + "': " + ec.message());
+  write_file_atomically((fs::path(export_dir_) / "info.json").string(), info.dump(2) + "\n");
+  if (on_saved_) on_saved_(checkpoint);
   best_ = value;
   log_info() << "new best " << metric_ << " " << value << " at step " << global_step
              << "; exported to " << export_dir_;

@@ -1,7 +1,6 @@
 #include "garden/core/checkpoint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <torch/torch.h>
@@ -15,6 +14,7 @@
 #include <sstream>
 
 #include "garden/base/error.h"
+#include "garden/base/file_io.h"
 #include "garden/base/crc32c.h"
 
 namespace fs = std::filesystem;
@@ -25,55 +25,6 @@ namespace {
 constexpr char kMagic[8] = {'G', 'A', 'R', 'D', 'N', 'C', 'K', '1'};
 
 std::string errno_text() { return std::strerror(errno); }
-
-// A file descriptor that writes everything or throws, and closes itself.
-class OutFile {
- public:
-  OutFile(const std::string& path, const WriteObserver& observer)
-      : path_(path), observer_(observer) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw Error("cannot create checkpoint '" + path + "': " + errno_text());
-  }
-  ~OutFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  void write(const void* data, std::size_t size) {
-    const char* p = static_cast<const char*>(data);
-    while (size > 0) {
-      const std::size_t chunk = std::min<std::size_t>(size, 8 << 20);
-      const ssize_t n = ::write(fd_, p, chunk);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        throw Error("cannot write checkpoint '" + path_ + "': " + errno_text());
-      }
-      p += n;
-      size -= static_cast<std::size_t>(n);
-      written_ += static_cast<uint64_t>(n);
-      if (observer_) observer_(written_);
-    }
-  }
-  void sync_and_close() {
-    if (::fsync(fd_) != 0) throw Error("cannot fsync checkpoint '" + path_ + "': " + errno_text());
-    if (::close(fd_) != 0) {
-      fd_ = -1;
-      throw Error("cannot close checkpoint '" + path_ + "': " + errno_text());
-    }
-    fd_ = -1;
-  }
-
- private:
-  std::string path_;
-  const WriteObserver& observer_;
-  int fd_ = -1;
-  uint64_t written_ = 0;
-};
-
-void sync_directory(const std::string& directory) {
-  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
 
 std::string dtype_name(at::ScalarType t) { return c10::toString(t); }
 
@@ -87,17 +38,10 @@ at::ScalarType dtype_from_name(const std::string& name, const std::string& path)
   throw Error("checkpoint '" + path + "' holds a tensor of unknown dtype '" + name + "'");
 }
 
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    WriteObserver none;
-    OutFile out(tmp, none);
-    out.write(text.data(), text.size());
-    out.sync_and_close();
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error("cannot rename '" + tmp + "' to '" + path + "': " + errno_text());
-  sync_directory(fs::path(path).parent_path().string());
+// True when `pid` names a process that is still running.
+bool process_alive(long pid) {
+  if (pid <= 0) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
 }
 
 }  // namespace
@@ -126,27 +70,21 @@ void write_checkpoint_file(const std::string& path, const CheckpointData& data,
   const uint64_t header_size = header_text.size();
   const uint32_t header_crc = garden::mask_crc(garden::crc32c(header_text.data(), header_size));
 
-  const fs::path target(path);
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  try {
-    OutFile out(tmp, observer);
-    out.write(kMagic, sizeof kMagic);
-    out.write(&header_size, sizeof header_size);
-    out.write(header_text.data(), header_text.size());
-    out.write(&header_crc, sizeof header_crc);
-    for (const auto& [name, cpu] : tensors) out.write(cpu.data_ptr(), cpu.numel() * cpu.element_size());
-    out.sync_and_close();
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    throw;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error("cannot rename '" + tmp + "' to '" + path + "': " + errno_text());
-  sync_directory(target.parent_path().empty() ? "." : target.parent_path().string());
+  AtomicFile out(path);
+  const auto write = [&](const void* bytes, uint64_t size) {
+    out.write(bytes, size);
+    if (observer) observer(out.bytes_written());
+  };
+  write(kMagic, sizeof kMagic);
+  write(&header_size, sizeof header_size);
+  write(header_text.data(), header_text.size());
+  write(&header_crc, sizeof header_crc);
+  for (const auto& [name, cpu] : tensors) write(cpu.data_ptr(), cpu.numel() * cpu.element_size());
+  out.commit();
 }
 
 CheckpointData read_checkpoint_file(const std::string& path) {
+  check_input_file(path, "checkpoint");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot open checkpoint '" + path + "': " + errno_text());
   char magic[8];
@@ -194,10 +132,14 @@ CheckpointManager::CheckpointManager(std::string directory, int64_t max_to_keep,
   // directory itself is made by the first save, so reading touches nothing.
   std::error_code ec;
   if (!fs::is_directory(directory_, ec)) return;
-  const std::regex temporary("^" + prefix_ + "-[0-9]+\\.tmp-[0-9]+$|^checkpoint\\.tmp-[0-9]+$");
-  for (const auto& entry : fs::directory_iterator(directory_))
-    if (std::regex_match(entry.path().filename().string(), temporary))
+  // A writer still alive (a trainer beside this evaluator) keeps its file.
+  const std::regex temporary("^(" + prefix_ + "-[0-9]+|checkpoint)\\.tmp-([0-9]+)$");
+  for (const auto& entry : fs::directory_iterator(directory_, ec)) {
+    std::smatch match;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, match, temporary) && !process_alive(std::stol(match[2])))
       fs::remove(entry.path(), ec);
+  }
 }
 
 int64_t CheckpointManager::step_of(const std::string& path) {
@@ -245,9 +187,7 @@ std::vector<std::string> CheckpointManager::checkpoints() const {
 }
 
 std::optional<std::string> CheckpointManager::latest_checkpoint() const {
-  const auto all = checkpoints();
-  if (all.empty()) return std::nullopt;
-  return all.back();
+  return garden::latest_checkpoint(directory_, prefix_);
 }
 
 void CheckpointManager::write_index(const std::vector<std::string>& names) const {
@@ -255,7 +195,7 @@ void CheckpointManager::write_index(const std::vector<std::string>& names) const
   std::ostringstream text;
   if (!names.empty()) text << "model_checkpoint_path: \"" << names.back() << "\"\n";
   for (const auto& name : names) text << "all_model_checkpoint_paths: \"" << name << "\"\n";
-  write_atomically((fs::path(directory_) / "checkpoint").string(), text.str());
+  write_file_atomically((fs::path(directory_) / "checkpoint").string(), text.str());
 }
 
 std::string CheckpointManager::save(const CheckpointData& data, int64_t step) {
@@ -280,35 +220,45 @@ std::string CheckpointManager::save(const CheckpointData& data, int64_t step) {
   // The index is updated before old files go, so it never names a missing file.
   write_index(names);
   for (const auto& n : removed) fs::remove(fs::path(directory_) / n, ec);
+  if (on_saved_) on_saved_(path);
   return path;
 }
 
-std::optional<std::string> latest_checkpoint(const std::string& directory_or_file) {
+std::optional<std::string> latest_checkpoint(const std::string& directory_or_file,
+                                             const std::string& prefix) {
   std::error_code ec;
   if (fs::is_regular_file(directory_or_file, ec)) return directory_or_file;
   if (!fs::is_directory(directory_or_file, ec)) return std::nullopt;
-  std::ifstream index(fs::path(directory_or_file) / "checkpoint");
+  const fs::path dir(directory_or_file);
+  // The index names the latest (TensorFlow's CheckpointState).
+  std::ifstream index(dir / "checkpoint");
   static const std::regex latest("^model_checkpoint_path: \"(.*)\"$");
   for (std::string line; index && std::getline(index, line);) {
     std::smatch match;
     if (std::regex_match(line, match, latest)) {
-      const fs::path p = fs::path(directory_or_file) / std::string(match[1]);
-      if (fs::exists(p)) return p.string();
+      const fs::path named{std::string(match[1])};
+      const fs::path p = named.is_absolute() ? named : dir / named;
+      if (fs::is_regular_file(p, ec)) return p.string();
     }
   }
-  // No usable index: the highest-numbered ckpt-N file.
+  // No usable index: the highest-numbered <prefix>-N file.
   std::optional<std::string> best;
   int64_t best_step = -1;
-  for (const auto& entry : fs::directory_iterator(directory_or_file, ec)) {
+  static const std::regex numbered("^(.*)-([0-9]+)$");
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch match;
     const std::string name = entry.path().filename().string();
-    if (name.find(".tmp-") != std::string::npos) continue;
-    const int64_t step = CheckpointManager::step_of(name);
-    if (step > best_step && name.rfind("ckpt-", 0) == 0) {
+    if (!std::regex_match(name, match, numbered) || match[1] != prefix) continue;
+    const int64_t step = std::stoll(match[2]);
+    if (step > best_step) {
       best_step = step;
       best = entry.path().string();
     }
   }
-  return best;
+  if (best) return best;
+  // A best-checkpoint export (Model Garden writes <dir>/best_ckpt, no index).
+  if (fs::is_regular_file(dir / kBestCheckpointName, ec)) return (dir / kBestCheckpointName).string();
+  return std::nullopt;
 }
 
 }  // namespace garden

@@ -86,7 +86,8 @@ void Controller::write_summaries(SummaryWriter* writer, const Logs& logs, int64_
   writer->flush();
 }
 
-std::optional<std::string> Controller::restore_checkpoint(const std::optional<std::string>& path) {
+std::optional<std::string> Controller::restore_checkpoint(const std::optional<std::string>& path,
+                                                          const CheckpointData* preloaded) {
   Trainer* owner = trainer_ ? trainer_ : evaluator_;
   std::optional<std::string> target = path;
   if (!target && checkpoint_manager_) target = checkpoint_manager_->latest_checkpoint();
@@ -95,9 +96,10 @@ std::optional<std::string> Controller::restore_checkpoint(const std::optional<st
     last_checkpoint_step_ = owner->global_step();
     return std::nullopt;
   }
-  const CheckpointData data = read_checkpoint_file(*target);
-  owner->restore_checkpoint_state(data);
-  if (evaluator_ && evaluator_ != owner) evaluator_->restore_checkpoint_state(data);
+  const CheckpointData data = preloaded ? CheckpointData{} : read_checkpoint_file(*target);
+  const CheckpointData& checkpoint = preloaded ? *preloaded : data;
+  owner->restore_checkpoint_state(checkpoint);
+  if (evaluator_ && evaluator_ != owner) evaluator_->restore_checkpoint_state(checkpoint);
   last_checkpoint_step_ = owner->global_step();
   log_info() << "restored " << *target << " at step " << owner->global_step();
   return target;
@@ -162,7 +164,7 @@ void Controller::train(int64_t steps, bool checkpoint_at_completion) {
     logs["steps_per_second"] = steps_per_second;
     progress.clear();
     if (options_.recovery) {
-      const double loss = to_double(logs.at(trainer_->training_loss().name()));
+      const double loss = to_double(logs.at("training_loss"));
       if (loss_diverged(loss, current, *options_.recovery)) {
         current = recover(loss, current);
         continue;

@@ -2,42 +2,147 @@
 
 #include <ATen/ATen.h>
 
+#include <typeinfo>
+
 #include "garden/base/error.h"
 
 namespace garden {
 namespace {
-at::Tensor as_double_cpu(const at::Tensor& t) { return t.detach().to(at::kCPU).to(at::kDouble); }
 
-// Keras broadcasts the weights to the values' shape.
-std::pair<double, double> weighted_total(const at::Tensor& values, const at::Tensor& weights) {
-  const at::Tensor v = as_double_cpu(values);
+// Keras broadcasts the weights to the values' shape. Returns the weighted sum
+// and the weight sum, as float64 tensors on the values' device.
+std::pair<at::Tensor, at::Tensor> weighted_total(const at::Tensor& values,
+                                                 const at::Tensor& weights) {
+  const at::Tensor v = values.detach().to(at::kDouble);
   if (!weights.defined())
-    return {v.sum().item<double>(), static_cast<double>(v.numel())};
-  const at::Tensor w = as_double_cpu(weights).expand_as(v);
-  return {(v * w).sum().item<double>(), w.sum().item<double>()};
+    return {v.sum(), at::full({}, static_cast<double>(v.numel()), v.options())};
+  const at::Tensor w = weights.detach().to(v.device()).to(at::kDouble).expand_as(v);
+  return {(v * w).sum(), w.sum()};
 }
+
+const at::Tensor* find_input(const Batch& batch, const std::string& key) {
+  const auto it = batch.find(key);
+  return it == batch.end() ? nullptr : &it->second;
+}
+
+std::string keys_of(const Batch& batch) {
+  std::string keys;
+  for (const auto& [key, value] : batch) keys += (keys.empty() ? "" : ", ") + key;
+  return keys.empty() ? "(none)" : keys;
+}
+
 }  // namespace
+
+Metric::Metric(std::string name, MetricInputs inputs)
+    : name_(std::move(name)), inputs_(std::move(inputs)) {
+  if (name_.empty()) throw Error("a metric needs a name");
+}
+
+std::size_t Metric::add_variable(const std::string& name, Reduction reduction,
+                                 double initial_value) {
+  variables_.push_back(
+      {name, at::full({}, initial_value, at::TensorOptions().dtype(at::kDouble)), reduction,
+       initial_value});
+  return variables_.size() - 1;
+}
+
+at::Tensor& Metric::variable(std::size_t index, const c10::Device& device) {
+  at::Tensor& v = variables_.at(index).value;
+  if (v.device() != device) v = v.to(device);
+  return v;
+}
+
+double Metric::value(std::size_t index) const {
+  return variables_.at(index).value.to(at::kCPU).item<double>();
+}
+
+void Metric::reset() {
+  for (auto& v : variables_) v.value = at::full({}, v.initial_value, v.value.options());
+}
+
+void Metric::update(const Batch& labels, const Batch& outputs) {
+  const auto lookup = [&](const std::string& key, bool labels_first) -> at::Tensor {
+    const at::Tensor* found =
+        labels_first ? find_input(labels, key) : find_input(outputs, key);
+    if (!found) found = labels_first ? find_input(outputs, key) : find_input(labels, key);
+    if (!found)
+      throw Error("metric '" + name_ + "' reads '" + key +
+                  "', which neither the labels (" + keys_of(labels) + ") nor the model outputs (" +
+                  keys_of(outputs) + ") have");
+    return *found;
+  };
+  at::Tensor y_true;
+  if (!inputs_.y_true.empty()) y_true = lookup(inputs_.y_true, /*labels_first=*/true);
+  const at::Tensor y_pred = lookup(inputs_.y_pred, /*labels_first=*/false);
+  at::Tensor weight;
+  if (!inputs_.sample_weight.empty()) weight = lookup(inputs_.sample_weight, false);
+  update_state(y_true, y_pred, weight);
+}
+
+void Metric::merge_state(const Metric& other) {
+  if (typeid(*this) != typeid(other) || other.variables_.size() != variables_.size())
+    throw Error("metric '" + name_ + "' cannot merge the state of metric '" + other.name_ +
+                "', another kind of metric");
+  for (std::size_t i = 0; i < variables_.size(); ++i) {
+    at::Tensor& mine = variables_[i].value;
+    const at::Tensor theirs = other.variables_[i].value.to(mine.device());
+    switch (variables_[i].reduction) {
+      case Reduction::kSum: mine = mine + theirs; break;
+      case Reduction::kMax: mine = at::maximum(mine, theirs); break;
+      case Reduction::kMin: mine = at::minimum(mine, theirs); break;
+    }
+  }
+}
+
+void Metric::set_state(const std::vector<at::Tensor>& values) {
+  if (values.size() != variables_.size())
+    throw Error("metric '" + name_ + "' has " + std::to_string(variables_.size()) +
+                " state variables, not " + std::to_string(values.size()));
+  for (std::size_t i = 0; i < values.size(); ++i)
+    variables_[i].value = values[i].detach().to(at::kDouble).reshape({});
+}
+
+// ---- Mean and Sum ----------------------------------------------------------
+
+Mean::Mean(std::string name, MetricInputs inputs) : Metric(std::move(name), std::move(inputs)) {
+  total_ = add_variable("total", Reduction::kSum);
+  count_ = add_variable("count", Reduction::kSum);
+}
 
 void Mean::update(const at::Tensor& values, const at::Tensor& sample_weight) {
   const auto [total, count] = weighted_total(values, sample_weight);
-  total_ += total;
-  count_ += count;
+  const c10::Device device = total.device();
+  variable(total_, device).add_(total);
+  variable(count_, device).add_(count);
 }
 
 void Mean::update(double value, double weight) {
-  total_ += value * weight;
-  count_ += weight;
+  variable(total_, at::kCPU).add_(value * weight);
+  variable(count_, at::kCPU).add_(weight);
+}
+
+double Mean::result() const {
+  const double count = value(count_);
+  return count > 0 ? value(total_) / count : 0.0;
+}
+
+Sum::Sum(std::string name, MetricInputs inputs) : Metric(std::move(name), std::move(inputs)) {
+  total_ = add_variable("total", Reduction::kSum);
 }
 
 void Sum::update_state(const at::Tensor&, const at::Tensor& values,
                        const at::Tensor& sample_weight) {
-  total_ += weighted_total(values, sample_weight).first;
+  const at::Tensor total = weighted_total(values, sample_weight).first;
+  variable(total_, total.device()).add_(total);
 }
+
+// ---- accuracies ------------------------------------------------------------
 
 void Accuracy::update_state(const at::Tensor& y_true, const at::Tensor& y_pred,
                             const at::Tensor& sample_weight) {
   if (y_true.sizes() != y_pred.sizes())
-    throw Error("metric '" + name() + "': labels and predictions differ in shape");
+    throw Error("metric '" + name() + "': labels " + c10::str(y_true.sizes()) +
+                " and predictions " + c10::str(y_pred.sizes()) + " differ in shape");
   update(y_true.eq(y_pred).to(at::kDouble), sample_weight);
 }
 
@@ -46,6 +151,28 @@ void SparseCategoricalAccuracy::update_state(const at::Tensor& y_true, const at:
   const at::Tensor predicted = y_pred.detach().argmax(-1);
   const at::Tensor labels = y_true.detach().reshape(predicted.sizes()).to(at::kLong);
   update(labels.eq(predicted).to(at::kDouble), sample_weight);
+}
+
+namespace {
+at::Tensor difference(const Metric& metric, const at::Tensor& y_true, const at::Tensor& y_pred) {
+  if (y_true.numel() != y_pred.numel())
+    throw Error("metric '" + metric.name() + "': labels " + c10::str(y_true.sizes()) +
+                " and predictions " + c10::str(y_pred.sizes()) + " differ in size");
+  return y_pred.detach().to(at::kDouble).reshape(-1) -
+         y_true.detach().to(y_pred.device()).to(at::kDouble).reshape(-1);
+}
+}  // namespace
+
+void MeanAbsoluteError::update_state(const at::Tensor& y_true, const at::Tensor& y_pred,
+                                     const at::Tensor& sample_weight) {
+  update(difference(*this, y_true, y_pred).abs(),
+         sample_weight.defined() ? sample_weight.reshape(-1) : sample_weight);
+}
+
+void MeanSquaredError::update_state(const at::Tensor& y_true, const at::Tensor& y_pred,
+                                    const at::Tensor& sample_weight) {
+  update(difference(*this, y_true, y_pred).square(),
+         sample_weight.defined() ? sample_weight.reshape(-1) : sample_weight);
 }
 
 }  // namespace garden

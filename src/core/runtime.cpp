@@ -60,18 +60,21 @@ std::string loaded_blas_library() {
   return "";
 }
 
+std::vector<std::string> slow_blas_warning(const std::string& blas) {
+  if (blas.empty() || blas.find("openblas") != std::string::npos ||
+      blas.find("mkl") != std::string::npos || blas.find("blis") != std::string::npos)
+    return {};
+  return {"**************************************************************",
+          "SLOW BLAS: " + blas + " is the reference BLAS; matrix products run",
+          "about 25x slower. Install libopenblas0-pthread (scripts/setup.sh does).",
+          "**************************************************************"};
+}
+
 void warn_if_slow_blas() {
   static bool warned = false;
   if (warned) return;
   warned = true;
-  const std::string blas = loaded_blas_library();
-  if (blas.empty() || blas.find("openblas") != std::string::npos ||
-      blas.find("mkl") != std::string::npos || blas.find("blis") != std::string::npos)
-    return;
-  log_warning() << "**************************************************************";
-  log_warning() << "SLOW BLAS: " << blas << " is the reference BLAS; matrix products run";
-  log_warning() << "about 25x slower. Install libopenblas0-pthread (scripts/setup.sh does).";
-  log_warning() << "**************************************************************";
+  for (const auto& line : slow_blas_warning(loaded_blas_library())) log_warning() << line;
 }
 
 }  // namespace garden

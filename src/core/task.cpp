@@ -2,14 +2,13 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
-#include <mutex>
 
 #include "garden/core/checkpoint.h"
 #include "garden/core/config/registry.h"
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
-#include "garden/core/precision.h"
 
 namespace garden {
 
@@ -22,47 +21,42 @@ Task::Task(std::shared_ptr<const config::TaskConfig> params, std::string logging
 MetricList Task::build_metrics(bool) { return {}; }
 
 void Task::process_metrics(MetricList& metrics, const Batch& labels, const Batch& outputs) {
-  process_compiled_metrics(metrics, labels, outputs);
+  for (auto& metric : metrics) metric->update(labels, outputs);
 }
 
 void Task::process_compiled_metrics(MetricList& metrics, const Batch& labels,
                                     const Batch& outputs) {
-  const auto label = labels.find("label");
-  const auto logits = outputs.find("logits");
-  if (label == labels.end() || logits == outputs.end()) return;
-  for (auto& metric : metrics) metric->update_state(label->second, logits->second);
+  for (auto& metric : metrics) metric->update(labels, outputs);
 }
 
-Logs Task::train_step(const Batch& inputs, Model& model, optim::Optimizer& optimizer,
+Logs Task::train_step(const Batch& inputs, Model& model, Minimizer& minimizer,
                       MetricList& metrics) {
   model.train();
-  optimizer.zero_grad();
   Batch outputs;
-  at::Tensor loss;
+  Losses losses;
   {
     // Autocast covers the forward pass and the loss; backward follows the
     // dtypes they recorded.
-    AutocastGuard autocast(mixed_precision_dtype_, device_);
+    const AutocastGuard guard = autocast();
     outputs = call_model(model, inputs, /*training=*/true);
-    loss = build_losses(inputs, outputs).to(at::kFloat);
+    losses = build_losses(inputs, outputs);
   }
-  optimizer.scale_loss(loss).backward();
-  optimizer.step();
+  minimizer.minimize(losses);
   {
     torch::NoGradGuard no_grad;
     process_metrics(metrics, inputs, outputs);
   }
-  return {{kLoss, loss.detach()}};
+  return losses.logs();
 }
 
 Logs Task::validation_step(const Batch& inputs, Model& model, MetricList& metrics) {
   torch::NoGradGuard no_grad;
   model.eval();
-  AutocastGuard autocast(mixed_precision_dtype_, device_);
+  const AutocastGuard guard = autocast();
   const Batch outputs = call_model(model, inputs, /*training=*/false);
-  const at::Tensor loss = build_losses(inputs, outputs).to(at::kFloat);
+  const Losses losses = build_losses(inputs, outputs);
   process_metrics(metrics, inputs, outputs);
-  return {{kLoss, loss.detach()}};
+  return losses.logs();
 }
 
 Batch Task::inference_step(const Batch& inputs, Model& model) {
@@ -79,14 +73,64 @@ void Task::initialize(Model& model) {
   const std::string& path = params_->init_checkpoint;
   if (path.empty()) return;
   const auto file = latest_checkpoint(path);
-  if (!file) throw Error("init_checkpoint '" + path + "' holds no checkpoint");
+  if (!file) throw Error("task.init_checkpoint '" + path + "' holds no checkpoint");
   const CheckpointData data = read_checkpoint_file(*file);
-  const RestoreReport report = load_model_state(model, data.tensors, "model/", /*strict=*/false);
-  log_info() << "initialized the model from " << *file << " (" << report.missing.size()
-             << " missing, " << report.unexpected.size() << " unexpected)";
-  for (const auto& name : report.missing) log_warning() << "init_checkpoint lacks '" << name << "'";
+  InitCheckpointMapping mapping{params_->init_checkpoint_modules,
+                                params_->init_checkpoint_rename};
+  const auto tensors = map_init_checkpoint(data.tensors, mapping);
+  const auto in_modules = [&](const std::string& name) {
+    if (mapping.modules.empty() || mapping.modules == std::vector<std::string>{"all"}) return true;
+    for (const auto& module : mapping.modules)
+      if (name == module || name.rfind(module + ".", 0) == 0) return true;
+    return false;
+  };
+  // Only the selected modules' tensors are expected.
+  std::map<std::string, at::Tensor> selected;
+  for (const auto& [name, tensor] : tensors)
+    if (in_modules(name)) selected.emplace("model/" + name, tensor);
+  const RestoreReport report = load_model_state(model, selected, "model/", /*strict=*/false);
+  std::vector<std::string> missing;
+  for (const auto& name : report.missing)
+    if (in_modules(name)) missing.push_back(name);
+  for (const auto& module : mapping.modules) {
+    if (module == "all") continue;
+    const bool restored = std::any_of(selected.begin(), selected.end(), [&](const auto& item) {
+      const std::string name = item.first.substr(6);  // after "model/"
+      return name == module || name.rfind(module + ".", 0) == 0;
+    });
+    if (!restored)
+      throw Error("task.init_checkpoint_modules names '" + module + "', but init_checkpoint '" +
+                  *file + "' has no tensor for it (after task.init_checkpoint_rename)");
+  }
+  log_info() << "initialized the model from " << *file << ": " << selected.size()
+             << " tensors restored, " << missing.size() << " missing, "
+             << report.unexpected.size() << " unexpected";
+  for (const auto& name : missing) log_warning() << "init_checkpoint lacks '" << name << "'";
   for (const auto& name : report.unexpected)
     log_warning() << "init_checkpoint has '" << name << "', which the model does not";
+}
+
+std::map<std::string, at::Tensor> map_init_checkpoint(
+    const std::map<std::string, at::Tensor>& checkpoint, const InitCheckpointMapping& mapping) {
+  // Longest prefix first, so a specific rule beats a general one.
+  std::vector<std::pair<std::string, std::string>> rules(mapping.rename.begin(),
+                                                         mapping.rename.end());
+  std::sort(rules.begin(), rules.end(),
+            [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [key, tensor] : checkpoint) {
+    if (key.rfind("model/", 0) != 0) continue;
+    std::string name = key.substr(6);
+    for (const auto& [from, to] : rules) {
+      if (name.rfind(from, 0) == 0) {
+        name = to + name.substr(from.size());
+        break;
+      }
+    }
+    if (!out.emplace(name, tensor).second)
+      throw Error("task.init_checkpoint_rename maps two checkpoint tensors to '" + name + "'");
+  }
+  return out;
 }
 
 std::unique_ptr<optim::Optimizer> Task::create_optimizer(
@@ -124,54 +168,39 @@ int64_t Task::num_examples(const Batch& batch) const {
 
 namespace {
 struct TaskEntry {
-  std::string name;
+  std::type_index config_type;
   TaskFactory factory;
 };
-std::mutex& registry_mutex() {
-  static std::mutex mutex;
-  return mutex;
-}
-std::map<std::type_index, TaskEntry>& task_entries() {
-  static std::map<std::type_index, TaskEntry> entries;
-  return entries;
+config::Registry<TaskEntry>& task_registry() {
+  static config::Registry<TaskEntry> registry("task");
+  return registry;
 }
 }  // namespace
 
 void register_task_factory(std::type_index config_type, const std::string& name,
                            TaskFactory factory) {
-  config::check_registry_name(name, "task");
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  for (const auto& [type, entry] : task_entries())
-    if (entry.name == name || type == config_type)
-      throw Error("task '" + name + "' (or its config type) is already registered");
-  task_entries().emplace(config_type, TaskEntry{name, std::move(factory)});
+  for (const auto& other : task_registry().names())
+    if (task_registry().get(other).config_type == config_type)
+      throw Error("task '" + name + "': its config type is already registered, by task '" +
+                  other + "'");
+  task_registry().add(name, TaskEntry{config_type, std::move(factory)});
 }
 
-std::vector<std::string> registered_tasks() {
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  std::vector<std::string> names;
-  for (const auto& [type, entry] : task_entries()) names.push_back(entry.name);
-  std::sort(names.begin(), names.end());
-  return names;
-}
+std::vector<std::string> registered_tasks() { return task_registry().names(); }
 
 TaskPtr get_task(std::shared_ptr<const config::TaskConfig> params,
                  const std::string& logging_dir) {
   if (!params) throw Error("no task config");
-  TaskFactory factory;
-  {
-    std::lock_guard<std::mutex> lock(registry_mutex());
-    const auto it = task_entries().find(typeid(*params));
-    if (it != task_entries().end()) factory = it->second.factory;
+  for (const auto& name : task_registry().names()) {
+    const TaskEntry& entry = task_registry().get(name);
+    if (entry.config_type == std::type_index(typeid(*params)))
+      return entry.factory(std::move(params), logging_dir);
   }
-  if (!factory) {
-    std::string known;
-    for (const auto& n : registered_tasks()) known += (known.empty() ? "" : ", ") + n;
-    throw Error(std::string("no task is registered for config type ") + typeid(*params).name() +
-                "; registered tasks: " + (known.empty() ? "(none)" : known) +
-                ". Register it with garden::register_task<Config, Task>(name).");
-  }
-  return factory(std::move(params), logging_dir);
+  std::string known;
+  for (const auto& n : registered_tasks()) known += (known.empty() ? "" : ", ") + n;
+  throw Error(std::string("no task is registered for config type ") + typeid(*params).name() +
+              "; registered tasks: " + (known.empty() ? "(none)" : known) +
+              ". Register it with garden::register_task<Config, Task>(name).");
 }
 
 // ---- model state -------------------------------------------------------------

@@ -2,15 +2,18 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
+#include <set>
 
+#include "garden/base/error.h"
+#include "garden/base/file_io.h"
+#include "garden/base/logging.h"
 #include "garden/core/actions.h"
 #include "garden/core/checkpoint.h"
 #include "garden/core/config/yaml_io.h"
 #include "garden/core/controller.h"
-#include "garden/base/error.h"
-#include "garden/base/logging.h"
+#include "garden/core/run_directory.h"
 #include "garden/core/runtime.h"
 #include "garden/core/task.h"
 #include "garden/core/trainer.h"
@@ -29,29 +32,113 @@ void write_params_yaml(config::ExperimentConfig& params, const std::string& mode
   std::error_code ec;
   fs::create_directories(model_dir, ec);
   if (ec) throw Error("cannot create model_dir '" + model_dir + "': " + ec.message());
-  const std::string path = (fs::path(model_dir) / "params.yaml").string();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << config::to_yaml_string(params);
-    if (!out) throw Error("cannot write '" + tmp + "'");
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error("cannot write '" + path + "': " + ec.message());
+  write_file_atomically((fs::path(model_dir) / "params.yaml").string(),
+                        config::to_yaml_string(params));
 }
 
-Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
-                    const RunOptions& options) {
-  const std::string& mode = options.mode;
-  const auto& modes = experiment_modes();
-  if (std::find(modes.begin(), modes.end(), mode) == modes.end()) {
-    std::string list;
-    for (const auto& m : modes) list += (list.empty() ? "" : ", ") + m;
-    throw Error("unknown mode '" + mode + "'; modes: " + list);
-  }
-  if (options.model_dir.empty()) throw Error("--model_dir is required");
-  if (!params->locked()) throw Error("the config must be finalized (finalize_config) before running");
+namespace {
 
+// key -> value text of every leaf of a YAML mapping, by dotted path.
+void flatten(const YAML::Node& node, const std::string& prefix,
+             std::map<std::string, std::string>& out) {
+  if (node.IsMap()) {
+    for (const auto& item : node) {
+      const std::string key = item.first.as<std::string>();
+      flatten(item.second, prefix.empty() ? key : prefix + "." + key, out);
+    }
+    return;
+  }
+  YAML::Emitter emitter;
+  emitter.SetSeqFormat(YAML::Flow);
+  emitter.SetMapFormat(YAML::Flow);
+  emitter << node;
+  out[prefix] = emitter.c_str();
+}
+
+struct ConfigChange {
+  std::string key, before, after;
+};
+
+std::vector<ConfigChange> config_changes(const std::string& checkpoint_yaml,
+                                         config::ExperimentConfig& params) {
+  std::map<std::string, std::string> before, after;
+  flatten(YAML::Load(checkpoint_yaml), "", before);
+  flatten(config::write_config(params), "", after);
+  std::vector<ConfigChange> changes;
+  for (const auto& [key, value] : after) {
+    const auto it = before.find(key);
+    const std::string old = it == before.end() ? "(absent)" : it->second;
+    if (old != value) changes.push_back({key, old, value});
+  }
+  for (const auto& [key, value] : before)
+    if (!after.count(key)) changes.push_back({key, value, "(absent)"});
+  return changes;
+}
+
+std::string describe(const std::vector<ConfigChange>& changes) {
+  std::string text;
+  for (const auto& c : changes)
+    text += (text.empty() ? "" : ", ") + c.key + " " + c.before + " -> " + c.after;
+  return text;
+}
+
+// Resumes from the latest checkpoint (or initializes the model when there is
+// none). A resumed training run refuses a config the checkpoint cannot
+// honour and logs each other changed key once the restore has succeeded.
+std::optional<std::string> restore(Controller& controller, CheckpointManager& checkpoints,
+                                   config::ExperimentConfig& params, const Task& task,
+                                   bool resuming_training) {
+  const auto latest = checkpoints.latest_checkpoint();
+  if (!latest) return controller.restore_checkpoint();  // initializes the model
+  const CheckpointData data = read_checkpoint_file(*latest);
+  std::vector<ConfigChange> changes;
+  if (data.meta.contains("params"))  // older checkpoints do not carry it
+    changes = config_changes(data.meta.at("params").get<std::string>(), params);
+  if (resuming_training) {
+    std::set<std::string> fixed = {"trainer.optimizer_config.optimizer.type"};
+    for (const auto& key : task.keys_fixed_by_training()) fixed.insert(key);
+    std::vector<ConfigChange> refused;
+    for (const auto& change : changes)
+      if (fixed.count(change.key)) refused.push_back(change);
+    if (!refused.empty())
+      throw Error("cannot resume " + *latest + " with a changed " + describe(refused) +
+                  ": the checkpoint was trained with the old value; use a new model_dir");
+  }
+  std::optional<std::string> restored;
+  try {
+    restored = controller.restore_checkpoint(*latest, &data);
+  } catch (const Error& e) {
+    // A model that no longer fits its checkpoint: say which keys changed.
+    if (changes.empty()) throw;
+    throw Error(std::string(e.what()) + " (changed since the checkpoint: " + describe(changes) + ")");
+  }
+  if (resuming_training)
+    for (const auto& change : changes)
+      log_warning() << "resuming " << *latest << " with a changed " << change.key << ": "
+                    << change.before << " -> " << change.after;
+  return restored;
+}
+
+// trainer.best_checkpoint_eval_metric must be something the evaluation
+// reports: checked at start, not at the first evaluation.
+void check_best_checkpoint_metric(const std::string& metric, Trainer& trainer, const Task& task) {
+  std::vector<std::string> names = {"validation_loss"};
+  for (const auto& m : trainer.validation_metrics()) names.push_back(m->name());
+  for (const auto& n : task.loss_part_names()) names.push_back(n);
+  for (const auto& n : task.aggregated_log_names()) names.push_back(n);
+  if (std::find(names.begin(), names.end(), metric) != names.end()) return;
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  std::string message = "trainer.best_checkpoint_eval_metric '" + metric +
+                        "' is not reported by this task's evaluation; it reports: " + list;
+  const std::string suggestion = config::nearest(metric, names);
+  if (!suggestion.empty()) message += "; did you mean '" + suggestion + "'?";
+  throw config::ConfigError(message);
+}
+
+Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& options,
+         RunDirectory* run_dir) {
+  const std::string& mode = options.mode;
   const bool trains = mode == "train" || mode == "train_and_eval" || mode == "train_and_post_eval";
   const bool evaluates = mode != "train";
   const auto& trainer_config = params->trainer;
@@ -67,12 +154,14 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
   if (trains || !trainer_config.optimizer_config.optimizer.type.empty())
     optimizer = Task::create_optimizer(trainer_config.optimizer_config, params->runtime,
                                        params->task->differential_privacy_config, *model);
-  std::shared_ptr<CheckpointExporter> exporter;
+  std::shared_ptr<BestCheckpointExporter> exporter;
   if (evaluates && !trainer_config.best_checkpoint_export_subdir.empty())
     exporter = std::make_shared<BestCheckpointExporter>(
         (fs::path(options.model_dir) / trainer_config.best_checkpoint_export_subdir).string(),
         trainer_config.best_checkpoint_eval_metric, trainer_config.best_checkpoint_metric_comp);
   Trainer trainer(params, task, model, optimizer, trains, evaluates, nullptr, nullptr, exporter);
+  if (exporter) check_best_checkpoint_metric(exporter->metric(), trainer, *task);
+  if (evaluates) trainer.check_validation_data();
 
   CheckpointManager checkpoints(options.model_dir, trainer_config.max_to_keep);
   ControllerOptions controller_options;
@@ -93,41 +182,40 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
   if (controller_options.checkpoint_on_preemption) preemption.emplace();
   Controller controller(trains ? &trainer : nullptr, evaluates ? &trainer : nullptr, &checkpoints,
                         controller_options);
+  // Any checkpoint this run writes makes its model_dir worth keeping.
+  if (run_dir) {
+    checkpoints.set_on_saved([run_dir](const std::string&) { run_dir->commit(); });
+    if (exporter) exporter->set_on_saved([run_dir](const std::string&) { run_dir->commit(); });
+  }
   // Model Garden's EMACheckpointing: after each evaluation, the averaged
   // weights go to model_dir/ema_checkpoints.
   std::unique_ptr<CheckpointManager> ema_checkpoints;
   if (trains && evaluates && optimizer && optimizer->ema()) {
     ema_checkpoints = std::make_unique<CheckpointManager>(
         (fs::path(options.model_dir) / "ema_checkpoints").string(), trainer_config.max_to_keep);
+    if (run_dir)
+      ema_checkpoints->set_on_saved([run_dir](const std::string&) { run_dir->commit(); });
     controller.add_eval_action([&](const Logs&) {
       CheckpointData data;
       for (const auto& [name, tensor] : model_state(*model)) data.tensors["model/" + name] = tensor;
       for (const auto& [name, tensor] : optimizer->ema()->averaged_weights())
         data.tensors["model/" + name] = tensor;
-      data.meta = {{"global_step", trainer.global_step()}, {"task", task->checkpoint_metadata()}};
+      data.meta = trainer.checkpoint_state().meta;
       ema_checkpoints->save(data, trainer.global_step());
     });
   }
 
-  // Restoring may fail too (a checkpoint that does not fit this config), so
-  // it also comes before anything is written to model_dir.
   std::optional<std::string> restored;
-  if (mode != "continuous_eval") restored = controller.restore_checkpoint();
-  if (trains && options.write_params) {
-    write_params_yaml(*params, options.model_dir);
-    set_log_file((fs::path(options.model_dir) / "train.log").string());
-  }
-  struct LogFileReset {
-    ~LogFileReset() { set_log_file(""); }
-  } log_file_reset;
+  if (mode != "continuous_eval")
+    restored = restore(controller, checkpoints, *params, *task, /*resuming_training=*/trains);
+  if (trains) write_params_yaml(*params, options.model_dir);
 
   Logs logs;
   if (mode == "continuous_eval") {
-    logs = controller.evaluate_continuously(trainer_config.validation_steps,
+    return controller.evaluate_continuously(trainer_config.validation_steps,
                                             trainer_config.continuous_eval_timeout,
                                             trainer_config.train_steps,
                                             options.continuous_eval_poll_seconds);
-    return logs;
   }
   if (mode == "eval") {
     if (!restored)
@@ -148,6 +236,41 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
     logs = controller.evaluate(trainer_config.validation_steps);
   }
   return logs;
+}
+
+}  // namespace
+
+Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
+                    const RunOptions& options) {
+  const std::string& mode = options.mode;
+  const auto& modes = experiment_modes();
+  if (std::find(modes.begin(), modes.end(), mode) == modes.end()) {
+    std::string list;
+    for (const auto& m : modes) list += (list.empty() ? "" : ", ") + m;
+    throw Error("unknown mode '" + mode + "'; modes: " + list);
+  }
+  if (options.model_dir.empty()) throw Error("--model_dir is required");
+  if (!params->locked()) throw Error("the config must be finalized (finalize_config) before running");
+
+  // A training run owns its model_dir: locked, logged from the first line,
+  // and rolled back when it fails before its first checkpoint.
+  const bool trains = mode == "train" || mode == "train_and_eval" || mode == "train_and_post_eval";
+  std::optional<RunDirectory> run_dir;
+  if (trains) run_dir.emplace(options.model_dir);
+  try {
+    Logs logs = run(std::move(params), options, run_dir ? &*run_dir : nullptr);
+    if (run_dir) run_dir->commit();
+    return logs;
+  } catch (const Preempted& e) {
+    log_to_file(LogLevel::kWarning, e.what());
+    throw;
+  } catch (const c10::Error& e) {
+    log_to_file(LogLevel::kError, std::string("error: ") + e.what_without_backtrace());
+    throw;
+  } catch (const std::exception& e) {
+    log_to_file(LogLevel::kError, std::string("error: ") + e.what());
+    throw;
+  }
 }
 
 }  // namespace garden

@@ -5,6 +5,7 @@
 
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
+#include "garden/core/config/yaml_io.h"
 
 namespace garden {
 
@@ -25,6 +26,10 @@ Trainer::Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr
   const auto build = [this](const config::DataConfig& params, const InputContext& context) {
     return task_->build_inputs(params, context);
   };
+  if (optimizer_) minimizer_ = std::make_unique<Minimizer>(*optimizer_);
+  // The config the run resolved travels in every checkpoint (the config
+  // itself does not change after it is locked).
+  params_yaml_ = config::to_yaml_string(const_cast<config::ExperimentConfig&>(*config_));
   if (train) {
     if (!optimizer_) throw Error("a training Trainer needs an optimizer");
     if (!train_dataset_)
@@ -63,6 +68,20 @@ Batch Trainer::next_train_inputs() {
   return to_device(*batch);
 }
 
+void Trainer::check_validation_data() {
+  if (!validation_dataset_) return;
+  validation_dataset_->reset();
+  const bool has_batch = validation_dataset_->next().has_value();
+  validation_dataset_->reset();
+  if (!has_batch) {
+    const std::string& path = config_->task->validation_data_config().input_path;
+    throw Error("the validation data " +
+                (path.empty() ? std::string("(none given)") : "'" + path + "'") +
+                " gives no batch to evaluate: it is empty, or smaller than "
+                "task.validation_data.global_batch_size with drop_remainder: true");
+  }
+}
+
 std::optional<std::pair<Batch, Logs>> Trainer::next_eval_inputs() {
   if (!validation_dataset_) throw Error("this Trainer has no validation data");
   auto batch = validation_dataset_->next();
@@ -70,12 +89,52 @@ std::optional<std::pair<Batch, Logs>> Trainer::next_eval_inputs() {
   return std::make_pair(to_device(*batch), Logs{});
 }
 
+Minimizer& Trainer::minimizer() {
+  if (!minimizer_) throw Error("this Trainer has no optimizer");
+  return *minimizer_;
+}
+
+// ---- folding scalars -----------------------------------------------------------
+
+void Trainer::ScalarFolder::add(const LogValue& value, bool weighted) {
+  const auto* average = std::get_if<Average>(&value);
+  if (!weighted || !average) {
+    plain_total_ += to_double(value);
+    ++plain_count_;
+    return;
+  }
+  weighted_ = true;
+  if (terms_.empty()) terms_.resize(average->terms.size(), {0.0, 0.0, 0.0});
+  if (terms_.size() != average->terms.size())
+    throw Error("a loss changed its number of parts between steps");
+  for (std::size_t i = 0; i < terms_.size(); ++i) {
+    const AverageTerm& term = average->terms[i];
+    const double count = to_double(term.count);
+    terms_[i][0] += to_double(term.value) * count;
+    terms_[i][1] += count;
+    terms_[i][2] = term.weight;
+  }
+}
+
+double Trainer::ScalarFolder::result() const {
+  if (!weighted_) return plain_count_ > 0 ? plain_total_ / static_cast<double>(plain_count_) : 0.0;
+  double total = 0.0;
+  for (const auto& [sum, count, weight] : terms_) total += weight * (count > 0 ? sum / count : 0.0);
+  return total;
+}
+
+// ---- steps ----------------------------------------------------------------------
+
 void Trainer::train_step(const Batch& inputs) {
-  const Logs logs = task_->train_step(inputs, *model_, *optimizer_, train_metrics_);
+  const Logs logs = task_->train_step(inputs, *model_, minimizer(), train_metrics_);
   const auto it = logs.find(task_->loss());
   if (it == logs.end()) throw Error("task train_step returned no '" + std::string(task_->loss()) + "'");
-  last_train_loss_ = to_double(it->second);
-  training_loss_.update(last_train_loss_);
+  for (const auto& [key, value] : logs) {
+    if (!is_scalar(value)) continue;
+    const double number = to_double(value);
+    if (key == task_->loss()) last_train_loss_ = number;
+    train_scalars_[key].add(number, /*weighted=*/false);
+  }
   examples_seen_ += task_->num_examples(inputs);
   ++global_step_;
   if (step_observer_) step_observer_(global_step_);
@@ -83,11 +142,20 @@ void Trainer::train_step(const Batch& inputs) {
 
 Logs Trainer::eval_step(const Batch& inputs, const Logs& passthrough) {
   Logs logs = task_->validation_step(inputs, *model_, validation_metrics_);
-  const auto it = logs.find(task_->loss());
-  if (it != logs.end()) validation_loss_.update(to_double(it->second));
+  for (const auto& [key, value] : logs)
+    if (is_scalar(value)) eval_scalars_[key].add(value, /*weighted=*/true);
+  ++eval_batches_;
   for (const auto& [key, value] : passthrough) logs.emplace(key, value);
   return logs;
 }
+
+namespace {
+// The summary name of a step's scalar: Model Garden's training_loss /
+// validation_loss for the loss itself, the scalar's own name otherwise.
+std::string scalar_name(const std::string& key, const char* loss_key, const char* loss_name) {
+  return key == loss_key ? loss_name : key;
+}
+}  // namespace
 
 void Trainer::train_loop_begin() {
   // Metrics are reset at the end of each loop, so a loop's logs cover it alone.
@@ -99,8 +167,9 @@ Logs Trainer::train_loop_end() {
     logs[metric->name()] = metric->result();
     metric->reset();
   }
-  logs[training_loss_.name()] = training_loss_.result();
-  training_loss_.reset();
+  for (const auto& [key, folder] : train_scalars_)
+    logs[scalar_name(key, task_->loss(), "training_loss")] = folder.result();
+  train_scalars_.clear();
   logs["learning_rate"] = optimizer_->learning_rate();
   return logs;
 }
@@ -112,7 +181,8 @@ void Trainer::eval_begin() {
     ema_swapped_ = true;
   }
   for (auto& metric : validation_metrics_) metric->reset();
-  validation_loss_.reset();
+  eval_scalars_.clear();
+  eval_batches_ = 0;
   validation_dataset_->reset();
 }
 
@@ -127,9 +197,16 @@ void Trainer::swap_back_ema() {
 
 Logs Trainer::eval_end(const Logs& aggregated_logs) {
   swap_back_ema();
+  if (eval_batches_ == 0) {
+    const std::string& path = config_->task->validation_data_config().input_path;
+    throw Error("the validation data " + (path.empty() ? std::string("(none given)") : "'" + path + "'") +
+                " gave no batch to evaluate: it is empty, or smaller than "
+                "task.validation_data.global_batch_size with drop_remainder: true");
+  }
   Logs logs;
   for (auto& metric : validation_metrics_) logs[metric->name()] = metric->result();
-  logs[validation_loss_.name()] = validation_loss_.result();
+  for (const auto& [key, folder] : eval_scalars_)
+    logs[scalar_name(key, task_->loss(), "validation_loss")] = folder.result();
   for (auto& [key, value] : task_->reduce_aggregated_logs(aggregated_logs, global_step_))
     logs[key] = value;
   return logs;
@@ -189,6 +266,7 @@ CheckpointData Trainer::checkpoint_state() const {
   }
   if (train_dataset_) meta["train_data"] = train_dataset_->state();
   meta["task"] = task_->checkpoint_metadata();
+  meta["params"] = params_yaml_;
   data.meta = std::move(meta);
   return data;
 }

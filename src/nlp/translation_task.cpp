@@ -158,13 +158,19 @@ Batch TranslationTask::call_model(Model& model, const Batch& features, bool) {
       {"logits", transformer.forward(features.at("inputs"), shift_right(features.at("targets")))}};
 }
 
-at::Tensor TranslationTask::build_losses(const Batch& labels, const Batch& model_outputs,
-                                         const at::Tensor& aux_losses) {
-  at::Tensor loss = padded_cross_entropy_loss(model_outputs.at("logits"), labels.at("targets"),
-                                              config_.model.label_smoothing, /*pad_id=*/0)
-                        .mean();
-  if (aux_losses.defined()) loss = loss + aux_losses;
-  return loss;
+Losses TranslationTask::build_losses(const Batch& labels, const Batch& model_outputs,
+                                     const at::Tensor& aux_losses) {
+  const PaddedCrossEntropy xent = padded_cross_entropy_loss(
+      model_outputs.at("logits"), labels.at("targets"), config_.model.label_smoothing,
+      /*pad_id=*/0);
+  // Averaged over the non-pad target tokens, and carrying their number.
+  Losses losses(xent.mean(), xent.weight_sum);
+  losses.add_aux(aux_losses);
+  return losses;
+}
+
+std::vector<std::string> TranslationTask::aggregated_log_names() const {
+  return {"bleu_score", "sacrebleu_score"};
 }
 
 Logs TranslationTask::validation_step(const Batch& inputs, Model& model, MetricList& metrics) {

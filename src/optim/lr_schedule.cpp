@@ -27,15 +27,16 @@ T require(const std::optional<T>& value, const char* schedule, const char* key) 
   return *value;
 }
 
-SchedulePtr base_schedule(const config::LrConfig& c) {
-  const std::string& type = c.type;
-  if (type.empty() || type == "constant") {
-    const double lr = c.constant.learning_rate;
+// Garden's own schedules; their config subsections are LrConfig's members.
+void register_builtin_schedules(config::Registry<ScheduleFactory>& r) {
+  r.add("constant", [](const config::Config& subsection) -> SchedulePtr {
+    const double lr = static_cast<const config::ConstantLrConfig&>(subsection).learning_rate;
     return std::make_shared<FunctionSchedule>([lr](double) { return lr; });
-  }
-  if (type == "stepwise") {
-    const auto boundaries = require(c.stepwise.boundaries, "learning_rate.stepwise", "boundaries");
-    const auto values = require(c.stepwise.values, "learning_rate.stepwise", "values");
+  });
+  r.add("stepwise", [](const config::Config& subsection) -> SchedulePtr {
+    const auto& c = static_cast<const config::StepwiseLrConfig&>(subsection);
+    const auto boundaries = require(c.boundaries, "learning_rate.stepwise", "boundaries");
+    const auto values = require(c.values, "learning_rate.stepwise", "values");
     if (values.size() != boundaries.size() + 1)
       throw ConfigError("stepwise learning rate needs one more value than boundaries");
     return std::make_shared<FunctionSchedule>(
@@ -45,32 +46,34 @@ SchedulePtr base_schedule(const config::LrConfig& c) {
             if (step <= static_cast<double>(boundaries[i])) return values[i];
           return values.back();
         },
-        c.stepwise.offset);
-  }
-  if (type == "exponential") {
-    const double initial = require(c.exponential.initial_learning_rate, "learning_rate.exponential",
+        c.offset);
+  });
+  r.add("exponential", [](const config::Config& subsection) -> SchedulePtr {
+    const auto& c = static_cast<const config::ExponentialLrConfig&>(subsection);
+    const double initial = require(c.initial_learning_rate, "learning_rate.exponential",
                                    "initial_learning_rate");
     const double decay_steps = static_cast<double>(
-        require(c.exponential.decay_steps, "learning_rate.exponential", "decay_steps"));
+        require(c.decay_steps, "learning_rate.exponential", "decay_steps"));
     const double rate =
-        require(c.exponential.decay_rate, "learning_rate.exponential", "decay_rate");
-    const bool staircase = c.exponential.staircase.value_or(false);
+        require(c.decay_rate, "learning_rate.exponential", "decay_rate");
+    const bool staircase = c.staircase.value_or(false);
     return std::make_shared<FunctionSchedule>(
         [=](double step) {
           double p = step / decay_steps;
           if (staircase) p = std::floor(p);
           return initial * std::pow(rate, p);
         },
-        c.exponential.offset);
-  }
-  if (type == "polynomial") {
-    const double initial = require(c.polynomial.initial_learning_rate, "learning_rate.polynomial",
+        c.offset);
+  });
+  r.add("polynomial", [](const config::Config& subsection) -> SchedulePtr {
+    const auto& c = static_cast<const config::PolynomialLrConfig&>(subsection);
+    const double initial = require(c.initial_learning_rate, "learning_rate.polynomial",
                                    "initial_learning_rate");
     const double decay_steps = static_cast<double>(
-        require(c.polynomial.decay_steps, "learning_rate.polynomial", "decay_steps"));
-    const double end = c.polynomial.end_learning_rate;
-    const double power = c.polynomial.power;
-    const bool cycle = c.polynomial.cycle;
+        require(c.decay_steps, "learning_rate.polynomial", "decay_steps"));
+    const double end = c.end_learning_rate;
+    const double power = c.power;
+    const bool cycle = c.cycle;
     return std::make_shared<FunctionSchedule>(
         [=](double step) {
           double steps = decay_steps;
@@ -83,32 +86,34 @@ SchedulePtr base_schedule(const config::LrConfig& c) {
           }
           return (initial - end) * std::pow(1.0 - step / steps, power) + end;
         },
-        c.polynomial.offset);
-  }
-  if (type == "cosine") {
+        c.offset);
+  });
+  r.add("cosine", [](const config::Config& subsection) -> SchedulePtr {
+    const auto& c = static_cast<const config::CosineLrConfig&>(subsection);
     const double initial =
-        require(c.cosine.initial_learning_rate, "learning_rate.cosine", "initial_learning_rate");
+        require(c.initial_learning_rate, "learning_rate.cosine", "initial_learning_rate");
     const double decay_steps =
-        static_cast<double>(require(c.cosine.decay_steps, "learning_rate.cosine", "decay_steps"));
-    const double alpha = c.cosine.alpha;
+        static_cast<double>(require(c.decay_steps, "learning_rate.cosine", "decay_steps"));
+    const double alpha = c.alpha;
     return std::make_shared<FunctionSchedule>(
         [=](double step) {
           step = std::min(step, decay_steps);
           const double cosine = 0.5 * (1.0 + std::cos(M_PI * step / decay_steps));
           return initial * ((1.0 - alpha) * cosine + alpha);
         },
-        c.cosine.offset);
-  }
-  if (type == "power") {
+        c.offset);
+  });
+  r.add("power", [](const config::Config& subsection) -> SchedulePtr {
+    const auto& c = static_cast<const config::DirectPowerLrConfig&>(subsection);
     const double initial =
-        require(c.power.initial_learning_rate, "learning_rate.power", "initial_learning_rate");
-    const double power = c.power.power;
+        require(c.initial_learning_rate, "learning_rate.power", "initial_learning_rate");
+    const double power = c.power;
     // max(step, 1): step 0 would give infinity for a negative power.
     return std::make_shared<FunctionSchedule>(
         [=](double step) { return initial * std::pow(std::max(step, 1.0), power); });
-  }
-  if (type == "power_linear") {
-    const auto& p = c.power_linear;
+  });
+  r.add("power_linear", [](const config::Config& subsection) -> SchedulePtr {
+    const auto& p = static_cast<const config::PowerAndLinearDecayLrConfig&>(subsection);
     const double initial =
         require(p.initial_learning_rate, "learning_rate.power_linear", "initial_learning_rate");
     const double total = static_cast<double>(
@@ -123,9 +128,9 @@ SchedulePtr base_schedule(const config::LrConfig& c) {
           return lr;
         },
         p.offset);
-  }
-  if (type == "power_with_offset") {
-    const auto& p = c.power_with_offset;
+  });
+  r.add("power_with_offset", [](const config::Config& subsection) -> SchedulePtr {
+    const auto& p = static_cast<const config::PowerDecayWithOffsetLrConfig&>(subsection);
     const double initial = require(p.initial_learning_rate, "learning_rate.power_with_offset",
                                    "initial_learning_rate");
     const double power = p.power;
@@ -138,8 +143,15 @@ SchedulePtr base_schedule(const config::LrConfig& c) {
       // A negative power can make the decayed rate huge: capped, as in Model Garden.
       return std::min(step > offset ? decayed : pre_offset, pre_offset);
     });
-  }
-  throw ConfigError("unknown learning_rate type '" + type + "'");
+  });
+}
+
+SchedulePtr base_schedule(const config::LrConfig& c) {
+  const std::string type = c.type.empty() ? "constant" : c.type;
+  const config::Config* subsection = c.get();
+  if (c.type.empty()) subsection = &c.constant;
+  if (!subsection) throw ConfigError("unknown learning_rate type '" + type + "'");
+  return schedule_registry().get(type)(*subsection);
 }
 
 class WarmupSchedule : public LearningRateSchedule {
@@ -161,6 +173,15 @@ class WarmupSchedule : public LearningRateSchedule {
 };
 
 }  // namespace
+
+config::Registry<ScheduleFactory>& schedule_registry() {
+  static config::Registry<ScheduleFactory>* registry = [] {
+    auto* r = new config::Registry<ScheduleFactory>("schedule");
+    register_builtin_schedules(*r);
+    return r;
+  }();
+  return *registry;
+}
 
 SchedulePtr make_schedule(const config::LrConfig& learning_rate,
                           const config::WarmupConfig& warmup) {

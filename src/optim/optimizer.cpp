@@ -393,34 +393,63 @@ void check_clip_options(const config::BaseOptimizerConfig& c, const std::string&
 
 }  // namespace
 
+config::Registry<OptimizerFactory>& optimizer_registry() {
+  static config::Registry<OptimizerFactory>* registry = [] {
+    auto* r = new config::Registry<OptimizerFactory>("optimizer");
+    // Garden's own: their config subsections are OptimizerConfig's members.
+    r->add("sgd", [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
+                      ClipOptions clip) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<SGD>(std::move(p), std::move(s), clip,
+                                   static_cast<const config::SGDConfig&>(c));
+    });
+    r->add("adam", [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
+                       ClipOptions clip) -> std::unique_ptr<Optimizer> {
+      const auto& adam = static_cast<const config::AdamConfig&>(c);
+      return std::make_unique<Adam>(std::move(p), std::move(s), clip, adam.beta_1, adam.beta_2,
+                                    adam.epsilon, adam.amsgrad);
+    });
+    r->add("adamw", [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
+                        ClipOptions clip) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<AdamWeightDecay>(
+          std::move(p), std::move(s), clip, static_cast<const config::AdamWeightDecayConfig&>(c));
+    });
+    r->add("lamb", [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
+                       ClipOptions clip) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<LAMB>(std::move(p), std::move(s), clip,
+                                    static_cast<const config::LAMBConfig&>(c));
+    });
+    r->add("rmsprop", [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
+                          ClipOptions clip) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<RMSprop>(std::move(p), std::move(s), clip,
+                                       static_cast<const config::RMSPropConfig&>(c));
+    });
+    r->add("adagrad", [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
+                          ClipOptions clip) -> std::unique_ptr<Optimizer> {
+      return std::make_unique<Adagrad>(std::move(p), std::move(s), clip,
+                                       static_cast<const config::AdagradConfig&>(c));
+    });
+    return r;
+  }();
+  return *registry;
+}
+
 std::unique_ptr<Optimizer> make_optimizer(
     const config::OptimizationConfig& config, std::vector<NamedParameter> parameters,
     const std::optional<config::DifferentialPrivacyConfig>& dp) {
   const auto& o = config.optimizer;
   if (o.type.empty())
     throw config::ConfigError("trainer.optimizer_config.optimizer.type is not set");
-  const auto* base = dynamic_cast<const config::BaseOptimizerConfig*>(o.get());
-  if (!base) throw config::ConfigError("unknown optimizer type '" + o.type + "'");
-  check_clip_options(*base, "trainer.optimizer_config.optimizer." + o.type, dp.has_value());
-
+  const config::Config* subsection = o.get();
+  if (!subsection) throw config::ConfigError("unknown optimizer type '" + o.type + "'");
+  ClipOptions clip;
+  if (const auto* base = dynamic_cast<const config::BaseOptimizerConfig*>(subsection)) {
+    check_clip_options(*base, "trainer.optimizer_config.optimizer." + o.type, dp.has_value());
+    clip = clip_options(*base);
+  }
   SchedulePtr schedule = make_schedule(config.learning_rate, config.warmup);
-  const ClipOptions clip = clip_options(*base);
-  std::unique_ptr<Optimizer> optimizer;
-  if (o.type == "sgd")
-    optimizer = std::make_unique<SGD>(std::move(parameters), schedule, clip, o.sgd);
-  else if (o.type == "adam")
-    optimizer = std::make_unique<Adam>(std::move(parameters), schedule, clip, o.adam.beta_1,
-                                       o.adam.beta_2, o.adam.epsilon, o.adam.amsgrad);
-  else if (o.type == "adamw")
-    optimizer = std::make_unique<AdamWeightDecay>(std::move(parameters), schedule, clip, o.adamw);
-  else if (o.type == "lamb")
-    optimizer = std::make_unique<LAMB>(std::move(parameters), schedule, clip, o.lamb);
-  else if (o.type == "rmsprop")
-    optimizer = std::make_unique<RMSprop>(std::move(parameters), schedule, clip, o.rmsprop);
-  else if (o.type == "adagrad")
-    optimizer = std::make_unique<Adagrad>(std::move(parameters), schedule, clip, o.adagrad);
-  else
-    throw config::ConfigError("unknown optimizer type '" + o.type + "'");
+  std::unique_ptr<Optimizer> optimizer =
+      optimizer_registry().get(o.type)(*subsection, std::move(parameters), schedule, clip);
+  if (!optimizer) throw config::ConfigError("optimizer type '" + o.type + "' built nothing");
 
   if (dp) {
     // Model Garden's base_task.create_optimizer: clip the whole batch

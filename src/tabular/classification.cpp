@@ -340,11 +340,13 @@ Batch TabularClassificationTask::call_model(Model& model, const Batch& features,
   return {{"logits", classifier->forward(features.at("features"))}};
 }
 
-at::Tensor TabularClassificationTask::build_losses(const Batch& labels, const Batch& outputs,
-                                                   const at::Tensor& aux_losses) {
-  at::Tensor loss = torch::nn::functional::cross_entropy(outputs.at("logits"), labels.at("label"));
-  if (aux_losses.defined()) loss = loss + aux_losses;
-  return loss;
+Losses TabularClassificationTask::build_losses(const Batch& labels, const Batch& outputs,
+                                               const at::Tensor& aux_losses) {
+  const at::Tensor& label = labels.at("label");
+  Losses losses(torch::nn::functional::cross_entropy(outputs.at("logits"), label),
+                torch::full({}, static_cast<double>(label.size(0))));
+  losses.add_aux(aux_losses);
+  return losses;
 }
 
 MetricList TabularClassificationTask::build_metrics(bool) {

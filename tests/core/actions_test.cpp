@@ -77,9 +77,9 @@ class ToyTask : public garden::Task {
   garden::Batch call_model(garden::Model& model, const garden::Batch& inputs, bool) override {
     return {{"y", model.as<torch::nn::LinearImpl>()->forward(inputs.at("x"))}};
   }
-  at::Tensor build_losses(const garden::Batch& labels, const garden::Batch& outputs,
-                          const at::Tensor&) override {
-    return torch::mse_loss(outputs.at("y"), labels.at("y"));
+  garden::Losses build_losses(const garden::Batch& labels, const garden::Batch& outputs,
+                              const at::Tensor&) override {
+    return garden::Losses(torch::mse_loss(outputs.at("y"), labels.at("y")));
   }
 
  private:
@@ -290,8 +290,7 @@ double toy_validation_loss(const fs::path& checkpoint) {
   garden::Mean loss("loss");
   for (int i = 0; i < 2; ++i) {  // validation_steps 2
     const auto batch = *data->next();
-    loss.update(garden::to_double(
-        task->build_losses(batch, task->inference_step(batch, *model)).detach()));
+    loss.update(task->build_losses(batch, task->inference_step(batch, *model)).total().item<double>());
   }
   return loss.result();
 }

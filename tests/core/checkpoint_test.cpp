@@ -99,7 +99,9 @@ TEST_F(CheckpointTest, CorruptionAndTruncationAreReportedWithThePath) {
   EXPECT_NE(message.find("is not a garden checkpoint"), std::string::npos) << message;
 
   message = error_of([&] { garden::read_checkpoint_file((dir_ / "missing").string()); });
-  EXPECT_NE(message.find("cannot open checkpoint"), std::string::npos) << message;
+  EXPECT_EQ(message, "checkpoint '" + (dir_ / "missing").string() + "' does not exist");
+  message = error_of([&] { garden::read_checkpoint_file(dir_.string()); });
+  EXPECT_EQ(message, "checkpoint '" + dir_.string() + "' is a directory, not a file");
 }
 
 TEST_F(CheckpointTest, ManagerKeepsMaxToKeepAndWritesTensorFlowIndex) {

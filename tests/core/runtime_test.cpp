@@ -13,14 +13,23 @@
 
 namespace {
 
-TEST(RuntimeTest, TheLoadedBlasIsFoundAndIsOpenBlas) {
+TEST(RuntimeTest, TheLoadedBlasIsFound) {
   // A matrix product makes sure the BLAS library is loaded.
   const auto product = torch::mm(torch::ones({64, 64}), torch::ones({64, 64}));
   EXPECT_EQ(product[0][0].item<float>(), 64.0f);
-  const std::string blas = garden::loaded_blas_library();
-  ASSERT_FALSE(blas.empty());
-  // scripts/setup.sh selects OpenBLAS; the reference BLAS would be ~25x slower.
-  EXPECT_NE(blas.find("openblas"), std::string::npos) << blas;
+  EXPECT_FALSE(garden::loaded_blas_library().empty());
+}
+
+TEST(RuntimeTest, TheReferenceBlasAndOnlyItGetsTheSlowBlasWarning) {
+  const auto reference =
+      garden::slow_blas_warning("/usr/lib/x86_64-linux-gnu/blas/libblas.so.3.11.0");
+  ASSERT_EQ(reference.size(), 4u);
+  EXPECT_NE(reference[1].find("SLOW BLAS: /usr/lib/x86_64-linux-gnu/blas/libblas.so.3.11.0"),
+            std::string::npos);
+  EXPECT_NE(reference[2].find("libopenblas0-pthread"), std::string::npos);
+  for (const char* fast : {"/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3",
+                           "/opt/intel/mkl/lib/libmkl_rt.so", "/usr/lib/libblis.so.4", ""})
+    EXPECT_TRUE(garden::slow_blas_warning(fast).empty()) << fast;
 }
 
 TEST(RuntimeTest, FinalizeRecordsSeedsValidatesAndLocks) {

@@ -20,22 +20,16 @@
 #include <thread>
 #include <vector>
 
+#include "event_files.h"
 #include "garden/core/summary_writer.h"
-#include "reference_formats.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace garden_test::reference;
+using namespace garden_test::events;
 
-// TensorFlow's field numbers.
-namespace event_field {
-constexpr uint32_t kWallTime = 1, kStep = 2, kFileVersion = 3, kSummary = 5;
-}
-constexpr uint32_t kSummaryValue = 1;
-namespace value_field {
-constexpr uint32_t kTag = 1, kSimpleValue = 2, kTensor = 8, kMetadata = 9;
-}
+// TensorFlow's field numbers beyond those in event_files.h.
 namespace metadata_field {
 constexpr uint32_t kPluginData = 1, kDataClass = 4;
 }
@@ -46,29 +40,6 @@ constexpr uint32_t kDtype = 1, kShape = 2, kStringVal = 8;
 constexpr uint32_t kShapeDim = 2;
 constexpr uint64_t kDtString = 7;
 constexpr uint64_t kDataClassTensor = 2;
-
-std::vector<Message> read_events(const std::string& path) {
-  std::vector<Message> events;
-  for (const std::string& record : read_records(path)) events.push_back(decode(record));
-  return events;
-}
-
-// proto3 leaves out fields equal to zero.
-int64_t step_of(const Message& event) {
-  if (!has(event, event_field::kStep)) return 0;
-  return static_cast<int64_t>(only(event, event_field::kStep, kVarint).scalar);
-}
-
-std::vector<Message> values_of(const Message& event) {
-  const Message summary = decode(only(event, event_field::kSummary, kLengthDelimited).bytes);
-  std::vector<Message> values;
-  for (const Field* f : all(summary, kSummaryValue)) values.push_back(decode(f->bytes));
-  return values;
-}
-
-std::string tag_of(const Message& value) {
-  return only(value, value_field::kTag, kLengthDelimited).bytes;
-}
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -322,21 +293,6 @@ TEST_F(SummaryWriterTest, ConcurrentWritesStayIntact) {
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
 namespace {
-
-// tag -> step -> value, from every event file in `logdir`.
-std::map<std::string, std::map<int64_t, float>> scalars_in(const fs::path& logdir) {
-  std::map<std::string, std::map<int64_t, float>> out;
-  for (const auto& entry : fs::directory_iterator(logdir)) {
-    for (const Message& event : read_events(entry.path().string())) {
-      if (!has(event, event_field::kSummary)) continue;
-      for (const Message& value : values_of(event))
-        if (has(value, value_field::kSimpleValue))
-          out[tag_of(value)][step_of(event)] =
-              as_float(only(value, value_field::kSimpleValue, kFixed32));
-    }
-  }
-  return out;
-}
 
 TEST_F(SummaryWriterTest, TrainingWritesEverySummaryIntervalAndEachEvaluation) {
   garden::set_quiet(true);

@@ -387,10 +387,12 @@ TEST_F(TranslationTest, DecoderInputIsTheTargetShiftedRightAndTheLossIgnoresPadd
   torch::NoGradGuard no_grad;
   const Batch outputs = task.call_model(*model, {{"inputs", inputs}, {"targets", targets}}, false);
   EXPECT_TRUE(torch::equal(outputs.at("logits"), transformer.forward(inputs, decoder_in)));
-  const at::Tensor loss = task.build_losses({{"targets", targets}}, outputs);
+  const garden::Losses losses = task.build_losses({{"targets", targets}}, outputs);
   const auto xent = garden::nlp::padded_cross_entropy_loss(outputs.at("logits"), targets, 0.1);
   EXPECT_EQ(xent.weight_sum.item<double>(), 5.0);
-  EXPECT_NEAR(loss.item<double>(), (xent.loss_sum / 5.0).item<double>(), 1e-6);
+  ASSERT_EQ(losses.parts().size(), 1u);
+  EXPECT_NEAR(losses.total().item<double>(), (xent.loss_sum / 5.0).item<double>(), 1e-6);
+  EXPECT_EQ(losses.parts()[0].count.item<double>(), 5.0) << "the loss counts its non-pad tokens";
 }
 
 TEST_F(TranslationTest, EncoderAndDecoderDepthsMayDiffer) {

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <thread>
 
@@ -113,15 +114,29 @@ TEST_F(TabularTest, AResumedRunEndsBitwiseEqualToAnUninterruptedOne) {
   EXPECT_EQ(a.meta.at("optimizer"), b.meta.at("optimizer"));
 }
 
-TEST_F(TabularTest, AResumeFromAnEarlierCheckpointDiffersFromAFreshStart) {
-  // Guards the test above: a run that ignored its checkpoint would differ.
+TEST_F(TabularTest, AResumeContinuesFromWhatTheCheckpointHolds) {
+  // Guards the test above: a run that ignored its checkpoint and trained
+  // 200 steps afresh would also equal the straight run. Here the checkpoint
+  // at 100 is altered before resuming: a real resume carries the change on.
   const std::string common = "trainer.checkpoint_interval=100,trainer.steps_per_loop=25,"
                              "trainer.summary_interval=25,runtime.seed=7";
-  run("train", "a", common + ",trainer.train_steps=100");
-  run("train", "b", common + ",trainer.train_steps=100,runtime.seed=8");
-  const auto a = tensors_with_prefix((root_ / "a" / "ckpt-100").string(), "model/");
-  const auto b = tensors_with_prefix((root_ / "b" / "ckpt-100").string(), "model/");
-  EXPECT_FALSE(torch::equal(a.at("model/dense_0.weight"), b.at("model/dense_0.weight")));
+  run("train", "straight", common + ",trainer.train_steps=200");
+  run("train", "resumed", common + ",trainer.train_steps=100");
+  const std::string checkpoint = (root_ / "resumed" / "ckpt-100").string();
+  garden::CheckpointData data = garden::read_checkpoint_file(checkpoint);
+  data.tensors.at("model/dense_0.weight").mul_(0.5);
+  garden::write_checkpoint_file(checkpoint, data);
+  run("train", "resumed", common + ",trainer.train_steps=200");
+
+  const auto straight = tensors_with_prefix((root_ / "straight" / "ckpt-200").string(), "model/");
+  const auto resumed = tensors_with_prefix((root_ / "resumed" / "ckpt-200").string(), "model/");
+  EXPECT_FALSE(torch::equal(straight.at("model/dense_0.weight"), resumed.at("model/dense_0.weight")));
+  // And it continued at step 100: the optimizer's iterations say so.
+  const auto meta = garden::read_checkpoint_file((root_ / "resumed" / "ckpt-200").string()).meta;
+  EXPECT_EQ(meta.at("global_step"), 200);
+  std::ifstream log(root_ / "resumed" / "train.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("restored " + checkpoint + " at step 100"), std::string::npos) << text;
 }
 
 TEST_F(TabularTest, TrainThenEvalRestoresTheLatestCheckpoint) {

@@ -11,6 +11,9 @@ enum class LogLevel { kInfo, kWarning, kError };
 void log_message(LogLevel level, const std::string& message);
 // Also append every later line to `path` (model_dir/train.log); "" stops.
 void set_log_file(const std::string& path);
+// A line for the log file only (the run's final error, which the caller
+// prints on stderr itself).
+void log_to_file(LogLevel level, const std::string& message);
 // Suppress info lines on stderr (tests); warnings and errors still show.
 void set_quiet(bool quiet);
 bool stderr_is_terminal();

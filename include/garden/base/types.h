@@ -14,14 +14,35 @@ namespace garden {
 // A batch: named tensors, like Model Garden's dict of tensors.
 using Batch = std::map<std::string, at::Tensor>;
 
-// One value in the logs: a number, a tensor, or host-side data such as
-// decoded strings or token ids that a task aggregates over an evaluation.
-using LogValue = std::variant<double, at::Tensor, std::vector<std::string>,
+// One term of an Average: the mean `value` of `count` items (tokens,
+// examples, total sample weight), entering the sum with `weight`.
+struct AverageTerm {
+  at::Tensor value;  // scalar
+  at::Tensor count;  // scalar
+  double weight = 1.0;
+};
+
+// A weighted sum of means, each over its own count, as a step reports a loss
+// (one term for a plain mean; a loss of several parts over different counts,
+// such as ELECTRA's generator and discriminator losses, has one term each).
+// Averages are folded over steps, evaluations and workers term by term,
+// sum(value * count) / sum(count), so the result is weighted by what each
+// term averages, whatever the batch size (Marian's RationalLoss).
+struct Average {
+  std::vector<AverageTerm> terms;
+  // sum of weight * value over the terms.
+  double result() const;
+};
+
+// One value in the logs: a number, a tensor, an Average, or host-side data
+// such as decoded strings or token ids that a task aggregates over an
+// evaluation.
+using LogValue = std::variant<double, at::Tensor, Average, std::vector<std::string>,
                               std::vector<std::vector<int64_t>>>;
 using Logs = std::map<std::string, LogValue>;
 
-// The number a log value stands for (a tensor must hold one element); throws
-// garden::Error for host-side data.
+// The number a log value stands for (a tensor must hold one element; an
+// Average gives its result); throws garden::Error for host-side data.
 double to_double(const LogValue& value);
 bool is_scalar(const LogValue& value);
 

@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -37,12 +38,18 @@ class BestCheckpointExporter : public CheckpointExporter {
   // The best value so far, if any.
   std::optional<double> best() const { return best_; }
   const std::string& export_dir() const { return export_dir_; }
+  const std::string& metric() const { return metric_; }
+  // Called with the checkpoint's path after each export.
+  void set_on_saved(std::function<void(const std::string&)> on_saved) {
+    on_saved_ = std::move(on_saved);
+  }
 
  private:
   std::string export_dir_;
   std::string metric_;
   bool higher_is_better_;
   std::optional<double> best_;
+  std::function<void(const std::string&)> on_saved_;
 };
 
 // Thrown by the training loop when SIGTERM or SIGINT arrived; the checkpoint

@@ -1,6 +1,6 @@
 // Checkpoints: model_dir/ckpt-<step> files and the `checkpoint` index that
-// names the latest, written so that a kill at any moment leaves the previous
-// checkpoint usable (temporary name, fsync, rename, fsync of the directory).
+// names the latest, written with the one atomic write (garden/base/file_io.h),
+// so that a kill at any moment leaves the previous checkpoint usable.
 //
 // File format (little-endian): "GARDNCK1", u64 header length, the header
 // (JSON: meta plus each tensor's name, dtype, shape, offset, size, CRC-32C),
@@ -48,6 +48,10 @@ class CheckpointManager {
   // max_to_keep. Returns the path.
   std::string save(const CheckpointData& data, int64_t step);
   void set_write_observer(WriteObserver observer) { observer_ = std::move(observer); }
+  // Called with the path after each save (a run commits its model_dir).
+  void set_on_saved(std::function<void(const std::string&)> on_saved) {
+    on_saved_ = std::move(on_saved);
+  }
 
   // The step in a checkpoint path's name (ckpt-200 -> 200), or -1.
   static int64_t step_of(const std::string& path);
@@ -60,10 +64,18 @@ class CheckpointManager {
   int64_t max_to_keep_;
   std::string prefix_;
   WriteObserver observer_;
+  std::function<void(const std::string&)> on_saved_;
 };
 
-// The latest checkpoint in `directory_or_file`: a checkpoint file itself, or a
-// directory with an index; nullopt when there is none.
-std::optional<std::string> latest_checkpoint(const std::string& directory_or_file);
+// The name of the best checkpoint an export directory holds (Model Garden's
+// BestCheckpointExporter writes <export_dir>/best_ckpt).
+inline constexpr const char* kBestCheckpointName = "best_ckpt";
+
+// The one way to find a checkpoint: `directory_or_file` itself when it is a
+// file; in a directory, the one its `checkpoint` index names, else the
+// highest-numbered <prefix>-N, else a best-checkpoint export's best_ckpt;
+// nullopt when there is none.
+std::optional<std::string> latest_checkpoint(const std::string& directory_or_file,
+                                             const std::string& prefix = "ckpt");
 
 }  // namespace garden

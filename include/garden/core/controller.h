@@ -42,9 +42,11 @@ class Controller {
              ControllerOptions options);
   ~Controller();
 
-  // Restores `path` (default: the latest checkpoint); when there is none,
-  // initializes the model (Trainer::initialize). Returns the restored path.
-  std::optional<std::string> restore_checkpoint(const std::optional<std::string>& path = {});
+  // Restores `path` (default: the latest checkpoint; `data`, when given, is
+  // its content already read); when there is none, initializes the model
+  // (Trainer::initialize). Returns the restored path.
+  std::optional<std::string> restore_checkpoint(const std::optional<std::string>& path = {},
+                                                const CheckpointData* data = nullptr);
   // Trains until the global step reaches `steps`.
   void train(int64_t steps, bool checkpoint_at_completion = true);
   // Evaluates `steps` batches (-1: all the validation data) at the current

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "garden/core/config/definitions.h"
 
@@ -19,7 +20,10 @@ void apply_runtime(const config::RuntimeConfig& runtime);
 // The path of the BLAS library this process uses, from /proc/self/maps
 // ("" when none is loaded yet).
 std::string loaded_blas_library();
-// Logs a loud warning when the reference BLAS (not OpenBLAS) is loaded.
+// The lines of the loud warning for the BLAS library at `blas` (a path as
+// loaded_blas_library() gives it): empty for OpenBLAS, MKL, BLIS or none.
+std::vector<std::string> slow_blas_warning(const std::string& blas);
+// Logs slow_blas_warning(loaded_blas_library()), once per process.
 void warn_if_slow_blas();
 
 }  // namespace garden

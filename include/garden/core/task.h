@@ -10,10 +10,13 @@
 
 #include <torch/nn/module.h>
 
-#include "garden/core/config/definitions.h"
 #include "garden/base/dataset.h"
-#include "garden/core/metrics.h"
 #include "garden/base/types.h"
+#include "garden/core/config/definitions.h"
+#include "garden/core/losses.h"
+#include "garden/core/metrics.h"
+#include "garden/core/minimizer.h"
+#include "garden/core/precision.h"
 #include "garden/optim/optimizer.h"
 
 namespace garden {
@@ -43,25 +46,35 @@ class Task {
   // The nearest LibTorch meaning of Keras's `model(features, training)`:
   // runs the forward pass and returns the named outputs.
   virtual Batch call_model(Model& model, const Batch& features, bool training) = 0;
-  // The scalar loss to minimize; aux_losses (e.g. regularization) is added
-  // when defined.
-  virtual at::Tensor build_losses(const Batch& labels, const Batch& model_outputs,
-                                  const at::Tensor& aux_losses = {}) = 0;
+  // The losses to minimize for one batch (Model Garden's build_losses):
+  // one part named "loss", or several named parts (masked_lm_loss,
+  // discriminator_loss), each the mean of its own items with their count;
+  // aux_losses (regularization), when defined, is added as a part. Every
+  // part reaches the logs and the summaries, averaged over each loop and
+  // evaluation (Model Garden's tasks update loss metrics with them).
+  virtual Losses build_losses(const Batch& labels, const Batch& model_outputs,
+                              const at::Tensor& aux_losses = {}) = 0;
+  // The metrics, each reading its inputs from the labels and the model
+  // outputs by name (MetricInputs).
   virtual MetricList build_metrics(bool training = true);
-  // Updates `metrics` from one step's labels and outputs.
+  // Updates `metrics` from one step's labels and outputs: each metric's
+  // update(labels, outputs) by default.
   virtual void process_metrics(MetricList& metrics, const Batch& labels,
                                const Batch& model_outputs);
   // Keras's compiled metrics are those given to model.compile(); LibTorch has
-  // no compile(), so here they are the metrics the Trainer attaches to the
-  // whole model (its MetricList), updated by each metric's own
-  // update_state(labels["label"], outputs["logits"]) when both are present.
+  // no compile(), so here they are metrics attached to the whole model, fed
+  // like the others.
   virtual void process_compiled_metrics(MetricList& compiled_metrics, const Batch& labels,
                                         const Batch& model_outputs);
 
-  // Forward, loss, backward, optimizer step; returns logs with "loss".
-  virtual Logs train_step(const Batch& inputs, Model& model, optim::Optimizer& optimizer,
+  // One training step: forward pass and build_losses under autocast(), then
+  // minimizer.minimize(losses), which does everything from backward to the
+  // optimizer update (see Minimizer). Returns losses.logs(): "loss" and each
+  // named part. A task overrides it only when its step really differs, and
+  // still calls minimize().
+  virtual Logs train_step(const Batch& inputs, Model& model, Minimizer& minimizer,
                           MetricList& metrics);
-  // Forward and loss without gradients; returns logs with "loss".
+  // Forward pass and losses without gradients; returns losses.logs().
   virtual Logs validation_step(const Batch& inputs, Model& model, MetricList& metrics);
   // The model's outputs for `inputs`, in inference mode.
   virtual Batch inference_step(const Batch& inputs, Model& model);
@@ -72,8 +85,23 @@ class Task {
   // Turns the aggregated state into final metrics (e.g. BLEU).
   virtual Logs reduce_aggregated_logs(const Logs& aggregated_logs, int64_t global_step);
 
-  // Restores task_config().init_checkpoint into `model` by parameter name. A
-  // partial restore is allowed; missing and unexpected names are logged.
+  // The names of what an evaluation reports besides the metrics and
+  // validation_loss, known before running one: the parts of the loss (other
+  // than "loss") and the keys reduce_aggregated_logs returns. Checked against
+  // trainer.best_checkpoint_eval_metric at start.
+  virtual std::vector<std::string> loss_part_names() const { return {}; }
+  virtual std::vector<std::string> aggregated_log_names() const { return {}; }
+
+  // Config keys (dotted, from the root: "task.sentencepiece_vocab_size")
+  // whose value the trained state depends on beyond the model's shapes: a
+  // run resumed with another value is refused. The optimizer type always is.
+  virtual std::vector<std::string> keys_fixed_by_training() const { return {}; }
+
+  // Restores task_config().init_checkpoint into `model` by parameter name,
+  // through task.init_checkpoint_rename (checkpoint prefix -> model prefix)
+  // and limited to task.init_checkpoint_modules (empty or "all": the whole
+  // model). Missing and unexpected names are logged; a selected module that
+  // restores nothing is an error.
   virtual void initialize(Model& model);
 
   // Model Garden's Task.create_optimizer. Keras optimizers find their
@@ -93,12 +121,14 @@ class Task {
   virtual int64_t num_examples(const Batch& batch) const;
 
   // runtime.mixed_precision_dtype and the device, set by the Trainer: the
-  // default steps run the forward pass and loss under autocast with them.
+  // default steps run the forward pass and loss under autocast() with them.
   void set_mixed_precision(std::optional<std::string> dtype, c10::Device device) {
     mixed_precision_dtype_ = std::move(dtype);
     device_ = device;
   }
   const std::optional<std::string>& mixed_precision_dtype() const { return mixed_precision_dtype_; }
+  // Autocast for this task's dtype and device while the guard lives.
+  AutocastGuard autocast() const { return AutocastGuard(mixed_precision_dtype_, device_); }
 
  protected:
   std::shared_ptr<const config::TaskConfig> params_;
@@ -116,6 +146,8 @@ using TaskPtr = std::shared_ptr<Task>;
 using TaskFactory =
     std::function<TaskPtr(std::shared_ptr<const config::TaskConfig>, const std::string&)>;
 
+// Registers a task for its config type in the task registry (names are
+// unique, and so are config types).
 void register_task_factory(std::type_index config_type, const std::string& name,
                            TaskFactory factory);
 
@@ -146,5 +178,20 @@ struct RestoreReport {
 // missing, unexpected or of another shape is an error.
 RestoreReport load_model_state(Model& model, const std::map<std::string, at::Tensor>& tensors,
                                const std::string& prefix, bool strict);
+
+// Which checkpoint tensors initialize which model tensors
+// (task.init_checkpoint_modules and task.init_checkpoint_rename).
+struct InitCheckpointMapping {
+  // Model sub-module paths ("encoder", "decoder.layer_0") to restore; empty
+  // or {"all"}: the whole model.
+  std::vector<std::string> modules;
+  // Checkpoint-name prefix -> model-name prefix, tried longest first, e.g.
+  // "discriminator.encoder." -> "encoder.".
+  std::map<std::string, std::string> rename;
+};
+// The model tensors of `checkpoint` (names under "model/") renamed and
+// filtered by `mapping`, keyed by model name.
+std::map<std::string, at::Tensor> map_init_checkpoint(
+    const std::map<std::string, at::Tensor>& checkpoint, const InitCheckpointMapping& mapping);
 
 }  // namespace garden

@@ -19,13 +19,14 @@ struct RunOptions {
   std::string model_dir;
   bool interactive = false;          // progress bar on stderr
   double continuous_eval_poll_seconds = 1.0;
-  // Train modes write model_dir/params.yaml and model_dir/train.log, once
-  // the task, model and data have been built without error.
-  bool write_params = true;
 };
 
 // Runs `params` (finalized and locked by finalize_config) in `options.mode`.
 // Returns the last evaluation's logs (empty when the mode does not evaluate).
+// A training mode owns model_dir for the run (RunDirectory: locked, train.log
+// from the first line, rolled back on a failure before the first
+// checkpoint), writes params.yaml once everything is built, and resumes from
+// the latest checkpoint, refusing config changes it cannot honour.
 Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
                     const RunOptions& options);
 

@@ -3,7 +3,9 @@
 // global step, the loss means and the metrics.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -12,6 +14,7 @@
 
 #include "garden/core/checkpoint.h"
 #include "garden/core/config/definitions.h"
+#include "garden/core/minimizer.h"
 #include "garden/core/task.h"
 
 namespace garden {
@@ -53,10 +56,15 @@ class Trainer {
   Logs evaluate(int64_t num_steps);
 
   void train_loop_begin();
-  // The metric results, training_loss and learning_rate; then resets them.
+  // The metric results, training_loss (the mean of the steps' "loss"), the
+  // mean of every other scalar the steps returned (loss parts such as
+  // masked_lm_loss) under its own name, and learning_rate; then resets them.
   Logs train_loop_end();
   void eval_begin();
-  // Validation metrics, validation_loss and the task's reduced logs.
+  // Validation metrics, validation_loss, every other scalar the steps
+  // returned, and the task's reduced logs. Losses are weighted by what they
+  // average (tokens, examples), so the result does not depend on the
+  // validation batch size. An evaluation that saw no batch is an error.
   Logs eval_end(const Logs& aggregated_logs);
   // Folds one step's outputs into the evaluation state (task.aggregate_logs).
   void eval_reduce(Logs& state, const Logs& step_outputs);
@@ -64,6 +72,9 @@ class Trainer {
   // The next training batch, on the device (training data repeats forever
   // unless it is finite, in which case the end is an error).
   Batch next_train_inputs();
+  // Throws, naming the validation data, when it gives no batch at all: run
+  // at start, so an empty validation set is found before training.
+  void check_validation_data();
   // The next validation batch plus pass-through logs, or nullopt at the end.
   std::optional<std::pair<Batch, Logs>> next_eval_inputs();
   void train_step(const Batch& inputs);
@@ -87,8 +98,8 @@ class Trainer {
   Model& model() { return *model_; }
   ModelPtr model_ptr() { return model_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
-  Mean& training_loss() { return training_loss_; }
-  Mean& validation_loss() { return validation_loss_; }
+  // The framework's part of each training step (gradient hooks go here).
+  Minimizer& minimizer();
   MetricList& train_metrics() { return train_metrics_; }
   MetricList& validation_metrics() { return validation_metrics_; }
   const DatasetPtr& train_dataset() const { return train_dataset_; }
@@ -103,7 +114,9 @@ class Trainer {
   }
 
   // Everything a checkpoint holds: model, optimizer, global step, random
-  // state, input position, task metadata.
+  // state, input position, task metadata, and the resolved config
+  // (meta "params", params.yaml's text), so a checkpoint copied alone still
+  // says how to rebuild its model.
   CheckpointData checkpoint_state() const;
   // With restore_input false the random state and the input position are
   // kept (recovery from a diverged loss moves on to new data).
@@ -112,6 +125,22 @@ class Trainer {
  private:
   Batch to_device(const Batch& batch) const;
   void swap_back_ema();
+
+  // Folds one scalar log value into a running mean: plainly (training, Model
+  // Garden's Mean of step values) or weighted by what an Average averages.
+  class ScalarFolder {
+   public:
+    void add(const LogValue& value, bool weighted);
+    double result() const;
+    void reset() { *this = ScalarFolder(); }
+
+   private:
+    double plain_total_ = 0.0;
+    int64_t plain_count_ = 0;
+    // Per Average term: sum of value * count, sum of count, weight.
+    std::vector<std::array<double, 3>> terms_;
+    bool weighted_ = false;
+  };
 
   std::shared_ptr<const config::ExperimentConfig> config_;
   TaskPtr task_;
@@ -124,8 +153,11 @@ class Trainer {
   int64_t global_step_ = 0;
   int64_t examples_seen_ = 0;
   double last_train_loss_ = 0.0;
-  Mean training_loss_{"training_loss"};
-  Mean validation_loss_{"validation_loss"};
+  std::unique_ptr<Minimizer> minimizer_;
+  std::string params_yaml_;
+  std::map<std::string, ScalarFolder> train_scalars_;
+  std::map<std::string, ScalarFolder> eval_scalars_;
+  int64_t eval_batches_ = 0;
   MetricList train_metrics_;
   MetricList validation_metrics_;
   std::function<void(int64_t)> step_observer_;

@@ -36,9 +36,16 @@ class TranslationTask : public Task {
   // features: "inputs" [B, S], "targets" [B, T]; returns "logits" [B, T, V]
   // with the decoder input being the targets shifted right (0 first).
   Batch call_model(Model& model, const Batch& features, bool training) override;
-  // Label-smoothed cross-entropy averaged over the non-pad target tokens.
-  at::Tensor build_losses(const Batch& labels, const Batch& model_outputs,
-                          const at::Tensor& aux_losses = {}) override;
+  // Label-smoothed cross-entropy averaged over the non-pad target tokens
+  // (their number is the loss's count).
+  Losses build_losses(const Batch& labels, const Batch& model_outputs,
+                      const at::Tensor& aux_losses = {}) override;
+  // bleu_score and sacrebleu_score.
+  std::vector<std::string> aggregated_log_names() const override;
+  // The tokenizer: a resumed run keeps the one model_dir holds.
+  std::vector<std::string> keys_fixed_by_training() const override {
+    return {"task.sentencepiece_model_path", "task.sentencepiece_vocab_size"};
+  }
   // The teacher-forced loss plus the decoded outputs ("translations": ids)
   // of each example ("unique_ids").
   Logs validation_step(const Batch& inputs, Model& model, MetricList& metrics) override;

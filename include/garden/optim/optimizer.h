@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -16,6 +17,7 @@
 
 #include "garden/core/config/definitions.h"
 #include "garden/core/config/optimization.h"
+#include "garden/core/config/registry.h"
 #include "garden/optim/ema.h"
 #include "garden/optim/loss_scaler.h"
 #include "garden/optim/lr_schedule.h"
@@ -117,6 +119,39 @@ double clip_by_global_norm(std::vector<at::Tensor>& gradients, double max_norm);
 // LibTorch's default generator, so torch::manual_seed and a checkpointed
 // generator state reproduce it, whatever device the gradients are on.
 void add_gaussian_noise(std::vector<at::Tensor>& gradients, double stddev);
+
+// Builds an optimizer from its config subsection (the one
+// trainer.optimizer_config.optimizer.type names).
+using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(
+    const config::Config& subsection, std::vector<NamedParameter> parameters,
+    SchedulePtr schedule, ClipOptions clip)>;
+
+// Every optimizer type by name: Garden's own (sgd, adam, adamw, lamb,
+// rmsprop, adagrad) and those registered with register_optimizer.
+config::Registry<OptimizerFactory>& optimizer_registry();
+
+// Registers an optimizer of your own, from your project, as Model Garden's
+// register_optimizer_cls does: `type` becomes a choice of
+// trainer.optimizer_config.optimizer with ConfigT's keys (derive ConfigT
+// from config::BaseOptimizerConfig to get clipnorm, clipvalue and
+// global_clipnorm, applied by the Optimizer base class). Register before
+// any config is made (first thing in main).
+template <class ConfigT>
+void register_optimizer(
+    const std::string& type,
+    std::function<std::unique_ptr<Optimizer>(const ConfigT&, std::vector<NamedParameter>,
+                                             SchedulePtr, ClipOptions)>
+        build) {
+  static_assert(std::is_base_of_v<config::Config, ConfigT>, "ConfigT must be a config::Config");
+  config::register_oneof_choice(typeid(config::OptimizerConfig), type,
+                                [] { return std::make_unique<ConfigT>(); });
+  optimizer_registry().add(type, [build](const config::Config& subsection,
+                                         std::vector<NamedParameter> parameters,
+                                         SchedulePtr schedule, ClipOptions clip) {
+    return build(static_cast<const ConfigT&>(subsection), std::move(parameters),
+                 std::move(schedule), clip);
+  });
+}
 
 // Model Garden's OptimizerFactory plus Task.create_optimizer: the optimizer
 // and schedule the config names, over `parameters`. With `dp`, the batch

@@ -66,9 +66,15 @@ class TabularClassificationTask : public Task {
                           const InputContext& input_context) override;
   ModelPtr build_model() override;
   Batch call_model(Model& model, const Batch& features, bool training) override;
-  at::Tensor build_losses(const Batch& labels, const Batch& model_outputs,
-                          const at::Tensor& aux_losses = {}) override;
+  // Cross-entropy averaged over the batch's rows.
+  Losses build_losses(const Batch& labels, const Batch& model_outputs,
+                      const at::Tensor& aux_losses = {}) override;
   MetricList build_metrics(bool training = true) override;
+  // The columns and the split decide the classes and the standardization.
+  std::vector<std::string> keys_fixed_by_training() const override {
+    return {"task.label_column", "task.feature_columns", "task.validation_split",
+            "task.split_seed"};
+  }
   // Adds probabilities and class ids to the logits.
   Batch inference_step(const Batch& inputs, Model& model) override;
   nlohmann::json checkpoint_metadata() const override;

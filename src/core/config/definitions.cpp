@@ -139,6 +139,11 @@ void TrainerConfig::validate() const {
 
 void TaskConfig::visit(Visitor& v) {
   v("init_checkpoint", init_checkpoint, "Checkpoint whose weights initialize the model.");
+  v("init_checkpoint_modules", init_checkpoint_modules,
+    "Model sub-modules init_checkpoint restores (a name or a list); empty or all: the whole "
+    "model.");
+  v("init_checkpoint_rename", init_checkpoint_rename,
+    "Checkpoint-name prefix -> model-name prefix, applied before init_checkpoint_modules.");
   if (Config* model = model_config()) v("model", *model, "The model.");
   v("train_data", train_data_config(), "Training data.");
   v("validation_data", validation_data_config(), "Validation data.");

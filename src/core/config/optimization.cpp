@@ -91,6 +91,7 @@ void OptimizerConfig::visit(Visitor& v) {
   v("lamb", lamb, "Layer-wise adaptive moments (LAMB).");
   v("rmsprop", rmsprop, "RMSprop.");
   v("adagrad", adagrad, "Adagrad.");
+  visit_registered_choices(v, typeid(OptimizerConfig));
 }
 
 void ConstantLrConfig::visit(Visitor& v) {
@@ -177,6 +178,7 @@ void LrConfig::visit(Visitor& v) {
   v("power", power, "lr * step^power.");
   v("power_linear", power_linear, "lr * step^power, then a linear ramp to zero.");
   v("power_with_offset", power_with_offset, "A constant rate, then power decay after offset.");
+  visit_registered_choices(v, typeid(LrConfig));
 }
 
 void LinearWarmupConfig::visit(Visitor& v) {

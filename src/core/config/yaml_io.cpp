@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 namespace garden::config {
@@ -407,6 +408,73 @@ class SubsectionFinder : public Visitor {
   const std::string* wanted_;
 };
 }  // namespace
+
+namespace {
+struct RegisteredChoice {
+  std::string name;
+  ConfigFactory factory;
+};
+std::mutex& choices_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::map<std::type_index, std::vector<RegisteredChoice>>& registered_choices() {
+  static std::map<std::type_index, std::vector<RegisteredChoice>> choices;
+  return choices;
+}
+}  // namespace
+
+void register_oneof_choice(std::type_index kind, const std::string& name, ConfigFactory factory) {
+  if (name.empty() || name == "type")
+    throw ConfigError("a one-of config choice needs a name other than 'type'");
+  std::lock_guard<std::mutex> lock(choices_mutex());
+  auto& list = registered_choices()[kind];
+  for (const auto& choice : list)
+    if (choice.name == name) throw ConfigError("choice '" + name + "' is already registered");
+  list.push_back({name, std::move(factory)});
+}
+
+namespace {
+// Deep copies of registered subsections: fresh ones with the same values.
+template <class Registered>
+std::vector<Registered> clone_registered(const std::vector<Registered>& from) {
+  std::vector<Registered> out;
+  for (const auto& choice : from) {
+    std::shared_ptr<Config> copy = choice.factory();
+    read_config(*copy, write_config(*choice.config), choice.name);
+    out.push_back({choice.name, choice.factory, std::move(copy)});
+  }
+  return out;
+}
+}  // namespace
+
+OneOfConfig::OneOfConfig(const OneOfConfig& other)
+    : Config(other), type(other.type), registered_(clone_registered(other.registered_)) {}
+
+OneOfConfig& OneOfConfig::operator=(const OneOfConfig& other) {
+  if (this != &other) {
+    auto registered = clone_registered(other.registered_);
+    Config::operator=(other);
+    type = other.type;
+    registered_ = std::move(registered);
+  }
+  return *this;
+}
+
+void OneOfConfig::visit_registered_choices(Visitor& v, std::type_index kind) {
+  std::vector<RegisteredChoice> choices;
+  {
+    std::lock_guard<std::mutex> lock(choices_mutex());
+    const auto it = registered_choices().find(kind);
+    if (it != registered_choices().end()) choices = it->second;
+  }
+  for (const auto& choice : choices) {
+    const bool present = std::any_of(registered_.begin(), registered_.end(),
+                                     [&](const Registered& r) { return r.name == choice.name; });
+    if (!present) registered_.push_back({choice.name, choice.factory, choice.factory()});
+  }
+  for (auto& entry : registered_) v(entry.name.c_str(), *entry.config, "A registered choice.");
+}
 
 Config* OneOfConfig::get() {
   if (type.empty()) return nullptr;

@@ -17,7 +17,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <typeindex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -55,18 +58,43 @@ class Config {
   bool locked_ = false;
 };
 
+using ConfigFactory = std::function<std::unique_ptr<Config>()>;
+
 // Model Garden's OneOfConfig: `type` names which subsection is in force; an
-// empty type means none.
+// empty type means none. Besides the subsections a derived config declares,
+// it carries those registered for its kind with register_oneof_choice (a
+// user's own optimizer or schedule), after the built-in ones.
 class OneOfConfig : public Config {
  public:
   std::string type;
+  OneOfConfig() = default;
+  OneOfConfig(const OneOfConfig& other);
+  OneOfConfig& operator=(const OneOfConfig& other);
   // The subsection named by `type`, or nullptr when type is empty.
   Config* get();
   const Config* get() const { return const_cast<OneOfConfig*>(this)->get(); }
   // Names of the subsections, in declaration order.
   std::vector<std::string> choices();
   void validate() const override;
+
+ protected:
+  // Visits the choices registered for `kind` (the derived config's type):
+  // call it at the end of visit().
+  void visit_registered_choices(Visitor& v, std::type_index kind);
+
+ private:
+  struct Registered {
+    std::string name;
+    ConfigFactory factory;
+    std::shared_ptr<Config> config;  // owned; copies are deep (see the copy constructor)
+  };
+  std::vector<Registered> registered_;
 };
+
+// Adds the choice `name`, a subsection made by `factory`, to every
+// OneOfConfig of type `kind` (e.g. typeid(OptimizerConfig)). Throws
+// ConfigError when the kind already has that choice.
+void register_oneof_choice(std::type_index kind, const std::string& name, ConfigFactory factory);
 
 // Type-erased access to one field, handed to a Visitor.
 class Field {
@@ -211,6 +239,54 @@ struct Traits<std::vector<T>> : ScalarTraitsBase<std::vector<T>> {
     out = std::move(values);
   }
   static std::string name() { return "list of " + Traits<T>::name(); }
+};
+
+// A list of names that YAML may also give as one name, as Model Garden's
+// Union[str, List[str]] keys allow (init_checkpoint_modules: backbone).
+struct NameList : std::vector<std::string> {
+  using std::vector<std::string>::vector;
+};
+
+template <>
+struct Traits<NameList> : ScalarTraitsBase<NameList> {
+  static YAML::Node encode(const NameList& v) {
+    return Traits<std::vector<std::string>>::encode(v);
+  }
+  static void decode(const YAML::Node& n, const std::string& p, NameList& out) {
+    if (n.IsScalar()) {
+      out = {decode_string(n, p)};
+      return;
+    }
+    Traits<std::vector<std::string>>::decode(n, p, out);
+  }
+  static std::string name() { return "string or list of string"; }
+};
+
+// A mapping from strings to values (keys in YAML order are not kept: sorted).
+template <class T>
+struct Traits<std::map<std::string, T>> : ScalarTraitsBase<std::map<std::string, T>> {
+  static YAML::Node encode(const std::map<std::string, T>& v) {
+    YAML::Node node(YAML::NodeType::Map);
+    for (const auto& [key, value] : v) node[key] = Traits<T>::encode(value);
+    return node;
+  }
+  static void decode(const YAML::Node& n, const std::string& p, std::map<std::string, T>& out) {
+    if (n.IsNull()) {
+      out.clear();
+      return;
+    }
+    if (!n.IsMap()) throw_type_error(p, n, name());
+    std::map<std::string, T> values;
+    for (const auto& item : n) {
+      const std::string key = decode_string(item.first, p);
+      T value{};
+      Traits<T>::decode(item.second, p + "." + key, value);
+      if (!values.emplace(key, std::move(value)).second)
+        throw ConfigError("config key '" + p + "': '" + key + "' appears twice");
+    }
+    out = std::move(values);
+  }
+  static std::string name() { return "mapping of " + Traits<T>::name(); }
 };
 
 // A nested config, held by value.

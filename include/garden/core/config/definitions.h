@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -99,6 +100,12 @@ struct TrainerConfig : Config {
 // visit_task_fields().
 struct TaskConfig : Config {
   std::string init_checkpoint;
+  // Which sub-modules of the model init_checkpoint restores (empty or
+  // "all": every tensor the checkpoint and the model share).
+  NameList init_checkpoint_modules;
+  // Checkpoint-name prefix -> model-name prefix, for a checkpoint of
+  // another task (e.g. "discriminator.encoder." -> "encoder.").
+  std::map<std::string, std::string> init_checkpoint_rename;
   std::string name;
   std::optional<DifferentialPrivacyConfig> differential_privacy_config;
 
