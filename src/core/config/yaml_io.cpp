@@ -259,7 +259,7 @@ void apply_file(Config& config, const std::string& file) {
   try {
     check_input_file(file, "config file");
   } catch (const Error& e) {
-    throw ConfigError(e.what());
+    throw ConfigError(std::string("cannot read config file: ") + e.what());
   }
   std::ifstream in(file);
   if (!in) throw ConfigError("config file '" + file + "' cannot be read");
