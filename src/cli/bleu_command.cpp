@@ -2,14 +2,13 @@
 
 #include <CLI/CLI.hpp>
 
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "garden/base/error.h"
+#include "garden/base/file_io.h"
 #include "garden/nlp/bleu.h"
 
 namespace garden {
@@ -25,10 +24,9 @@ struct BleuFlags {
 
 // One segment per line. A final newline ends the last line rather than starting an
 // empty one, as when Python iterates a file; "\r" is left to BLEU's rstrip.
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read '" + path + "'");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+// `flag` names the file in errors ("--reference 'x' is a directory, not a file").
+std::vector<std::string> read_lines(const std::string& path, const std::string& flag) {
+  const std::string text = read_file(path, flag);
   std::vector<std::string> lines;
   std::size_t start = 0;
   while (start < text.size()) {
@@ -41,10 +39,13 @@ std::vector<std::string> read_lines(const std::string& path) {
 }
 
 void run_bleu(const BleuFlags& flags) {
-  const auto hypotheses = read_lines(flags.hypothesis);
+  // Every file checked before any is read.
+  check_input_file(flags.hypothesis, "--hypothesis");
+  for (const auto& path : flags.references) check_input_file(path, "--reference");
+  const auto hypotheses = read_lines(flags.hypothesis, "--hypothesis");
   std::vector<std::vector<std::string>> references;
   for (const auto& path : flags.references) {
-    references.push_back(read_lines(path));
+    references.push_back(read_lines(path, "--reference"));
     if (references.back().size() != hypotheses.size())
       throw Error("hypothesis '" + flags.hypothesis + "' has " + std::to_string(hypotheses.size()) +
                   " lines but reference '" + path + "' has " +

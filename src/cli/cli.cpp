@@ -3,11 +3,13 @@
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 
+#include <charconv>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <mutex>
-#include <sstream>
+#include <string_view>
 
 #include "garden/cli/bleu_command.h"
 #include "garden/cli/spm_command.h"
@@ -19,6 +21,7 @@
 #include "garden/core/config/registry.h"
 #include "garden/core/config/yaml_io.h"
 #include "garden/base/error.h"
+#include "garden/base/file_io.h"
 #include "garden/base/logging.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
@@ -29,6 +32,8 @@ namespace garden {
 std::shared_ptr<config::ExperimentConfig> resolve_experiment(
     const std::string& name, const std::vector<std::string>& config_files,
     const std::string& params_override) {
+  // Every file checked before the first is applied.
+  for (const auto& file : config_files) check_input_file(file, "--config_file");
   auto params = config::get_experiment_config(name);
   for (const auto& file : config_files) config::apply_file(*params, file);
   if (!params_override.empty()) config::apply_override(*params, params_override);
@@ -70,6 +75,9 @@ void print_experiments() {
 }
 
 int run_train(const ExperimentFlags& flags, const std::string& mode, const std::string& model_dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(model_dir, ec) && !std::filesystem::is_directory(model_dir, ec))
+    throw Error("--model_dir '" + model_dir + "' is a file, not a directory");
   auto params = resolve_experiment(flags.experiment, flags.config_files, flags.params_override);
   finalize_config(*params);
   RunOptions options;
@@ -97,23 +105,62 @@ int run_train(const ExperimentFlags& flags, const std::string& mode, const std::
   return 0;
 }
 
+// At most this many lines from `garden lr`: a range that would print more is
+// a mistake (a STEP left out), refused before the experiment is resolved.
+constexpr uint64_t kMaxLrLines = 1'000'000;
+
+// One field of --steps: a whole non-negative number that fits int64.
+int64_t parse_step_field(std::string_view field, const char* name, const std::string& range) {
+  int64_t value = -1;
+  const auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), value);
+  if (field.empty() || error == std::errc::invalid_argument || end != field.data() + field.size())
+    throw Error("--steps: " + std::string(name) + " '" + std::string(field) +
+                "' is not a whole number (START:STOP[:STEP], got '" + range + "')");
+  if (error == std::errc::result_out_of_range)
+    throw Error("--steps: " + std::string(name) + " '" + std::string(field) +
+                "' is out of range (at most " +
+                std::to_string(std::numeric_limits<int64_t>::max()) + ")");
+  if (value < 0)
+    throw Error("--steps: " + std::string(name) + " " + std::to_string(value) +
+                " is negative (START:STOP[:STEP], got '" + range + "')");
+  return value;
+}
+
 // `garden lr`: the learning rate at each step of START:STOP:STEP (STOP
 // included), so a schedule can be seen before training with it.
 int print_learning_rates(const ExperimentFlags& flags, const std::string& range) {
-  auto params = resolve_experiment(flags.experiment, flags.config_files, flags.params_override);
-  int64_t start = 0, stop = 0, step = 1;
-  char c1 = 0, c2 = 0;
-  std::istringstream in(range);
-  if (!(in >> start >> c1 >> stop) || c1 != ':' || start < 0 || stop < start)
-    throw Error("--steps must be START:STOP[:STEP] with 0 <= START <= STOP, got '" + range + "'");
-  if (in >> c2) {
-    if (c2 != ':' || !(in >> step) || step < 1)
-      throw Error("--steps must be START:STOP[:STEP] with STEP >= 1, got '" + range + "'");
+  std::vector<std::string_view> fields;
+  for (std::string_view rest(range);;) {
+    const auto colon = rest.find(':');
+    fields.push_back(rest.substr(0, colon));
+    if (colon == std::string_view::npos) break;
+    rest.remove_prefix(colon + 1);
   }
+  if (fields.size() < 2 || fields.size() > 3)
+    throw Error("--steps must be START:STOP[:STEP], got '" + range + "'");
+  const int64_t start = parse_step_field(fields[0], "START", range);
+  const int64_t stop = parse_step_field(fields[1], "STOP", range);
+  const int64_t step = fields.size() == 3 ? parse_step_field(fields[2], "STEP", range) : 1;
+  if (stop < start)
+    throw Error("--steps must be START:STOP[:STEP] with 0 <= START <= STOP, got '" + range + "'");
+  if (step < 1) throw Error("--steps: STEP must be >= 1, got '" + range + "'");
+  // Counted without overflow: stop - start fits, both being >= 0.
+  const uint64_t lines =
+      static_cast<uint64_t>(stop - start) / static_cast<uint64_t>(step) + uint64_t{1};
+  if (lines > kMaxLrLines)
+    throw Error("--steps '" + range + "' would print " + std::to_string(lines) +
+                " lines; at most " + std::to_string(kMaxLrLines) +
+                " are printed (use a larger STEP)");
+  auto params = resolve_experiment(flags.experiment, flags.config_files, flags.params_override);
   const auto& optimization = params->trainer.optimizer_config;
   const auto schedule = optim::make_schedule(optimization.learning_rate, optimization.warmup);
   std::cout << std::setprecision(9);
-  for (int64_t s = start; s <= stop; s += step) std::cout << s << "\t" << (*schedule)(s) << "\n";
+  // s = start + i * step <= stop for every i < lines: no step past STOP, so
+  // nothing overflows.
+  for (uint64_t i = 0; i < lines; ++i) {
+    const int64_t s = start + static_cast<int64_t>(i) * step;
+    std::cout << s << "\t" << (*schedule)(s) << "\n";
+  }
   return 0;
 }
 

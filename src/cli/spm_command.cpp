@@ -1,7 +1,11 @@
 #include "garden/cli/spm_command.h"
 
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -10,6 +14,7 @@
 #include <vector>
 
 #include "garden/base/error.h"
+#include "garden/base/file_io.h"
 #include "garden/data/sentencepiece.h"
 
 namespace garden {
@@ -77,26 +82,57 @@ struct TrainFlags {
   std::vector<int> tsv_columns;
 };
 
-void run_train(const TrainFlags& flags) {
-  namespace fs = std::filesystem;
-  auto options = flags.options;
-  fs::path extracted;
-  if (!flags.tsv_columns.empty()) {
-    // SentencePiece reads plain text: write the chosen columns next to the
-    // model first, and remove the file whatever happens.
-    extracted = options.model_prefix + ".train.txt";
-    data::write_tsv_columns(options.input, flags.tsv_columns, extracted.string());
-    options.input = {extracted.string()};
+// A fresh directory of this process's own under $TMPDIR (mkdtemp), removed
+// with its content whatever happens: scratch files never sit beside, nor
+// replace, a user's file.
+class ScratchDirectory {
+ public:
+  ScratchDirectory() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "garden-spm-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      const int error = errno;
+      throw Error("cannot create a temporary directory '" + pattern + "': " + std::strerror(error) +
+                  " (set TMPDIR to a writable directory)");
+    }
+    path_ = pattern;
   }
-  try {
-    data::train_sentencepiece(options);
-  } catch (...) {
+  ~ScratchDirectory() {
     std::error_code ignored;
-    if (!extracted.empty()) fs::remove(extracted, ignored);
-    throw;
+    std::filesystem::remove_all(path_, ignored);
   }
-  std::error_code ignored;
-  if (!extracted.empty()) fs::remove(extracted, ignored);
+  ScratchDirectory(const ScratchDirectory&) = delete;
+  ScratchDirectory& operator=(const ScratchDirectory&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+void run_train(const TrainFlags& flags) {
+  auto options = flags.options;
+  // Everything the user named is checked before anything is written.
+  for (int c : flags.tsv_columns)
+    if (c < 0) throw Error("--tsv_columns: column " + std::to_string(c) + " is negative");
+  data::check_model_prefix(options.model_prefix, "--model_prefix");
+  if (options.vocab_size < 1)
+    throw Error("--vocab_size must be >= 1, got " + std::to_string(options.vocab_size));
+  for (const auto& input : options.input) {
+    check_input_file(input, "--input");
+    refuse_same_file(input, "--input", options.model_prefix + ".model", "--model_prefix's model");
+    refuse_same_file(input, "--input", options.model_prefix + ".vocab",
+                     "--model_prefix's vocabulary");
+  }
+  std::unique_ptr<ScratchDirectory> scratch;
+  if (!flags.tsv_columns.empty()) {
+    // SentencePiece reads plain text: the chosen columns go to a file in a
+    // temporary directory of our own, removed with it.
+    scratch = std::make_unique<ScratchDirectory>();
+    const std::string text = (scratch->path() / "train.txt").string();
+    data::write_tsv_columns(options.input, flags.tsv_columns, text);
+    options.input = {text};
+  }
+  // PREFIX.model and PREFIX.vocab are replaced on success only.
+  data::train_sentencepiece(options);
   std::cout << "model: " << options.model_prefix << ".model\n"
             << "vocab: " << options.model_prefix << ".vocab\n";
 }
@@ -157,6 +193,9 @@ CLI::App* add_spm_command(CLI::App& app) {
   encode->add_flag("--add_bos", encode_flags->add_bos, "Prepend BOS");
   encode->add_flag("--add_eos", encode_flags->add_eos, "Append EOS");
   encode->callback([encode_flags] {
+    check_input_file(encode_flags->model, "--model");
+    if (::isatty(STDIN_FILENO))
+      std::cerr << "garden: reading lines from the terminal (Ctrl-D ends)\n";
     cli::spm_encode_stream(encode_flags->model, encode_flags->pieces, encode_flags->add_bos,
                            encode_flags->add_eos, std::cin, std::cout);
   });
@@ -164,7 +203,12 @@ CLI::App* add_spm_command(CLI::App& app) {
   auto model = std::make_shared<std::string>();
   auto* decode = spm->add_subcommand("decode", "stdin lines of ids -> text per line");
   decode->add_option("--model", *model, "PREFIX.model")->required();
-  decode->callback([model] { cli::spm_decode_stream(*model, std::cin, std::cout); });
+  decode->callback([model] {
+    check_input_file(*model, "--model");
+    if (::isatty(STDIN_FILENO))
+      std::cerr << "garden: reading lines of ids from the terminal (Ctrl-D ends)\n";
+    cli::spm_decode_stream(*model, std::cin, std::cout);
+  });
   return spm;
 }
 

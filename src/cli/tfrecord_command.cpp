@@ -2,13 +2,14 @@
 
 #include <CLI/CLI.hpp>
 
-#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "garden/base/file_io.h"
+#include "garden/cli/files.h"
 #include "garden/data/example.h"
 #include "garden/data/tfrecord.h"
 
@@ -38,6 +39,7 @@ data::TFRecordReader::Options reader_options(const TFRecordFlags& flags) {
 
 void run_cat(const TFRecordFlags& flags) {
   const std::string& path = flags.files.front();
+  check_input_file(path, "TFRecord file");
   data::TFRecordReader reader(path, reader_options(flags));
   std::string record;
   for (int64_t index = 0; flags.limit < 0 || index < flags.limit; ++index) {
@@ -56,6 +58,8 @@ void run_cat(const TFRecordFlags& flags) {
 
 void run_count(const TFRecordFlags& flags) {
   const auto options = reader_options(flags);
+  // All checked before the first count is printed.
+  for (const std::string& path : flags.files) check_input_file(path, "TFRecord file");
   int64_t total = 0;
   std::string record;
   for (const std::string& path : flags.files) {
@@ -71,35 +75,30 @@ void run_count(const TFRecordFlags& flags) {
 
 void run_write(const TFRecordFlags& flags) {
   const auto compression = data::parse_compression(flags.compression_type);
-  std::ifstream in(flags.from);
+  check_input_file(flags.from, "--from");
+  refuse_same_file(flags.from, "--from", flags.to, "--to");
+  std::ifstream in(flags.from, std::ios::binary);
   if (!in) throw DataError("cannot open JSON lines file '" + flags.from + "' for reading");
-  data::TFRecordWriter writer(flags.to, compression);
-  try {
-    std::string line;
-    int64_t line_number = 0;
-    while (std::getline(in, line)) {
-      ++line_number;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line
-      data::Example example;
-      try {
-        example = data::example_from_json(nlohmann::json::parse(line));
-      } catch (const std::exception& e) {  // nlohmann::json::exception or DataError
-        throw DataError("'" + flags.from + "' line " + std::to_string(line_number) + ": " +
-                        e.what());
-      }
-      writer.write(data::serialize_example(example));
-    }
-    if (in.bad()) throw DataError("cannot read JSON lines file '" + flags.from + "'");
-    writer.close();
-  } catch (...) {
-    // No half-written output that could pass for a complete data set.
+  // Written to a temporary file, renamed over --to on success only: a bad
+  // line leaves no half data set, and an existing --to as it was.
+  const auto output = cli::create_output(flags.to, "--to");
+  data::TFRecordWriter writer(output->temporary_path(), compression);
+  std::string line;
+  int64_t line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line
+    data::Example example;
     try {
-      writer.close();
-    } catch (const DataError&) {
+      example = data::example_from_json(nlohmann::json::parse(line));
+    } catch (const std::exception& e) {  // nlohmann::json::exception or DataError
+      throw DataError("'" + flags.from + "' line " + std::to_string(line_number) + ": " + e.what());
     }
-    std::remove(flags.to.c_str());
-    throw;
+    writer.write(data::serialize_example(example));
   }
+  if (in.bad()) throw DataError("cannot read JSON lines file '" + flags.from + "'");
+  writer.close();
+  output->commit();
 }
 
 void add_compression_flag(CLI::App& command, TFRecordFlags& flags) {

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +19,8 @@
 #include "garden/core/checkpoint.h"
 #include "garden/core/config/yaml_io.h"
 #include "garden/base/error.h"
+#include "garden/base/file_io.h"
+#include "garden/cli/files.h"
 #include "garden/core/runtime.h"
 #include "garden/data/sentencepiece.h"
 #include "garden/nlp/translation.h"
@@ -65,9 +69,18 @@ struct Line {
 void run_translate(const TranslateFlags& flags) {
   if (flags.batch_size < 1) throw Error("--batch_size must be >= 1");
   if (flags.beam_size && *flags.beam_size < 1) throw Error("--beam_size must be >= 1");
+  // Files first, before the model loads: a bad path fails at once.
+  if (!flags.input.empty()) {
+    check_input_file(flags.input, "--input");
+    refuse_same_file(flags.input, "--input", flags.output, "--output");
+  }
+  std::error_code ec;
+  if (fs::exists(flags.model_dir, ec) && !fs::is_directory(flags.model_dir, ec))
+    throw Error("--model_dir '" + flags.model_dir + "' is a file, not a directory");
   const std::string params_path = (fs::path(flags.model_dir) / "params.yaml").string();
-  if (!fs::exists(params_path))
+  if (!fs::exists(params_path, ec))
     throw Error("'" + flags.model_dir + "' has no params.yaml: not a model_dir of garden train");
+  check_input_file(params_path, "--model_dir's params.yaml");
   auto params = std::make_shared<config::ExperimentConfig>();
   auto task_config = std::make_shared<nlp::TranslationConfig>();
   params->task = task_config;
@@ -83,6 +96,15 @@ void run_translate(const TranslateFlags& flags) {
 
   nlp::TranslationTask task(task_config, flags.model_dir);
   task.set_tokenizer_training(false);
+  // The output is never a file this run reads, and replaces an existing
+  // file only once every line is translated.
+  std::unique_ptr<AtomicFile> output;
+  if (!flags.output.empty()) {
+    refuse_same_file(params_path, "--model_dir's params.yaml", flags.output, "--output");
+    refuse_same_file(checkpoint, "the checkpoint", flags.output, "--output");
+    refuse_same_file(task.tokenizer_path(), "the SentencePiece model", flags.output, "--output");
+    output = cli::create_output(flags.output, "--output");
+  }
   const auto& tokenizer = task.tokenizer();
   ModelPtr model = task.build_model();
   const CheckpointData data = read_checkpoint_file(checkpoint);
@@ -98,21 +120,25 @@ void run_translate(const TranslateFlags& flags) {
   std::ifstream input_file;
   if (!flags.input.empty()) {
     input_file.open(flags.input, std::ios::binary);
-    if (!input_file) throw Error("cannot read --input '" + flags.input + "'");
+    if (!input_file) throw Error("--input '" + flags.input + "' cannot be read");
+  } else if (::isatty(STDIN_FILENO)) {
+    std::cerr << "garden: reading sentences from the terminal, one a line (Ctrl-D ends)\n";
   }
   std::istream& in = flags.input.empty() ? std::cin : input_file;
   std::ofstream output_file;
-  if (!flags.output.empty()) {
-    output_file.open(flags.output, std::ios::binary | std::ios::trunc);
-    if (!output_file) throw Error("cannot write --output '" + flags.output + "'");
+  if (output) {
+    output_file.open(output->temporary_path(), std::ios::binary | std::ios::trunc);
+    if (!output_file) throw Error("--output '" + flags.output + "' cannot be written");
   }
-  std::ostream& out = flags.output.empty() ? std::cout : output_file;
+  std::ostream& out = output ? output_file : std::cout;
 
   const auto start = std::chrono::steady_clock::now();
   int64_t lines = 0, translated = 0;
   // A window of lines is sorted by length so batches carry little padding,
   // then written back in input order.
-  const int64_t window = flags.batch_size * 16;
+  constexpr int64_t kMaxWindow = std::numeric_limits<int64_t>::max();
+  const int64_t window =
+      flags.batch_size > kMaxWindow / 16 ? kMaxWindow : flags.batch_size * 16;  // no overflow
   std::vector<std::string> texts;
   std::string text;
   auto flush_window = [&] {
@@ -169,7 +195,15 @@ void run_translate(const TranslateFlags& flags) {
     if (static_cast<int64_t>(texts.size()) >= window) flush_window();
   }
   if (!texts.empty()) flush_window();
-  if (!out) throw Error("writing the translations failed");
+  if (input_file.is_open() && input_file.bad())
+    throw Error("--input '" + flags.input + "' cannot be read");
+  if (output) {
+    output_file.close();
+    if (!output_file) throw Error("--output '" + flags.output + "' cannot be written");
+    output->commit();
+  } else if (!out) {
+    throw Error("writing the translations failed");
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cerr << "garden: translated " << lines << " lines (" << translated << " non-empty) in "

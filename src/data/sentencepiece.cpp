@@ -8,6 +8,8 @@
 #include "garden/data/sentencepiece.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -19,6 +21,7 @@
 #include <unordered_map>
 
 #include "garden/base/error.h"
+#include "garden/base/file_io.h"
 #include "garden_spm.h"
 
 namespace garden::data {
@@ -315,17 +318,61 @@ int64_t SentencePieceTokenizer::piece_to_id(std::string_view piece) const {
   return it == impl_->ids.end() ? unk_id() : it->second;
 }
 
+namespace {
+
+// fsync of a file written by someone else (SentencePiece), so that a rename
+// of it survives a power loss. Throws naming `path`.
+void sync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int error = errno;
+    if (fd >= 0) ::close(fd);
+    throw Error("cannot write '" + path + "': " + std::strerror(error));
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+void check_model_prefix(const std::string& model_prefix, const std::string& what) {
+  if (model_prefix.empty()) throw Error(what + " is empty: give a file prefix such as 'spm'");
+  const fs::path prefix(model_prefix);
+  const std::string name = prefix.filename().string();
+  if (name.empty() || name == "." || name == "..")
+    throw Error(what + " '" + model_prefix + "' names a directory; give a file prefix such as '" +
+                (prefix / "spm").string() + "'");
+  const fs::path parent = prefix.parent_path().empty() ? fs::path(".") : prefix.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(parent, ec))
+    throw Error(what + " '" + model_prefix + "': directory '" + parent.string() +
+                "' does not exist");
+}
+
 void train_sentencepiece(const SentencePieceTrainOptions& options) {
   if (options.input.empty()) throw Error("SentencePiece training: no input file given");
-  if (options.model_prefix.empty()) throw Error("SentencePiece training: no model_prefix given");
-  for (const auto& file : options.input)
-    if (!std::ifstream(file))
-      throw Error("SentencePiece training: cannot open input '" + file +
-                  "': " + std::strerror(errno));
+  check_model_prefix(options.model_prefix, "SentencePiece training: model_prefix");
+  const fs::path prefix(options.model_prefix);
+  const std::string model = options.model_prefix + ".model";
+  const std::string vocab = options.model_prefix + ".vocab";
+  for (const auto& file : options.input) {
+    check_input_file(file, "SentencePiece training input");
+    refuse_same_file(file, "SentencePiece training input", model, "model_prefix's model");
+    refuse_same_file(file, "SentencePiece training input", vocab, "model_prefix's vocabulary");
+  }
+  // Trained under a temporary prefix beside the outputs, then renamed over
+  // them: a failed training leaves existing PREFIX.model / PREFIX.vocab as
+  // they were, and a reader never sees half a model.
+  const std::string temporary = temporary_path_for(options.model_prefix);
+  struct RemoveTemporaries {
+    std::string prefix;
+    ~RemoveTemporaries() {
+      for (const char* ext : {".model", ".vocab"}) ::unlink((prefix + ext).c_str());
+    }
+  } remove_temporaries{temporary};
 
   std::vector<std::pair<std::string, std::string>> flags = {
       {"input", join(options.input, ',')},
-      {"model_prefix", options.model_prefix},
+      {"model_prefix", temporary},
       {"vocab_size", std::to_string(options.vocab_size)},
       {"model_type", options.model_type},
       {"unk_id", std::to_string(options.unk_id)},
@@ -364,6 +411,15 @@ void train_sentencepiece(const SentencePieceTrainOptions& options) {
   char* error = nullptr;
   const int rc = spm_module().train(args.c_str(), &error);
   check(rc, error, "SentencePiece training of '" + options.model_prefix + "' failed");
+  // The vocabulary first: a loader looks for the model, so a model is never
+  // beside a vocabulary older than itself.
+  for (const auto& [from, to] :
+       {std::pair{temporary + ".vocab", vocab}, std::pair{temporary + ".model", model}}) {
+    sync_file(from);
+    if (std::rename(from.c_str(), to.c_str()) != 0)
+      throw Error("cannot write '" + to + "': rename: " + std::strerror(errno));
+  }
+  sync_directory(prefix.parent_path().empty() ? "." : prefix.parent_path().string());
 }
 
 int64_t write_tsv_columns(const std::vector<std::string>& tsv_files,
@@ -371,8 +427,14 @@ int64_t write_tsv_columns(const std::vector<std::string>& tsv_files,
   if (columns.empty()) throw Error("write_tsv_columns: no column given");
   for (int c : columns)
     if (c < 0) throw Error("write_tsv_columns: column " + std::to_string(c) + " is negative");
-  std::ofstream out(output, std::ios::binary);
-  if (!out) throw Error("cannot write '" + output + "': " + std::strerror(errno));
+  // Every input is checked before the output exists, and the output is
+  // never one of them: written whole (atomically) or not at all.
+  for (const auto& file : tsv_files) {
+    check_input_file(file, "TSV file");
+    refuse_same_file(file, "TSV file", output, "the text output");
+  }
+  AtomicFile out(output);
+  std::string buffer;
   int64_t written = 0;
   for (const auto& file : tsv_files) {
     std::ifstream in(file, std::ios::binary);
@@ -398,13 +460,19 @@ int64_t write_tsv_columns(const std::vector<std::string>& tsv_files,
                       std::to_string(fields.size()) + " column(s); column " + std::to_string(c) +
                       " was asked for");
         if (fields[c].empty()) continue;
-        out << fields[c] << '\n';
+        buffer.append(fields[c]);
+        buffer.push_back('\n');
         ++written;
       }
+      if (buffer.size() >= (std::size_t{1} << 20)) {
+        out.write(buffer);
+        buffer.clear();
+      }
     }
+    if (in.bad()) throw Error("cannot read TSV file '" + file + "'");
   }
-  out.flush();
-  if (!out) throw Error("cannot write '" + output + "': " + std::strerror(errno));
+  out.write(buffer);
+  out.commit();
   return written;
 }
 

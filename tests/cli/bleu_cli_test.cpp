@@ -65,4 +65,20 @@ TEST_F(BleuCliTest, MismatchedLineCountsFailInOneLine) {
                          "' has 3 lines but reference '" + path("short.txt") + "' has 1\n");
 }
 
+// A directory or a missing file is one line naming the flag and the path
+// (not the stream library's "basic_filebuf::underflow").
+TEST_F(BleuCliTest, DirectoryOrMissingFileNamesTheFlagAndPath) {
+  fs::create_directories(path("dir"));
+  const std::string dir = path("dir"), hyp = path("hyp.txt"), missing = path("missing.txt");
+  garden_test::expect_one_error_line(
+      garden("bleu --hypothesis '" + dir + "' --reference '" + path("ref1.txt") + "'"),
+      {"--hypothesis '" + dir + "' is a directory"});
+  garden_test::expect_one_error_line(
+      garden("bleu --hypothesis '" + hyp + "' --reference '" + dir + "'"),
+      {"--reference '" + dir + "' is a directory"});
+  garden_test::expect_one_error_line(garden("bleu --hypothesis '" + hyp + "' --reference '" +
+                                            path("ref1.txt") + "' --reference '" + missing + "'"),
+                                     {"--reference '" + missing + "' does not exist"});
+}
+
 }  // namespace

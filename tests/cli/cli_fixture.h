@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
+#include <set>
 #include <string>
 
 namespace garden_test {
@@ -30,6 +32,28 @@ struct CliRun {
   std::string err;
 };
 
+// The error contract of every command: a non-zero status that is not a
+// kill or a timeout, nothing on stdout, and exactly one stderr line
+// "garden: error: ..." holding each of `parts`.
+inline void expect_one_error_line(const CliRun& run, std::initializer_list<std::string> parts) {
+  EXPECT_NE(run.status, 0) << run.err;
+  EXPECT_GT(run.status, 0) << "killed\n" << run.err;
+  EXPECT_LT(run.status, 124) << "killed or timed out\n" << run.err;
+  EXPECT_EQ(run.out, "") << "an error printed on stdout";
+  EXPECT_EQ(run.err.rfind("garden: error: ", 0), 0u) << run.err;
+  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << "not exactly one line:\n" << run.err;
+  for (const auto& part : parts)
+    EXPECT_NE(run.err.find(part), std::string::npos) << "no '" << part << "' in: " << run.err;
+}
+
+// The names in `directory` (not recursive).
+inline std::set<std::string> entries(const std::filesystem::path& directory) {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(directory))
+    names.insert(entry.path().filename().string());
+  return names;
+}
+
 class CliFixture : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -45,10 +69,16 @@ class CliFixture : public ::testing::Test {
     std::filesystem::remove_all(dir_, ignored);
   }
 
-  // Runs `garden <args>` (args already shell-quoted where needed).
+  // Runs `garden <args>` (args already shell-quoted where needed). A run
+  // that hangs is killed after 120 s (status 124), one that writes a file
+  // past 64 MiB (an endless output) by SIGXFSZ: the test fails instead of
+  // stalling the suite or filling the disk.
   CliRun garden(const std::string& args) const {
     const auto out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
-    const std::string command = std::string("'") + GARDEN_CLI_PATH + "' " + args + " >'" +
+    const std::string limits =
+        std::string("ulimit -f 131072; ") +
+        (std::filesystem::exists("/usr/bin/timeout") ? "/usr/bin/timeout 120 " : "");
+    const std::string command = limits + "'" + GARDEN_CLI_PATH + "' " + args + " >'" +
                                 out.string() + "' 2>'" + err.string() + "'";
     const int raw = std::system(command.c_str());
     CliRun run;

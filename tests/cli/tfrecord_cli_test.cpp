@@ -123,4 +123,70 @@ TEST_F(TFRecordCliTest, MissingFileAndBadCompressionFailWithOneLine) {
   EXPECT_NE(run.err.find("BZIP2"), std::string::npos) << run.err;
 }
 
+// The same file in and out, however it is named, is refused before anything
+// is written: the input stays as it was.
+TEST_F(TFRecordCliTest, WriteRefusesItsInputAsOutputThroughLinks) {
+  const fs::path work = dir_ / "work";
+  fs::create_directories(work);
+  const std::string input = (work / "in.jsonl").string();
+  spit(input, kJsonLines);
+  fs::create_symlink(input, work / "link.tfrecord");
+  fs::create_hard_link(input, work / "hard.tfrecord");
+  const auto before = garden_test::entries(work);
+  for (const std::string& to : std::vector<std::string>{input, (work / "link.tfrecord").string(),
+                                                        (work / "hard.tfrecord").string(),
+                                                        (work / "." / "in.jsonl").string()}) {
+    SCOPED_TRACE(to);
+    const CliRun run = garden("tfrecord write --from '" + input + "' --to '" + to + "'");
+    garden_test::expect_one_error_line(
+        run, {"--to '" + to + "'", "--from '" + input + "'", "same file"});
+    EXPECT_EQ(slurp(input), kJsonLines);
+    EXPECT_EQ(garden_test::entries(work), before);
+  }
+}
+
+// A failing write (a bad line, a bad input) leaves an existing --to as it
+// was and no temporary file beside it.
+TEST_F(TFRecordCliTest, FailedWriteKeepsTheExistingOutput) {
+  const fs::path work = dir_ / "work";
+  fs::create_directories(work / "a_directory");
+  spit(work / "bad.jsonl", "{\"a\": [1]}\n{\"a\": [1, \n");
+  const std::string kept = garden_test::reference::ref_encode_record("keep me");
+  spit(work / "out.tfrecord", kept);
+  const auto before = garden_test::entries(work);
+  const std::string to = (work / "out.tfrecord").string();
+  for (const std::string& from : {(work / "bad.jsonl").string(), (work / "a_directory").string(),
+                                  (work / "missing.jsonl").string()}) {
+    SCOPED_TRACE(from);
+    const CliRun run = garden("tfrecord write --from '" + from + "' --to '" + to + "'");
+    garden_test::expect_one_error_line(run, {from});
+    EXPECT_EQ(slurp(to), kept);
+    EXPECT_EQ(garden_test::entries(work), before);
+  }
+}
+
+// Inputs that are not readable files fail with one line naming the flag (or
+// what the file is) and the path, before anything is printed or written.
+TEST_F(TFRecordCliTest, DirectoriesAreRefusedNamingThePath) {
+  const fs::path work = dir_ / "work";
+  fs::create_directories(work / "dir");
+  const std::string dir = (work / "dir").string();
+  spit(work / "good.tfrecord", garden_test::reference::ref_encode_record("x"));
+  spit(work / "in.jsonl", kJsonLines);
+  garden_test::expect_one_error_line(garden("tfrecord cat '" + dir + "'"),
+                                     {"TFRecord file '" + dir + "' is a directory"});
+  garden_test::expect_one_error_line(
+      garden("tfrecord count '" + (work / "good.tfrecord").string() + "' '" + dir + "'"),
+      {"TFRecord file '" + dir + "' is a directory"});
+  garden_test::expect_one_error_line(
+      garden("tfrecord write --from '" + dir + "' --to '" + (work / "x.tfrecord").string() + "'"),
+      {"--from '" + dir + "' is a directory"});
+  EXPECT_FALSE(fs::exists(work / "x.tfrecord"));
+  garden_test::expect_one_error_line(
+      garden("tfrecord write --from '" + (work / "in.jsonl").string() + "' --to '" + dir + "'"),
+      {"--to", dir, "directory"});
+  EXPECT_TRUE(fs::is_directory(dir));
+  EXPECT_TRUE(fs::is_empty(dir));
+}
+
 }  // namespace

@@ -207,4 +207,62 @@ TEST_F(TranslateCliTest, MissingPiecesAreOneLineErrors) {
   one_line_error(translate("x\n", "--checkpoint best"), "exported no best checkpoint");
 }
 
+// The output is never a file the command reads, however it is named:
+// refused before anything is written, the file as it was.
+TEST_F(TranslateCliTest, TheOutputIsNeverAFileItReads) {
+  const std::string input = sources_[0] + "\n" + sources_[1] + "\n";
+  spit(dir_ / "in.txt", input);
+  fs::create_symlink(dir_ / "in.txt", dir_ / "link.txt");
+  for (const std::string& output : std::vector<std::string>{path("in.txt"), path("link.txt")}) {
+    SCOPED_TRACE(output);
+    const CliRun run = garden("translate --model_dir '" + model_dir() + "' --input '" +
+                              path("in.txt") + "' --output '" + output + "'");
+    garden_test::expect_one_error_line(run, {"--output '" + output + "'", "--input", "same file"});
+    EXPECT_EQ(slurp(dir_ / "in.txt"), input);
+  }
+  for (const std::string& name :
+       std::vector<std::string>{"params.yaml", "sentencepiece.model", "ckpt-400"}) {
+    SCOPED_TRACE(name);
+    const fs::path file = fs::path(model_dir()) / name;
+    ASSERT_TRUE(fs::is_regular_file(file));
+    const std::string kept = slurp(file);
+    const CliRun run = garden("translate --model_dir '" + model_dir() + "' --input '" +
+                              path("in.txt") + "' --output '" + file.string() + "'");
+    garden_test::expect_one_error_line(run, {"--output '" + file.string() + "'", "same file"});
+    EXPECT_TRUE(slurp(file) == kept) << file << " was replaced";
+  }
+}
+
+// A bad input fails before the output is touched: an existing --output
+// stays as it was (a directory as --input once emptied it and reported
+// "translated 0 lines"). A good run replaces it whole, leaving no
+// temporary file.
+TEST_F(TranslateCliTest, ABadInputOrOutputLeavesTheOutputAsItWas) {
+  const fs::path work = dir_ / "work";
+  fs::create_directories(work / "dir");
+  spit(work / "out.txt", "earlier translations\n");
+  const std::string out = (work / "out.txt").string(), dir = (work / "dir").string();
+  const std::string flags = "translate --model_dir '" + model_dir() + "' --output '" + out + "'";
+  garden_test::expect_one_error_line(garden(flags + " --input '" + dir + "'"),
+                                     {"--input '" + dir + "' is a directory"});
+  EXPECT_EQ(slurp(out), "earlier translations\n");
+  const std::string missing = (work / "missing.txt").string();
+  garden_test::expect_one_error_line(garden(flags + " --input '" + missing + "'"),
+                                     {"--input '" + missing + "' does not exist"});
+  EXPECT_EQ(slurp(out), "earlier translations\n");
+  garden_test::expect_one_error_line(
+      garden("translate --model_dir '" + model_dir() + "' --output '" + dir + "' </dev/null"),
+      {"--output", dir, "directory"});
+  garden_test::expect_one_error_line(garden("translate --model_dir '" + out + "' </dev/null"),
+                                     {"--model_dir '" + out + "' is a file"});
+  EXPECT_EQ(garden_test::entries(work), (std::set<std::string>{"dir", "out.txt"}));
+
+  spit(work / "in.txt", sources_[0] + "\n");
+  const CliRun run = garden(flags + " --input '" + (work / "in.txt").string() + "'");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(lines_of(slurp(out)).size(), 1u);
+  EXPECT_NE(slurp(out), "earlier translations\n");
+  EXPECT_EQ(garden_test::entries(work), (std::set<std::string>{"dir", "in.txt", "out.txt"}));
+}
+
 }  // namespace

@@ -5,6 +5,11 @@
 // Each subcommand runs from its CLI11 callback during app.parse, so nothing
 // else is needed; a garden::Error thrown there reaches run_main's handler
 // like any other. The returned subcommand lets a caller check ->parsed().
+//
+// `spm train` checks every --input first (and refuses one that is
+// PREFIX.model or PREFIX.vocab); --tsv_columns text goes to a fresh
+// temporary directory, removed whatever happens; the outputs are replaced
+// on success only (see data::train_sentencepiece).
 #pragma once
 
 #include <iosfwd>

@@ -13,7 +13,10 @@ namespace garden {
 //   tfrecord count FILE... [--compression_type ...] [--skip_corrupt]
 //       "count<TAB>path" per file, then "total<TAB>count"
 //   tfrecord write --from FILE.jsonl --to FILE.tfrecord [--compression_type ...]
-//       one tf.Example per non-blank JSON line (see example_from_json)
+//       one tf.Example per non-blank JSON line (see example_from_json), written to a
+//       temporary file renamed over --to on success only; --to the same file as
+//       --from (links resolved) is refused
+// Every input file is checked first (missing, a directory): one line naming it.
 //
 // Dispatch: call add_tfrecord_command(app) before app.parse(argc, argv); nothing else.
 // The work runs in CLI11 callbacks during app.parse(), after all options are parsed.

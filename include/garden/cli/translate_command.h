@@ -15,8 +15,11 @@ namespace garden {
 // checkpoint (or PATH, or the best exported one), then writes one translation
 // per input line, in order; an empty line gives an empty line. Lines longer
 // than validation_data.max_seq_length tokens are truncated with a warning
-// naming the line. The work runs in the subcommand's callback during
-// app.parse(); failures throw garden::Error with one line.
+// naming the line. --input is checked before the model loads; --output is
+// written atomically (an error leaves an existing file as it was) and is
+// never the input, params.yaml, the SentencePiece model or the checkpoint.
+// The work runs in the subcommand's callback during app.parse(); failures
+// throw garden::Error with one line.
 CLI::App* add_translate_command(CLI::App& app);
 
 }  // namespace garden

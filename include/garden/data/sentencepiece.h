@@ -100,14 +100,25 @@ struct SentencePieceTrainOptions {
 
 // Trains a model. Throws garden::Error with SentencePiece's message when it
 // fails (a missing input, an impossible vocab_size, an unknown flag, ...).
+// Inputs are checked first (each a readable file, none of them PREFIX.model
+// or PREFIX.vocab). The model trains under a temporary prefix beside the
+// outputs, renamed over them on success only: a failure leaves existing
+// PREFIX.model / PREFIX.vocab as they were and no temporary file behind.
 // SentencePiece passes flags as one whitespace-separated string, so no value
 // (path, symbol) may contain whitespace; that is an error too.
 void train_sentencepiece(const SentencePieceTrainOptions& options);
 
+// Throws garden::Error starting with `what` unless `model_prefix` names a
+// file prefix (not empty, not ending in a directory) in a directory that
+// exists.
+void check_model_prefix(const std::string& model_prefix, const std::string& what);
+
 // Writes the fields `columns` (0-based) of every line of each TSV file to
 // `output`, one field a line, skipping empty fields: the training text for
 // parallel data such as `english<TAB>german`. Returns the lines written.
-// Throws naming the file and line when a line lacks a column.
+// Throws naming the file and line when a line lacks a column, and before
+// writing anything when an input is missing, a directory, or `output` itself.
+// `output` is written atomically: whole, or left as it was.
 int64_t write_tsv_columns(const std::vector<std::string>& tsv_files,
                           const std::vector<int>& columns, const std::string& output);
 

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <sstream>
 
+#include "garden/base/file_io.h"
+
 namespace garden::config {
 namespace {
 
@@ -253,8 +255,15 @@ std::string to_yaml_string(Config& config) {
 }
 
 void apply_file(Config& config, const std::string& file) {
+  // A directory opens as a stream and fails inside the YAML reader without
+  // a path: checked first, the error names the file and what is wrong.
+  try {
+    check_input_file(file, "config file");
+  } catch (const Error& e) {
+    throw ConfigError(std::string("cannot read config file: ") + e.what());
+  }
   std::ifstream in(file);
-  if (!in) throw ConfigError("cannot read config file '" + file + "'");
+  if (!in) throw ConfigError("config file '" + file + "' cannot be read");
   YAML::Node node;
   try {
     node = YAML::Load(in);
