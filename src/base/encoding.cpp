@@ -91,6 +91,15 @@ std::size_t invalid_utf8_offset(std::string_view text) {
   return std::string_view::npos;
 }
 
+std::string utf8_error(std::string_view text) {
+  const std::size_t bad = invalid_utf8_offset(text);
+  if (bad == std::string_view::npos) return "";
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  const auto byte = static_cast<unsigned char>(text[bad]);
+  return std::string("invalid UTF-8 byte 0x") + kHex[byte >> 4] + kHex[byte & 15] + " at offset " +
+         std::to_string(bad);
+}
+
 std::vector<char32_t> decode_utf8(std::string_view text) {
   std::vector<char32_t> out;
   out.reserve(text.size());

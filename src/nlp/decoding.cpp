@@ -11,8 +11,11 @@ std::vector<std::vector<int64_t>> translate_ids(Seq2SeqTransformerImpl& model,
                                                 const DecodeOptions& options) {
   torch::NoGradGuard no_grad;
   const int64_t batch = source_ids.size(0);
-  const int64_t max_length =
-      options.decode_max_length.value_or(source_ids.size(1) + options.extra_decode_length);
+  // Each sentence's own limit, so that it translates the same in any batch.
+  const at::Tensor max_lengths =
+      options.decode_max_length
+          ? torch::full({batch}, *options.decode_max_length, torch::kLong)
+          : source_ids.ne(model.options().pad_id).sum(1).add(options.extra_decode_length).cpu();
   const EncoderOutput encoded = model.encode(source_ids);
   Cache cache = model.init_cache(encoded, batch);
   const SymbolsToLogitsFn step_fn = [&model](const at::Tensor& ids, int64_t step, Cache& c) {
@@ -21,9 +24,9 @@ std::vector<std::vector<int64_t>> translate_ids(Seq2SeqTransformerImpl& model,
   const at::Tensor initial = torch::zeros({batch}, torch::kLong);
   const BeamSearchResult result =
       options.beam_size <= 1
-          ? greedy_decode(step_fn, initial, std::move(cache), max_length, eos_id)
+          ? greedy_decode(step_fn, initial, std::move(cache), max_lengths, eos_id)
           : sequence_beam_search(step_fn, initial, std::move(cache), model.options().vocab_size,
-                                 options.beam_size, options.alpha, max_length, eos_id);
+                                 options.beam_size, options.alpha, max_lengths, eos_id);
   // The best sequence of each example, without the initial id, up to EOS.
   const at::Tensor best = result.sequences.select(1, 0).slice(1, 1).contiguous().cpu();
   std::vector<std::vector<int64_t>> outputs(static_cast<std::size_t>(batch));

@@ -1,5 +1,6 @@
 #include "garden/nlp/sentence_pairs.h"
 
+#include "garden/base/encoding.h"
 #include "garden/base/error.h"
 #include "garden/data/example.h"
 #include "garden/data/record_source.h"
@@ -69,6 +70,28 @@ void PairDecoder::operator()(const std::string& record, const data::RecordLocati
   }
 }
 
+std::string PairDecoder::utf8_error(const std::string& source, const std::string& target,
+                                    const data::RecordLocation& where) const {
+  const std::string line = std::to_string(where.index + 1);
+  for (const bool is_target : {false, true}) {
+    const std::string problem = unicode::utf8_error(is_target ? target : source);
+    if (problem.empty()) continue;
+    switch (impl_->format) {
+      case PairFormat::kTsv:
+        return "TSV file '" + where.file + "' line " + line + ", column " +
+               (is_target ? "2 (target)" : "1 (source)") + ": " + problem;
+      case PairFormat::kAligned:
+        return "file '" +
+               (is_target ? data::aligned_target_path(where.file, impl_->tgt_lang) : where.file) +
+               "' line " + line + ": " + problem;
+      case PairFormat::kExample:
+        return "TFRecord file '" + where.file + "', record " + std::to_string(where.index) +
+               ", feature '" + (is_target ? impl_->tgt_lang : impl_->src_lang) + "': " + problem;
+    }
+  }
+  return "";
+}
+
 void for_each_pair(
     const TranslationDataConfig& data,
     const std::function<void(int64_t, const std::string&, const std::string&)>& fn) {
@@ -81,7 +104,10 @@ void for_each_pair(
                                            data::tfrecord_options(data));
     int64_t index = 0;
     while (reader->next(record)) {
-      decode(record, {files[f], index}, source, target);
+      const data::RecordLocation where{files[f], index};
+      decode(record, where, source, target);
+      if (std::string problem = decode.utf8_error(source, target, where); !problem.empty())
+        throw Error(problem);
       fn(pair_unique_id(static_cast<int64_t>(f), index), source, target);
       ++index;
     }

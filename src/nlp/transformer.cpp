@@ -551,7 +551,9 @@ at::Tensor Seq2SeqTransformerImpl::embed(const at::Tensor& ids, int64_t start) {
   x = x + relative_position_encoding(ids.size(1), options_.hidden_size, start, 1.0, 1.0e4,
                                      weight.scalar_type())
               .to(weight.device());
-  return maybe_dropout(x, options_.dropout_rate, is_training());
+  const double p = options_.embedding_dropout_rate >= 0 ? options_.embedding_dropout_rate
+                                                        : options_.dropout_rate;
+  return maybe_dropout(x, p, is_training());
 }
 
 at::Tensor Seq2SeqTransformerImpl::project(const at::Tensor& hidden) {

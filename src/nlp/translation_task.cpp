@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <unordered_map>
@@ -22,6 +23,17 @@ namespace fs = std::filesystem;
 
 namespace {
 at::Tensor ids_tensor(const std::vector<int64_t>& ids) { return torch::tensor(ids, torch::kLong); }
+
+// Evaluation data is read whole before the first step: its references reach
+// BLEU and the summaries (JSON), so a pair that is not UTF-8 must fail now,
+// not at the first evaluation, and so must a set with nothing to evaluate.
+void check_evaluation_pairs(const TranslationDataConfig& data) {
+  int64_t pairs = 0;
+  for_each_pair(data, [&](int64_t, const std::string&, const std::string&) { ++pairs; });
+  if (pairs == 0)
+    throw Error("the evaluation data '" + data.input_path +
+                "' holds no sentence pair: there is nothing to evaluate on");
+}
 }  // namespace
 
 TranslationTask::TranslationTask(std::shared_ptr<const TranslationConfig> params,
@@ -96,12 +108,25 @@ DatasetPtr TranslationTask::build_inputs(const config::DataConfig& params,
   if (!training) {
     const auto files = data::match_files(data.input_path);
     for (std::size_t i = 0; i < files.size(); ++i) file_index[files[i]] = static_cast<int64_t>(i);
+    check_evaluation_pairs(data);
   }
   auto decode = std::make_shared<PairDecoder>(data);
-  data::LocatedMapFn map_fn = [tokenizer, eos, decode, training, file_index](
+  // Training pairs are read as the steps go, too late to refuse one without
+  // losing the run's work: the first that is not UTF-8 is a warning (training
+  // the SentencePiece model here refused it already; a given model encodes
+  // the bad bytes as unknown pieces).
+  auto reported = std::make_shared<std::atomic<bool>>(!training);
+  data::LocatedMapFn map_fn = [tokenizer, eos, decode, training, file_index, reported](
                                   const std::string& record, const data::RecordLocation& where) {
     std::string source, target;
     (*decode)(record, where, source, target);
+    if (!reported->load(std::memory_order_relaxed)) {
+      const std::string problem = decode->utf8_error(source, target, where);
+      if (!problem.empty() && !reported->exchange(true))
+        log_warning() << problem
+                      << " (training on it; later pairs that are not UTF-8 are not "
+                         "reported)";
+    }
     std::vector<int64_t> source_ids = tokenizer->encode(source);
     std::vector<int64_t> target_ids = tokenizer->encode(target);
     source_ids.push_back(eos);
@@ -125,17 +150,16 @@ ModelPtr TranslationTask::build_model() {
   options.num_heads = model.encoder.num_attention_heads;
   options.intermediate_size = model.encoder.intermediate_size;
   options.activation = model.encoder.activation;
-  options.dropout_rate = model.dropout_rate;
+  // Model Garden's keys: the blocks drop at encoder.dropout_rate (validate()
+  // keeps decoder.dropout_rate equal), the embeddings at model.dropout_rate.
+  options.dropout_rate = model.encoder.dropout_rate;
+  options.embedding_dropout_rate = model.dropout_rate;
   options.attention_dropout_rate = model.encoder.attention_dropout_rate;
   options.intermediate_dropout = model.encoder.intermediate_dropout;
   options.use_bias = model.encoder.use_bias;
   options.norm_first = model.encoder.norm_first;
   options.norm_epsilon = model.encoder.norm_epsilon;
   options.pad_id = 0;
-  if (model.encoder.dropout_rate != model.dropout_rate)
-    log_warning() << "model.encoder.dropout_rate " << model.encoder.dropout_rate
-                  << " differs from model.dropout_rate " << model.dropout_rate
-                  << "; the blocks use model.dropout_rate";
   return Seq2SeqTransformer(options).ptr();
 }
 

@@ -8,10 +8,11 @@
 #include <random>
 #include <set>
 
-#include "garden/core/config/registry.h"
+#include "garden/base/encoding.h"
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
 #include "garden/base/paths.h"
+#include "garden/core/config/registry.h"
 #include "garden/data/csv.h"
 
 namespace garden::tabular {
@@ -168,9 +169,21 @@ struct RawTable {
   std::vector<std::string> labels;
 };
 
+// Column names and labels end up in the checkpoint's metadata (JSON), which
+// takes UTF-8 only: anything else must fail here, naming the line, not when
+// the first checkpoint is written.
+void check_utf8(const std::string& text, const data::CsvReader& reader, const std::string& what) {
+  const std::string problem = unicode::utf8_error(text);
+  if (!problem.empty())
+    throw Error("CSV file '" + reader.path() + "' line " + std::to_string(reader.line()) + ", " +
+                what + ": " + problem);
+}
+
 RawTable read_table(const std::string& path, const std::string& label_column,
                     std::vector<std::string>& feature_columns) {
   data::CsvReader reader(path);
+  for (std::size_t i = 0; i < reader.header().size(); ++i)
+    check_utf8(reader.header()[i], reader, "the name of column " + std::to_string(i + 1));
   const std::size_t label_index = reader.column(label_column);
   std::vector<std::size_t> feature_index;
   if (feature_columns.empty()) {
@@ -196,6 +209,7 @@ RawTable read_table(const std::string& path, const std::string& label_column,
     if (fields[label_index].empty())
       throw Error("CSV file '" + path + "' line " + std::to_string(reader.line()) +
                   ": empty label");
+    check_utf8(fields[label_index], reader, "label column '" + label_column + "'");
     table.rows.push_back(std::move(row));
     table.labels.push_back(fields[label_index]);
   }
@@ -288,7 +302,10 @@ TabularClassificationTask::Table TabularClassificationTask::load(const config::D
       params.input_path.empty() || params.input_path == config_.train_data.input_path;
   if (training_file) {
     if (!training && config_.validation_split > 0) {
-      if (holdout_rows_.empty()) throw Error("validation_split held out no rows");
+      if (holdout_rows_.empty())
+        throw Error("task.validation_split holds out no row of '" + config_.train_data.input_path +
+                    "' to evaluate on (or only rows whose labels are not training "
+                    "classes); raise it or set validation_data.input_path");
       return {rows_to_tensor(holdout_rows_, width), torch::tensor(holdout_labels_, torch::kLong)};
     }
     if (!training)

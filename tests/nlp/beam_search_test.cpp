@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "garden/base/error.h"
 #include "garden/nlp/beam_search.h"
 
 namespace {
@@ -304,6 +305,74 @@ TEST(SequenceBeamSearch, MaxDecodeLengthIsRespected) {
                            kVocab, 2, alpha, 0, kEos);
   EXPECT_EQ(none.sequences.sizes(), (std::vector<int64_t>{2, 2, 1}));
   EXPECT_EQ(steps.size(), 3u);
+}
+
+// Each example stops at its own limit, and a batch with different limits
+// decodes every example as it decodes alone (all beams, not only the best).
+TEST(SequenceBeamSearch, EachExampleHasItsOwnLimit) {
+  const int64_t longest = 6;
+  const std::vector<int64_t> limits = {2, 6, 0, 4};
+  torch::manual_seed(61);
+  at::Tensor logits = torch::randn({4, longest, kVocab, kVocab}, torch::kDouble);
+  // Nothing can finish, so every row runs to its limit, nor decode the padding id.
+  logits.select(3, kEos).fill_(-std::numeric_limits<double>::infinity());
+  logits.select(3, 0).fill_(-std::numeric_limits<double>::infinity());
+  const at::Tensor table = torch::log_softmax(logits, -1);
+  const at::Tensor initial = torch::tensor(std::vector<int64_t>{2, 3, 4, 2});
+  const at::Tensor max_lengths = torch::tensor(limits);
+  const BeamSearchResult beam = sequence_beam_search(
+      table_model(table), initial, example_cache({0, 1, 2, 3}), kVocab, 3, 0.6, max_lengths, kEos);
+  const BeamSearchResult greedy =
+      greedy_decode(table_model(table), initial, example_cache({0, 1, 2, 3}), max_lengths, kEos);
+  EXPECT_EQ(beam.sequences.size(2), longest + 1);
+  EXPECT_EQ(greedy.sequences.size(2), longest + 1);
+  for (int64_t e = 0; e < 4; ++e) {
+    const int64_t limit = limits[static_cast<std::size_t>(e)];
+    for (const BeamSearchResult* result : {&beam, &greedy}) {
+      const at::Tensor rows = result->sequences[e];
+      // Exactly `limit` tokens after the initial id, then padding.
+      EXPECT_EQ(rows.slice(1, 1).ne(0).sum(1).eq(limit).all().item<bool>(), true)
+          << "example " << e << " limit " << limit;
+    }
+    const at::Tensor one = initial.slice(0, e, e + 1);
+    const BeamSearchResult beam_alone = sequence_beam_search(
+        table_model(table), one, example_cache({e}), kVocab, 3, 0.6, limit, kEos);
+    const BeamSearchResult greedy_alone =
+        greedy_decode(table_model(table), one, example_cache({e}), limit, kEos);
+    EXPECT_TRUE(pad_to(beam_alone.sequences[0], longest + 1).equal(beam.sequences[e]))
+        << "example " << e;
+    EXPECT_TRUE(torch::allclose(beam_alone.scores[0], beam.scores[e], 1e-12, 0));
+    EXPECT_TRUE(pad_to(greedy_alone.sequences[0], longest + 1).equal(greedy.sequences[e]))
+        << "example " << e;
+    EXPECT_NEAR(greedy_alone.scores[0][0].item<double>(), greedy.scores[e][0].item<double>(),
+                1e-12);
+  }
+  EXPECT_THROW(
+      sequence_beam_search(table_model(table), initial, example_cache({0, 1, 2, 3}), kVocab, 3, 0.6,
+                           torch::tensor(std::vector<int64_t>{1, 2}), kEos),
+      garden::Error);
+}
+
+// An example that is done (its finished set can no longer change) keeps it
+// while a longer one goes on: a batch fills no finished slot the example
+// would have left empty alone.
+TEST(SequenceBeamSearch, ADoneExampleStaysAsItWouldAlone) {
+  const int64_t max_length = 8;
+  const int64_t beam = 3;
+  torch::manual_seed(71);
+  at::Tensor logits = torch::randn({2, max_length, kVocab, kVocab}, torch::kDouble);
+  logits[0][0][0][kEos] = 15.0;            // example 0 finishes at once
+  logits[1].select(2, kEos).fill_(-30.0);  // example 1 never finishes
+  const at::Tensor table = torch::log_softmax(logits, -1);
+  const BeamSearchResult batch =
+      sequence_beam_search(table_model(table), torch::tensor(std::vector<int64_t>{0, 0}),
+                           example_cache({0, 1}), kVocab, beam, 0.6, max_length, kEos);
+  const BeamSearchResult alone =
+      sequence_beam_search(table_model(table), torch::tensor(std::vector<int64_t>{0}),
+                           example_cache({0}), kVocab, beam, 0.6, max_length, kEos);
+  ASSERT_LT(alone.sequences.size(2), batch.sequences.size(2));
+  EXPECT_TRUE(pad_to(alone.sequences[0], batch.sequences.size(2)).equal(batch.sequences[0]));
+  EXPECT_TRUE(torch::equal(alone.scores[0], batch.scores[0]));
 }
 
 }  // namespace

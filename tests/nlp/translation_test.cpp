@@ -602,4 +602,215 @@ TEST_F(TranslationTest, TinyModelOverfitsAHandfulOfPairs) {
   EXPECT_TRUE(fs::exists(path("overfit/sentencepiece.model")));
 }
 
+// Evaluation references reach BLEU and the summaries (JSON, UTF-8 only): a
+// pair that is not UTF-8 fails when the task builds its inputs, before the
+// first step, naming the file, the line and the side, in every format.
+TEST_F(TranslationTest, EvaluationTextThatIsNotUtf8FailsAtStartNamingFileAndLine) {
+  // Line 2's target is Latin-1 ("Öffnen" with 0xD6).
+  std::ofstream(path("latin1.tsv"), std::ios::binary)
+      << "Open\tÖffnen\nOpen\t" << '\xD6' << "ffnen\n";
+  auto tsv = small_config(path("latin1.tsv"), path("latin1.tsv"));
+  TranslationTask tsv_task(tsv);
+  try {
+    tsv_task.build_inputs(tsv->validation_data, {});
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_EQ(std::string(e.what()), "TSV file '" + path("latin1.tsv") +
+                                         "' line 2, column 2 (target): invalid UTF-8 byte 0xD6 "
+                                         "at offset 0");
+  }
+
+  {
+    std::ofstream en(path("latin1.en"), std::ios::binary), de(path("latin1.de"), std::ios::binary);
+    en << "Open\nOpen\nClose\n";
+    de << "Öffnen\nÖffnen\nSchlie" << '\xDF' << "en\n";
+  }
+  auto aligned = small_config(path("latin1.tsv"), path("latin1.en"));
+  aligned->validation_data.file_type = "aligned";
+  {
+    garden::data::TFRecordWriter writer(path("latin1.tfrecord"));
+    writer.write(garden::data::serialize_example(
+        {{"en", garden::data::FeatureValue::of_bytes({"Clos\xE9"})},
+         {"de", garden::data::FeatureValue::of_bytes({"Schließen"})}}));
+  }
+  auto tfrecord = small_config(path("latin1.tsv"), path("latin1.tfrecord"));
+  tfrecord->validation_data.file_type = "tfrecord";
+  for (auto* config : {aligned.get(), tfrecord.get()}) {
+    config->validation_data.src_lang = "en";
+    config->validation_data.tgt_lang = "de";
+  }
+  TranslationTask aligned_task(aligned), tfrecord_task(tfrecord);
+  try {
+    aligned_task.build_inputs(aligned->validation_data, {});
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "file '" + path("latin1.de") + "' line 3: invalid UTF-8 byte 0xDF at offset 6");
+  }
+  try {
+    tfrecord_task.build_inputs(tfrecord->validation_data, {});
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_EQ(std::string(e.what()), "TFRecord file '" + path("latin1.tfrecord") +
+                                         "', record 0, feature 'en': invalid UTF-8 byte 0xE9 at "
+                                         "offset 4");
+  }
+}
+
+// The whole run: train_and_eval with a Latin-1 reference stops before the
+// first step (it used to train to the first evaluation, then fail in the JSON
+// library without naming a file), and training text that is not UTF-8 stops
+// the SentencePiece training that reads it, naming the line.
+TEST_F(TranslationTest, ARunWithTextThatIsNotUtf8FailsBeforeTheFirstStep) {
+  garden::register_builtins();
+  auto pairs = sample_pairs(30);
+  write_tsv(path("run_train.tsv"), pairs);
+  pairs[4].target = std::string("Schlie") + '\xDF' + "en";
+  write_tsv(path("run_valid.tsv"), pairs);
+  auto run = [&](const std::string& train, const std::string& model_dir) {
+    auto params = std::make_shared<garden::config::ExperimentConfig>();
+    auto task = small_config(path(train), path("run_valid.tsv"));
+    task->sentencepiece_model_path = "";
+    task->sentencepiece_vocab_size = 100;
+    params->task = task;
+    params->trainer.train_steps = 4;
+    params->trainer.steps_per_loop = 2;
+    params->trainer.checkpoint_interval = 2;
+    params->trainer.validation_interval = 2;
+    params->trainer.optimizer_config.optimizer.type = "adam";
+    params->trainer.optimizer_config.learning_rate.constant.learning_rate = 0.001;
+    params->runtime.seed = 1;
+    garden::config::validate_config(*params);
+    garden::finalize_config(*params);
+    garden::RunOptions options;
+    options.mode = "train_and_eval";
+    options.model_dir = path(model_dir);
+    garden::run_experiment(params, options);
+  };
+  try {
+    run("run_train.tsv", "latin1_reference");
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_EQ(std::string(e.what()), "TSV file '" + path("run_valid.tsv") +
+                                         "' line 5, column 2 (target): invalid UTF-8 byte 0xDF "
+                                         "at offset 6");
+  }
+  EXPECT_FALSE(fs::exists(path("latin1_reference/ckpt-2"))) << "it trained first";
+
+  try {
+    run("run_valid.tsv", "latin1_training");
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TSV file '" + path("run_valid.tsv") +
+                                         "' line 5, column 2 (target): invalid UTF-8 byte 0xDF"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(path("latin1_training/sentencepiece.model")));
+}
+
+// An evaluation set without a single pair used to evaluate to a loss of 0;
+// it is an error naming the data when the task builds its inputs.
+TEST_F(TranslationTest, AnEmptyEvaluationSetIsAnErrorNamingIt) {
+  std::ofstream(path("empty.tsv"));
+  std::ofstream(path("empty.en")), std::ofstream(path("empty.de"));
+  { garden::data::TFRecordWriter writer(path("empty.tfrecord")); }
+  auto tsv = small_config(path("empty.tsv"), path("empty.tsv"));
+  auto aligned = small_config(path("empty.tsv"), path("empty.en"));
+  aligned->validation_data.file_type = "aligned";
+  auto tfrecord = small_config(path("empty.tsv"), path("empty.tfrecord"));
+  tfrecord->validation_data.file_type = "tfrecord";
+  for (auto* config : {aligned.get(), tfrecord.get()}) {
+    config->validation_data.src_lang = "en";
+    config->validation_data.tgt_lang = "de";
+  }
+  for (const auto& config : {tsv, aligned, tfrecord}) {
+    TranslationTask task(config);
+    const std::string file = config->validation_data.input_path;
+    try {
+      task.build_inputs(config->validation_data, {});
+      FAIL() << "expected an error for " << file;
+    } catch (const garden::Error& e) {
+      EXPECT_EQ(std::string(e.what()), "the evaluation data '" + file +
+                                           "' holds no sentence pair: there is nothing to "
+                                           "evaluate on");
+    }
+  }
+}
+
+// Issue: `garden translate --batch_size` changed translations, because the
+// decode limit was the batch's padded length plus extra_decode_length. Each
+// sentence's limit is now its own length plus extra_decode_length.
+TEST_F(TranslationTest, ASentenceTranslatesTheSameInAnyBatchWithinItsOwnLimit) {
+  auto config = small_config(path("unused.tsv"), path("unused.tsv"));
+  TranslationTask task(config);
+  torch::manual_seed(3);
+  auto model = task.build_model();
+  model->eval();
+  auto& transformer = *model->as<garden::nlp::Seq2SeqTransformerImpl>();
+  const int64_t eos = 1;
+  // Lengths 9, 2, 5 and 1 (EOS included), padded with 0.
+  const at::Tensor batch = torch::tensor({{5, 6, 7, 8, 9, 10, 11, 12, 1},
+                                          {13, 1, 0, 0, 0, 0, 0, 0, 0},
+                                          {14, 15, 16, 17, 1, 0, 0, 0, 0},
+                                          {1, 0, 0, 0, 0, 0, 0, 0, 0}});
+  garden::nlp::DecodeOptions options;
+  options.extra_decode_length = 3;
+  for (const int64_t beam : {1, 4}) {
+    options.beam_size = beam;
+    const auto together = garden::nlp::translate_ids(transformer, batch, eos, options);
+    ASSERT_EQ(together.size(), 4u);
+    int64_t at_limit = 0;
+    for (int64_t b = 0; b < batch.size(0); ++b) {
+      const int64_t length = (batch[b] != 0).sum().item<int64_t>();
+      const auto& row = together[static_cast<std::size_t>(b)];
+      // At most its own limit (EOS, when there is one, is not returned).
+      EXPECT_LE(static_cast<int64_t>(row.size()), length + options.extra_decode_length)
+          << "beam " << beam << " sentence " << b;
+      at_limit += static_cast<int64_t>(row.size()) == length + options.extra_decode_length;
+      const auto alone = garden::nlp::translate_ids(
+          transformer, batch.slice(0, b, b + 1).slice(1, 0, length), eos, options);
+      EXPECT_EQ(alone[0], row) << "beam " << beam << " sentence " << b;
+    }
+    // The untrained model rarely ends a sentence: most stop at their limit.
+    EXPECT_GE(at_limit, 2) << "beam " << beam;
+  }
+}
+
+// Model Garden's keys: model.dropout_rate is the embeddings' dropout,
+// model.encoder/decoder.dropout_rate the blocks'.
+TEST_F(TranslationTest, ModelDropoutIsTheEmbeddingsAndEncoderDropoutTheBlocks) {
+  auto config = small_config(path("unused.tsv"), path("unused.tsv"));
+  config->model.dropout_rate = 0.0;
+  for (auto* stack : {&config->model.encoder, &config->model.decoder}) {
+    stack->dropout_rate = 0.3;
+    stack->attention_dropout_rate = stack->intermediate_dropout = 0.0;
+  }
+  TranslationTask task(config);
+  auto model = task.build_model();
+  auto& transformer = *model->as<garden::nlp::Seq2SeqTransformerImpl>();
+  EXPECT_EQ(transformer.options().dropout_rate, 0.3);
+  EXPECT_EQ(transformer.options().embedding_dropout_rate, 0.0);
+  // The blocks drop (training differs from evaluation) though model.dropout_rate is 0.
+  const at::Tensor source = torch::tensor({{5, 6, 7, 1}});
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const at::Tensor evaluated = transformer.encode(source).outputs;
+  model->train();
+  EXPECT_FALSE(torch::allclose(transformer.encode(source).outputs, evaluated));
+  // And the embeddings alone drop at model.dropout_rate: with no block, the
+  // encoder output is the (normalized) embeddings.
+  config->model.dropout_rate = 0.3;
+  config->model.encoder.num_layers = 0;
+  for (auto* stack : {&config->model.encoder, &config->model.decoder}) stack->dropout_rate = 0.0;
+  auto embeddings_only = task.build_model();
+  auto& shallow = *embeddings_only->as<garden::nlp::Seq2SeqTransformerImpl>();
+  EXPECT_EQ(shallow.options().dropout_rate, 0.0);
+  EXPECT_EQ(shallow.options().embedding_dropout_rate, 0.3);
+  embeddings_only->eval();
+  const at::Tensor plain = shallow.encode(source).outputs;
+  embeddings_only->train();
+  EXPECT_FALSE(torch::allclose(shallow.encode(source).outputs, plain));
+}
+
 }  // namespace

@@ -357,4 +357,70 @@ TEST_F(TabularTest, TableDatasetResumesAtTheSameBatch) {
   EXPECT_TRUE(eval.next().has_value());
 }
 
+// Labels and column names go into the checkpoint's metadata (JSON, UTF-8
+// only). One that is not UTF-8 used to train to the first checkpoint and then
+// fail in the JSON library, naming no file; it now fails at the start.
+TEST_F(TabularTest, TextThatIsNotUtf8FailsAtStartNamingFileLineAndColumn) {
+  const auto csv = root_ / "latin1.csv";
+  // Line 4's label is Latin-1 ("vert" with an e acute: 0xE9).
+  std::ofstream(csv, std::ios::binary) << "label,x\nrouge,1\nvert,2\nv\xE9rt,2.1\nrouge,1.1\n";
+  const std::string train = "task.train_data.input_path=" + csv.string() +
+                            ",task.train_data.global_batch_size=2,trainer.train_steps=4,"
+                            "trainer.checkpoint_interval=2";
+  try {
+    run("train", "latin1", train, "tabular/classification");
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_EQ(std::string(e.what()), "CSV file '" + csv.string() +
+                                         "' line 4, label column 'label': invalid UTF-8 byte "
+                                         "0xE9 at offset 1");
+  }
+  EXPECT_FALSE(fs::exists(root_ / "latin1")) << "a failed start must leave no model_dir";
+
+  // A column name (it becomes a feature name).
+  std::ofstream(csv, std::ios::binary | std::ios::trunc)
+      << "label,\xE9t\xE9\nrouge,1\nvert,2\nvert,2.1\nrouge,1.1\n";
+  try {
+    run("train", "latin1", train, "tabular/classification");
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_EQ(std::string(e.what()), "CSV file '" + csv.string() +
+                                         "' line 1, the name of column 2: invalid UTF-8 byte "
+                                         "0xE9 at offset 0");
+  }
+
+  // A validation file's label.
+  std::ofstream(csv, std::ios::binary | std::ios::trunc)
+      << "label,x\nrouge,1\nvert,2\nvert,2.1\nrouge,1.1\n";
+  const auto valid = root_ / "valid.csv";
+  std::ofstream(valid, std::ios::binary) << "label,x\nrouge,1\nv\xE9rt,2\n";
+  try {
+    run("train_and_eval", "latin1", train + ",task.validation_data.input_path=" + valid.string(),
+        "tabular/classification");
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_EQ(std::string(e.what()), "CSV file '" + valid.string() +
+                                         "' line 3, label column 'label': invalid UTF-8 byte "
+                                         "0xE9 at offset 1");
+  }
+}
+
+// A validation split that holds out nothing is an error naming the file.
+TEST_F(TabularTest, AValidationSplitThatHoldsOutNoRowNamesTheFile) {
+  const auto csv = root_ / "few.csv";
+  std::ofstream(csv) << "label,x\na,1\nb,2\na,1.1\nb,2.1\n";
+  try {
+    run("train_and_eval", "few",
+        "task.train_data.input_path=" + csv.string() +
+            ",task.validation_split=0.05,task.train_data.global_batch_size=2",
+        "tabular/classification");
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "task.validation_split holds out no row of '" + csv.string() +
+                  "' to evaluate on (or only rows whose labels are not training classes); "
+                  "raise it or set validation_data.input_path");
+  }
+}
+
 }  // namespace

@@ -27,6 +27,11 @@
 // Differences: scores are kept in double whatever the logits' dtype, and the
 // length of the returned sequences is 1 + the number of steps actually run
 // (like Model Garden's non-padded decode), not always max_decode_length + 1.
+// The limit may differ per example, and the stopping rule above is applied to
+// each example by itself: a done example keeps its alive and finished sets
+// (0-padded) while the others go on, so every example ends exactly as it
+// would in a batch of its own. (Model Garden stops the batch as a whole, so
+// an example's lower-ranked finished slots may fill after it is done.)
 //
 // Note on beam_size 1: because 2 * beam_size candidates are grown, a beam of 1
 // can keep an EOS-ended sequence that is not on the greedy path (the
@@ -71,15 +76,25 @@ double length_normalization(double alpha, int64_t length);
 // initial_ids: int64 [batch], the first token of every sequence (Model
 // Garden's Transformer passes 0). alpha >= 0 is expected (the stopping bound
 // assumes longer sequences are normalized by a larger factor).
+// max_decode_lengths: integer [batch], the most tokens each example may
+// generate (its EOS included); a single max_decode_length applies to all.
+BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
+                                      const at::Tensor& initial_ids, Cache initial_cache,
+                                      int64_t vocab_size, int64_t beam_size, double alpha,
+                                      const at::Tensor& max_decode_lengths, int64_t eos_id);
 BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
                                       const at::Tensor& initial_ids, Cache initial_cache,
                                       int64_t vocab_size, int64_t beam_size, double alpha,
                                       int64_t max_decode_length, int64_t eos_id);
 
 // Picks the most likely token at every step until every sequence has produced
-// eos_id or max_decode_length tokens were generated. Returns sequences
-// [batch, 1, steps + 1] (initial id first, 0 after EOS) and scores [batch, 1]:
-// the summed log-probability of each sequence's tokens, not length-normalized.
+// eos_id or its max_decode_length tokens. Returns sequences
+// [batch, 1, steps + 1] (initial id first, 0 after EOS or the row's limit) and
+// scores [batch, 1]: the summed log-probability of each sequence's tokens,
+// not length-normalized.
+BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
+                               const at::Tensor& initial_ids, Cache initial_cache,
+                               const at::Tensor& max_decode_lengths, int64_t eos_id);
 BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
                                const at::Tensor& initial_ids, Cache initial_cache,
                                int64_t max_decode_length, int64_t eos_id);

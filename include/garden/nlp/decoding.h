@@ -16,8 +16,11 @@ namespace garden::nlp {
 struct DecodeOptions {
   int64_t beam_size = 4;  // 1: greedy
   double alpha = 0.6;
-  // The longest output in tokens: decode_max_length when set, otherwise the
-  // input's padded length + extra_decode_length.
+  // The longest output of a sentence in tokens (EOS included):
+  // decode_max_length when set, otherwise the sentence's own length (its
+  // non-pad tokens, EOS included) + extra_decode_length, whatever the batch's
+  // padded length (Model Garden uses that one), so a sentence translates the
+  // same in any batch.
   std::optional<int64_t> decode_max_length;
   int64_t extra_decode_length = 0;
 };

@@ -188,7 +188,10 @@ struct Seq2SeqTransformerOptions {
   int64_t num_heads = 8;
   int64_t intermediate_size = 2048;
   std::string activation = "relu";
-  double dropout_rate = 0.1;  // also on embeddings + positions
+  double dropout_rate = 0.1;  // on each block's sublayer outputs
+  // On the embeddings + positions; -1: dropout_rate. (Model Garden's
+  // model.dropout_rate; its encoder/decoder.dropout_rate is dropout_rate.)
+  double embedding_dropout_rate = -1;
   double attention_dropout_rate = 0.1;
   double intermediate_dropout = 0.1;
   bool use_bias = true;
