@@ -116,9 +116,9 @@ TEST_F(TabularTest, AResumedRunEndsBitwiseEqualToAnUninterruptedOne) {
 TEST_F(TabularTest, AResumeFromAnEarlierCheckpointDiffersFromAFreshStart) {
   // Guards the test above: a run that ignored its checkpoint would differ.
   const std::string common = "trainer.checkpoint_interval=100,trainer.steps_per_loop=25,"
-                             "trainer.summary_interval=25,runtime.seed=7";
-  run("train", "a", common + ",trainer.train_steps=100");
-  run("train", "b", common + ",trainer.train_steps=100,runtime.seed=8");
+                             "trainer.summary_interval=25,trainer.train_steps=100";
+  run("train", "a", common + ",runtime.seed=7");
+  run("train", "b", common + ",runtime.seed=8");
   const auto a = tensors_with_prefix((root_ / "a" / "ckpt-100").string(), "model/");
   const auto b = tensors_with_prefix((root_ / "b" / "ckpt-100").string(), "model/");
   EXPECT_FALSE(torch::equal(a.at("model/dense_0.weight"), b.at("model/dense_0.weight")));
@@ -258,6 +258,50 @@ TEST_F(TabularTest, BadCsvInputNamesFileLineAndColumn) {
     FAIL() << "expected an error";
   } catch (const garden::Error& e) {
     EXPECT_NE(std::string(e.what()).find("has no column 'y'; its columns: label, x"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A subnormal (1e-320) or underflowing (1e-400) value is a number; an
+// overflowing one (1e400) is not.
+TEST_F(TabularTest, TinyValuesAreNumbersAndOverflowIsNot) {
+  const auto csv = root_ / "tiny.csv";
+  std::ofstream(csv) << "label,x\na,1e-320\nb,2\na,1e-400\nb,2.5\n";
+  garden::tabular::TabularClassificationTask task(
+      std::static_pointer_cast<const garden::tabular::TabularClassificationConfig>(
+          experiment("task.train_data.input_path=" + csv.string(), "tabular/classification")
+              ->task));
+  EXPECT_EQ(task.schema().classes, (std::vector<std::string>{"a", "b"}));
+
+  std::ofstream(csv, std::ios::trunc) << "label,x\na,1e400\nb,2\n";
+  garden::tabular::TabularClassificationTask overflow(
+      std::static_pointer_cast<const garden::tabular::TabularClassificationConfig>(
+          experiment("task.train_data.input_path=" + csv.string(), "tabular/classification")
+              ->task));
+  try {
+    overflow.schema();
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "CSV file '" + csv.string() + "' line 2: column 'x' is not a number: '1e400'");
+  }
+}
+
+// A validation split that leaves too few training rows says so.
+TEST_F(TabularTest, AValidationSplitThatLeavesNoClassesSaysWhatItLeft) {
+  garden::tabular::TabularClassificationTask task(
+      std::static_pointer_cast<const garden::tabular::TabularClassificationConfig>(
+          experiment("task.validation_split=0.999")->task));
+  try {
+    task.schema();
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("task.validation_split 0.999 left 0 of 150 rows of '"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("classification needs at least 2 classes in the "
+                                         "training rows"),
               std::string::npos)
         << e.what();
   }
