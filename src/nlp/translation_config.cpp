@@ -128,6 +128,10 @@ void TranslationDataConfig::validate() const {
       (src_lang.empty() || tgt_lang.empty()))
     config::refuse(src_lang.empty() ? "src_lang" : "tgt_lang",
                    "is empty; tf.Example data needs src_lang and tgt_lang (the feature names)");
+  // wmt_dataloader: static training batches are always full.
+  if (static_batch && is_training.value_or(false) && !drop_remainder)
+    config::refuse("drop_remainder",
+                   "false has no effect with static_batch in training: every batch is full");
   check_range("max_seq_length", max_seq_length, Range::at_least(2));
   check_range("bucket_min_boundary", bucket_min_boundary, Range::at_least(1));
   check_range("bucket_boundary_scale", bucket_boundary_scale, Range::at_least(1));

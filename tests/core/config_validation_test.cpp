@@ -97,6 +97,17 @@ TEST(ConfigValidationTest, DataKeys) {
        "task.train_data.file_type=tfrecord_compressed,"
        "task.train_data.compression_type=ZLIB",
        "task.train_data.compression_type: 'ZLIB' contradicts file_type tfrecord_compressed"},
+      {"wmt_transformer/demo", "task.validation_data.shuffle_buffer_size=500",
+       "task.validation_data.shuffle_buffer_size: 500 has no effect: data with is_training false "
+       "is read in order"},
+      {"wmt_transformer/demo", "task.train_data.shuffle_buffer_size=500", ""},
+      {"wmt_transformer/demo",
+       "task.train_data.static_batch=true,task.train_data.drop_remainder=false",
+       "task.train_data.drop_remainder: false has no effect with static_batch in training"},
+      {"wmt_transformer/demo",
+       "task.validation_data.static_batch=true,"
+       "task.validation_data.drop_remainder=false",
+       ""},
       {"wmt_transformer/demo", "task.train_data.max_seq_length=1",
        "task.train_data.max_seq_length: 1 is out of range; must be >= 2"},
       {"wmt_transformer/demo", "task.train_data.bucket_boundary_scale=0.5",

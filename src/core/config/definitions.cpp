@@ -56,6 +56,11 @@ void DataConfig::validate_reading() const {
   if (!compression_type.empty() && compression_type != "GZIP" && file_type == "tfrecord_compressed")
     refuse("compression_type",
            "'" + compression_type + "' contradicts file_type tfrecord_compressed (GZIP)");
+  // Model Garden shuffles training data only.
+  if (!is_training.value_or(false) && shuffle_buffer_size != DataConfig().shuffle_buffer_size)
+    refuse("shuffle_buffer_size", std::to_string(shuffle_buffer_size) +
+                                      " has no effect: data with is_training false is read in "
+                                      "order; leave it at its default");
   if (skip_corrupt_records && !tfrecord)
     refuse("skip_corrupt_records",
            "true applies only to TFRecord files (their CRCs), not to file_type " + file_type);
