@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <garden/core/config/registry.h>
+#include <garden/core/config/validation.h>
 #include <garden/base/error.h>
 #include <garden/core/metrics.h>
 
@@ -17,8 +18,9 @@ void LinearModelConfig::visit(gc::Visitor& v) {
   v("init_stddev", init_stddev, "Stddev of the initial weights (the bias starts at 0).");
 }
 
+// Errors from check_range / refuse name the full key, the value and the range.
 void LinearModelConfig::validate() const {
-  if (init_stddev < 0) throw gc::ConfigError("init_stddev must be >= 0");
+  gc::check_range("init_stddev", init_stddev, gc::Range::at_least(0));
 }
 
 void LinearRegressionConfig::visit_task_fields(gc::Visitor& v) {
@@ -29,13 +31,10 @@ void LinearRegressionConfig::visit_task_fields(gc::Visitor& v) {
 }
 
 void LinearRegressionConfig::validate() const {
-  if (num_features < 1) throw gc::ConfigError("num_features must be >= 1");
-  if (noise_stddev < 0) throw gc::ConfigError("noise_stddev must be >= 0");
-  if (validation_examples < 1) throw gc::ConfigError("validation_examples must be >= 1");
-  if (train_data.global_batch_size < 1)
-    throw gc::ConfigError("train_data.global_batch_size must be >= 1");
-  if (validation_data.global_batch_size < 1)
-    throw gc::ConfigError("validation_data.global_batch_size must be >= 1");
+  gc::check_range("num_features", num_features, gc::Range::at_least(1));
+  gc::check_range("noise_stddev", noise_stddev, gc::Range::at_least(0));
+  gc::check_range("problem_seed", problem_seed, gc::Range::at_least(0));
+  gc::check_range("validation_examples", validation_examples, gc::Range::at_least(1));
 }
 
 // ---- data --------------------------------------------------------------------

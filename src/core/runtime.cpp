@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "garden/core/config/yaml_io.h"
@@ -21,9 +22,14 @@ void finalize_config(config::ExperimentConfig& params) {
     auto& train = params.task->train_data_config();
     auto& validation = params.task->validation_data_config();
     if (!train.seed) train.seed = *params.runtime.seed;
-    if (!validation.seed) validation.seed = *params.runtime.seed + 1;
+    // runtime.seed + 1, kept in range when runtime.seed is the largest int.
+    if (!validation.seed)
+      validation.seed = *params.runtime.seed == std::numeric_limits<int64_t>::max()
+                            ? 0
+                            : *params.runtime.seed + 1;
   }
   config::validate_config(params);
+  for (const std::string& line : config::compatibility_warnings(params)) log_warning() << line;
   params.lock();
 }
 

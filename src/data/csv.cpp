@@ -89,9 +89,10 @@ bool CsvReader::next(std::vector<std::string>& fields) {
 bool parse_double(const std::string& text, double& value) {
   if (text.empty()) return false;
   char* end = nullptr;
-  errno = 0;
   value = std::strtod(text.c_str(), &end);
-  return errno == 0 && end == text.c_str() + text.size() && std::isfinite(value);
+  // ERANGE also flags underflow (1e-320, a subnormal, or 1e-400, zero): still
+  // numbers; an overflow comes back infinite and is refused below.
+  return end == text.c_str() + text.size() && std::isfinite(value);
 }
 
 }  // namespace garden::data

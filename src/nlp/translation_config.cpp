@@ -1,5 +1,7 @@
 #include "garden/nlp/translation_config.h"
 
+#include "garden/core/config/validation.h"
+
 namespace garden::nlp {
 
 void EncDecoderConfig::visit(config::Visitor& v) {
@@ -16,21 +18,25 @@ void EncDecoderConfig::visit(config::Visitor& v) {
 }
 
 void EncDecoderConfig::validate() const {
-  if (num_layers < 1) throw config::ConfigError("num_layers must be >= 1");
-  if (num_attention_heads < 1) throw config::ConfigError("num_attention_heads must be >= 1");
-  if (intermediate_size < 1) throw config::ConfigError("intermediate_size must be >= 1");
+  using config::check_range;
+  using config::Range;
+  check_range("num_layers", num_layers, Range::at_least(1));
+  check_range("num_attention_heads", num_attention_heads, Range::at_least(1));
+  check_range("intermediate_size", intermediate_size, Range::at_least(1));
   if (activation != "relu" && activation != "gelu")
-    throw config::ConfigError("activation '" + activation + "' is not one of relu, gelu");
-  for (double rate : {dropout_rate, attention_dropout_rate, intermediate_dropout})
-    if (!(rate >= 0 && rate < 1)) throw config::ConfigError("dropout rates must be in [0, 1)");
-  if (!(norm_epsilon > 0)) throw config::ConfigError("norm_epsilon must be > 0");
+    config::refuse("activation", "'" + activation + "' is not one of relu, gelu");
+  check_range("dropout_rate", dropout_rate, Range::at_least(0).below(1));
+  check_range("attention_dropout_rate", attention_dropout_rate, Range::at_least(0).below(1));
+  check_range("intermediate_dropout", intermediate_dropout, Range::at_least(0).below(1));
+  check_range("norm_epsilon", norm_epsilon, Range::above(0));
 }
 
 void TranslationModelConfig::visit(config::Visitor& v) {
   v("encoder", encoder, "The encoder stack.");
   v("decoder", decoder, "The decoder stack.");
   v("embedding_width", embedding_width, "Width of the shared embedding and of the model.");
-  v("dropout_rate", dropout_rate, "Dropout on the embeddings plus positions.");
+  v("dropout_rate", dropout_rate,
+    "Dropout on the embeddings plus positions (the blocks use encoder.dropout_rate).");
   v("padded_decode", padded_decode,
     "Model Garden pads decoding to decode_max_length for TPUs; accepted, and results are the "
     "same either way.");
@@ -43,19 +49,22 @@ void TranslationModelConfig::visit(config::Visitor& v) {
 }
 
 void TranslationModelConfig::validate() const {
-  if (embedding_width < 2 || embedding_width % 2)
-    throw config::ConfigError("embedding_width must be even and >= 2");
+  using config::check_range;
+  using config::Range;
+  check_range("embedding_width", embedding_width, Range::at_least(2));
+  if (embedding_width % 2)
+    config::refuse("embedding_width", std::to_string(embedding_width) + " is odd; it must be even");
   for (const auto* stack : {&encoder, &decoder})
     if (embedding_width % stack->num_attention_heads)
-      throw config::ConfigError("embedding_width " + std::to_string(embedding_width) +
-                                " is not divisible by num_attention_heads " +
-                                std::to_string(stack->num_attention_heads));
+      config::refuse("embedding_width", std::to_string(embedding_width) +
+                                            " is not divisible by num_attention_heads " +
+                                            std::to_string(stack->num_attention_heads));
   // One block configuration for both stacks (the hand-written model shares
   // it); the depths may differ.
   const auto same = [&](auto a, auto b, const char* key) {
     if (a != b)
-      throw config::ConfigError(std::string("encoder.") + key + " and decoder." + key +
-                                " must be equal (only num_layers may differ)");
+      config::refuse(std::string("decoder.") + key,
+                     "must equal encoder." + std::string(key) + " (only num_layers may differ)");
   };
   same(encoder.num_attention_heads, decoder.num_attention_heads, "num_attention_heads");
   same(encoder.intermediate_size, decoder.intermediate_size, "intermediate_size");
@@ -66,15 +75,19 @@ void TranslationModelConfig::validate() const {
   same(encoder.use_bias, decoder.use_bias, "use_bias");
   same(encoder.norm_first, decoder.norm_first, "norm_first");
   same(encoder.norm_epsilon, decoder.norm_epsilon, "norm_epsilon");
-  if (!(dropout_rate >= 0 && dropout_rate < 1))
-    throw config::ConfigError("dropout_rate must be in [0, 1)");
-  if (decode_max_length && *decode_max_length < 1)
-    throw config::ConfigError("decode_max_length must be >= 1 or null");
-  if (extra_decode_length < 0) throw config::ConfigError("extra_decode_length must be >= 0");
-  if (beam_size < 1) throw config::ConfigError("beam_size must be >= 1");
-  if (!(alpha >= 0)) throw config::ConfigError("alpha must be >= 0");
-  if (!(label_smoothing >= 0 && label_smoothing < 1))
-    throw config::ConfigError("label_smoothing must be in [0, 1)");
+  check_range("dropout_rate", dropout_rate, Range::at_least(0).below(1));
+  check_range("decode_max_length", decode_max_length, Range::at_least(1));
+  check_range("extra_decode_length", extra_decode_length, Range::at_least(0));
+  check_range("beam_size", beam_size, Range::at_least(1));
+  check_range("alpha", alpha, Range::at_least(0));
+  check_range("label_smoothing", label_smoothing, Range::at_least(0).below(1));
+}
+
+std::vector<config::IgnoredKey> TranslationModelConfig::ignored_keys() const {
+  std::vector<config::IgnoredKey> out;
+  config::note_ignored(out, "padded_decode", padded_decode, TranslationModelConfig().padded_decode,
+                       "TPU padding; the translations are the same either way");
+  return out;
 }
 
 void TranslationDataConfig::visit(config::Visitor& v) {
@@ -95,21 +108,28 @@ void TranslationDataConfig::visit(config::Visitor& v) {
 }
 
 void TranslationDataConfig::validate() const {
+  using config::check_range;
+  using config::Range;
   // The file types are this task's own (tsv, aligned, tf.Example records).
   validate_reading();
-  if (file_type == "aligned" && (src_lang.empty() || tgt_lang.empty()))
-    throw config::ConfigError("file_type aligned needs src_lang and tgt_lang (the extensions)");
   if (file_type != "tsv" && file_type != "aligned" && file_type != "tfrecord" &&
       file_type != "tfrecord_compressed")
-    throw config::ConfigError("file_type '" + file_type +
-                              "' is not one of tsv, aligned, tfrecord, tfrecord_compressed");
+    config::refuse("file_type",
+                   "'" + file_type + "' is not one of tsv, aligned, tfrecord, tfrecord_compressed");
+  if (file_type == "aligned" && (src_lang.empty() || tgt_lang.empty()))
+    config::refuse(src_lang.empty() ? "src_lang" : "tgt_lang",
+                   "is empty; file_type aligned needs src_lang and tgt_lang (the extensions)");
   if ((file_type == "tfrecord" || file_type == "tfrecord_compressed") &&
       (src_lang.empty() || tgt_lang.empty()))
-    throw config::ConfigError("tf.Example data needs src_lang and tgt_lang (the feature names)");
-  if (max_seq_length < 2) throw config::ConfigError("max_seq_length must be >= 2");
-  if (bucket_min_boundary < 1) throw config::ConfigError("bucket_min_boundary must be >= 1");
-  if (!(bucket_boundary_scale >= 1))
-    throw config::ConfigError("bucket_boundary_scale must be >= 1");
+    config::refuse(src_lang.empty() ? "src_lang" : "tgt_lang",
+                   "is empty; tf.Example data needs src_lang and tgt_lang (the feature names)");
+  // wmt_dataloader: static training batches are always full.
+  if (static_batch && is_training.value_or(false) && !drop_remainder)
+    config::refuse("drop_remainder",
+                   "false has no effect with static_batch in training: every batch is full");
+  check_range("max_seq_length", max_seq_length, Range::at_least(2));
+  check_range("bucket_min_boundary", bucket_min_boundary, Range::at_least(1));
+  check_range("bucket_boundary_scale", bucket_boundary_scale, Range::at_least(1));
 }
 
 void TranslationConfig::visit_task_fields(config::Visitor& v) {
@@ -122,8 +142,8 @@ void TranslationConfig::visit_task_fields(config::Visitor& v) {
 }
 
 void TranslationConfig::validate() const {
-  if (sentencepiece_vocab_size < 8)
-    throw config::ConfigError("sentencepiece_vocab_size must be >= 8");
+  config::check_range("sentencepiece_vocab_size", sentencepiece_vocab_size,
+                      config::Range::at_least(8));
 }
 
 }  // namespace garden::nlp

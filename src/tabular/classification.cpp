@@ -9,10 +9,11 @@
 #include <set>
 
 #include "garden/base/encoding.h"
+#include "garden/core/config/registry.h"
+#include "garden/core/config/validation.h"
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
 #include "garden/base/paths.h"
-#include "garden/core/config/registry.h"
 #include "garden/data/csv.h"
 
 namespace garden::tabular {
@@ -24,12 +25,10 @@ void FeedForwardConfig::visit(config::Visitor& v) {
 }
 
 void FeedForwardConfig::validate() const {
-  for (auto size : hidden_layer_sizes)
-    if (size < 1) throw config::ConfigError("hidden_layer_sizes must be >= 1 each");
+  config::check_each("hidden_layer_sizes", hidden_layer_sizes, config::Range::at_least(1));
   if (activation != "relu" && activation != "gelu" && activation != "tanh")
-    throw config::ConfigError("activation '" + activation + "' is not one of relu, gelu, tanh");
-  if (dropout_rate < 0 || dropout_rate >= 1)
-    throw config::ConfigError("dropout_rate must be in [0, 1)");
+    config::refuse("activation", "'" + activation + "' is not one of relu, gelu, tanh");
+  config::check_range("dropout_rate", dropout_rate, config::Range::at_least(0).below(1));
 }
 
 void TabularClassificationConfig::visit_task_fields(config::Visitor& v) {
@@ -42,11 +41,43 @@ void TabularClassificationConfig::visit_task_fields(config::Visitor& v) {
 }
 
 void TabularClassificationConfig::validate() const {
-  if (label_column.empty()) throw config::ConfigError("label_column must be set");
-  if (validation_split < 0 || validation_split >= 1)
-    throw config::ConfigError("validation_split must be in [0, 1)");
+  if (label_column.empty()) config::refuse("label_column", "is empty; name the label column");
+  config::check_range("validation_split", validation_split, config::Range::at_least(0).below(1));
+  config::check_range("split_seed", split_seed, config::Range::at_least(0));
   if (train_data.input_path.empty())
-    throw config::ConfigError("train_data.input_path must name a CSV file");
+    config::refuse("train_data.input_path", "is empty; it must name a CSV file");
+  // The CSV file is read into memory once and served by TableDataset: these
+  // DataConfig keys of the file pipeline would have no effect.
+  const config::DataConfig defaults;
+  for (const auto& [name, data] :
+       {std::pair<std::string, const config::DataConfig*>{"train_data", &train_data},
+        {"validation_data", &validation_data}}) {
+    const auto refuse_set = [&](const char* key, bool is_default, const std::string& value) {
+      if (!is_default)
+        config::refuse(name + "." + key,
+                       value +
+                           " has no effect here: the table is read into memory and fully "
+                           "shuffled each epoch; leave " +
+                           key + " at its default");
+    };
+    refuse_set("shuffle_buffer_size", data->shuffle_buffer_size == defaults.shuffle_buffer_size,
+               std::to_string(data->shuffle_buffer_size));
+    refuse_set("cache", data->cache == defaults.cache, data->cache ? "true" : "false");
+    refuse_set("cycle_length", data->cycle_length == defaults.cycle_length,
+               data->cycle_length ? std::to_string(*data->cycle_length) : "null");
+    refuse_set("block_length", data->block_length == defaults.block_length,
+               std::to_string(data->block_length));
+    refuse_set("prefetch_buffer_size", data->prefetch_buffer_size == defaults.prefetch_buffer_size,
+               data->prefetch_buffer_size ? std::to_string(*data->prefetch_buffer_size) : "null");
+    refuse_set("compression_type", data->compression_type == defaults.compression_type,
+               "'" + data->compression_type + "'");
+    refuse_set("skip_corrupt_records", data->skip_corrupt_records == defaults.skip_corrupt_records,
+               data->skip_corrupt_records ? "true" : "false");
+    // Always CSV; the generic default (tfrecord) stands for "unset".
+    if (data->file_type != defaults.file_type && data->file_type != "csv")
+      config::refuse(name + ".file_type",
+                     "'" + data->file_type + "' is not csv; this task reads CSV files only");
+  }
 }
 
 // ---- model -------------------------------------------------------------------
@@ -240,10 +271,20 @@ void TabularClassificationTask::read_training_rows() {
   for (std::size_t i = 0; i < table.rows.size(); ++i)
     if (!held_out[i]) classes.insert(table.labels[i]);
   schema.classes.assign(classes.begin(), classes.end());
-  if (schema.classes.size() < 2)
-    throw Error("the training data of '" + config_.train_data.input_path + "' has " +
-                std::to_string(schema.classes.size()) + " class(es) in column '" +
-                config_.label_column + "'; classification needs at least 2");
+  if (schema.classes.size() < 2) {
+    const std::size_t kept =
+        static_cast<std::size_t>(std::count(held_out.begin(), held_out.end(), false));
+    std::string why = "'" + config_.train_data.input_path + "' has " +
+                      std::to_string(schema.classes.size()) + " class(es) in column '" +
+                      config_.label_column + "'";
+    if (kept < table.rows.size())
+      why = "task.validation_split " + config::number_text(config_.validation_split) + " left " +
+            std::to_string(kept) + " of " + std::to_string(table.rows.size()) + " rows of '" +
+            config_.train_data.input_path + "' for training, with " +
+            std::to_string(schema.classes.size()) + " class(es) in column '" +
+            config_.label_column + "'";
+    throw Error(why + "; classification needs at least 2 classes in the training rows");
+  }
   std::map<std::string, int64_t> class_id;
   for (std::size_t i = 0; i < schema.classes.size(); ++i)
     class_id[schema.classes[i]] = static_cast<int64_t>(i);

@@ -90,6 +90,9 @@ std::shared_ptr<garden::config::ExperimentConfig> toy_experiment() {
   auto e = std::make_shared<garden::config::ExperimentConfig>();
   auto task = std::make_shared<ToyTaskConfig>();
   task->train_data.is_training = true;
+  // What ToyDataset yields (a batch size must be set to be valid).
+  task->train_data.global_batch_size = 8;
+  task->validation_data.global_batch_size = 8;
   e->task = task;
   e->trainer.train_steps = 100;
   e->trainer.steps_per_loop = 10;

@@ -286,7 +286,7 @@ TEST(ConfigTest, TrainerRestrictions) {
   trainer.steps_per_loop = 100;
   trainer.summary_interval = 150;
   EXPECT_NE(error_of([&] { garden::config::validate_config(trainer); })
-                .find("summary_interval (150) must be a multiple of steps_per_loop (100)"),
+                .find("summary_interval: 150 must be a multiple of steps_per_loop (100)"),
             std::string::npos);
   trainer.summary_interval = 200;
   trainer.best_checkpoint_metric_comp = "bigger";

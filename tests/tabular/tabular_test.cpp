@@ -131,7 +131,7 @@ TEST_F(TabularTest, AResumeContinuesFromWhatTheCheckpointHolds) {
   const auto straight = tensors_with_prefix((root_ / "straight" / "ckpt-200").string(), "model/");
   const auto resumed = tensors_with_prefix((root_ / "resumed" / "ckpt-200").string(), "model/");
   EXPECT_FALSE(torch::equal(straight.at("model/dense_0.weight"), resumed.at("model/dense_0.weight")));
-  // And it continued at step 100: the optimizer's iterations say so.
+  // And it continued from step 100.
   const auto meta = garden::read_checkpoint_file((root_ / "resumed" / "ckpt-200").string()).meta;
   EXPECT_EQ(meta.at("global_step"), 200);
   std::ifstream log(root_ / "resumed" / "train.log");
@@ -273,6 +273,50 @@ TEST_F(TabularTest, BadCsvInputNamesFileLineAndColumn) {
     FAIL() << "expected an error";
   } catch (const garden::Error& e) {
     EXPECT_NE(std::string(e.what()).find("has no column 'y'; its columns: label, x"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A subnormal (1e-320) or underflowing (1e-400) value is a number; an
+// overflowing one (1e400) is not.
+TEST_F(TabularTest, TinyValuesAreNumbersAndOverflowIsNot) {
+  const auto csv = root_ / "tiny.csv";
+  std::ofstream(csv) << "label,x\na,1e-320\nb,2\na,1e-400\nb,2.5\n";
+  garden::tabular::TabularClassificationTask task(
+      std::static_pointer_cast<const garden::tabular::TabularClassificationConfig>(
+          experiment("task.train_data.input_path=" + csv.string(), "tabular/classification")
+              ->task));
+  EXPECT_EQ(task.schema().classes, (std::vector<std::string>{"a", "b"}));
+
+  std::ofstream(csv, std::ios::trunc) << "label,x\na,1e400\nb,2\n";
+  garden::tabular::TabularClassificationTask overflow(
+      std::static_pointer_cast<const garden::tabular::TabularClassificationConfig>(
+          experiment("task.train_data.input_path=" + csv.string(), "tabular/classification")
+              ->task));
+  try {
+    overflow.schema();
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "CSV file '" + csv.string() + "' line 2: column 'x' is not a number: '1e400'");
+  }
+}
+
+// A validation split that leaves too few training rows says so.
+TEST_F(TabularTest, AValidationSplitThatLeavesNoClassesSaysWhatItLeft) {
+  garden::tabular::TabularClassificationTask task(
+      std::static_pointer_cast<const garden::tabular::TabularClassificationConfig>(
+          experiment("task.validation_split=0.999")->task));
+  try {
+    task.schema();
+    FAIL() << "expected an error";
+  } catch (const garden::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("task.validation_split 0.999 left 0 of 150 rows of '"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("classification needs at least 2 classes in the "
+                                         "training rows"),
               std::string::npos)
         << e.what();
   }

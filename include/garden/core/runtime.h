@@ -10,8 +10,9 @@
 namespace garden {
 
 // Fills in what the config leaves to start-up (runtime.seed and the data
-// seeds, drawn once so params.yaml records them), validates every restriction
-// and locks the config.
+// seeds, drawn once so params.yaml records them), validates every restriction,
+// logs one warning naming the Model Garden compatibility keys that are set
+// (they have no effect) and locks the config.
 void finalize_config(config::ExperimentConfig& params);
 
 // Sets LibTorch's thread counts and seeds its generator; checks the device.

@@ -42,6 +42,7 @@ struct TranslationModelConfig : config::Config {
   double label_smoothing = 0.1;
   void visit(config::Visitor& v) override;
   void validate() const override;
+  std::vector<config::IgnoredKey> ignored_keys() const override;
 };
 
 // Model Garden's WMTDataConfig. file_type adds, for parallel text:

@@ -1,6 +1,10 @@
 #include "garden/core/config/definitions.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <set>
+
+#include "garden/core/config/validation.h"
 
 namespace garden::config {
 
@@ -29,19 +33,44 @@ void DataConfig::validate() const {
   static const std::set<std::string> file_types = {"tfrecord", "tfrecord_compressed", "text",
                                                    "tsv", "documents", "csv"};
   if (!file_types.count(file_type))
-    throw ConfigError("file_type '" + file_type +
-                      "' is not one of tfrecord, tfrecord_compressed, text, tsv, documents, csv");
+    refuse("file_type", "'" + file_type +
+                            "' is not one of tfrecord, tfrecord_compressed, text, tsv, documents, "
+                            "csv");
 }
 
 void DataConfig::validate_reading() const {
-  if (global_batch_size < 0) throw ConfigError("global_batch_size must be >= 0");
-  if (shuffle_buffer_size < 0) throw ConfigError("shuffle_buffer_size must be >= 0");
-  if (block_length < 1) throw ConfigError("block_length must be >= 1");
-  if (cycle_length && *cycle_length < 1) throw ConfigError("cycle_length must be >= 1");
-  if (prefetch_buffer_size && *prefetch_buffer_size < 0)
-    throw ConfigError("prefetch_buffer_size must be >= 0");
+  check_range("global_batch_size", global_batch_size, Range::at_least(1));
+  check_range("shuffle_buffer_size", shuffle_buffer_size, Range::at_least(0));
+  check_range("cycle_length", cycle_length, Range::at_least(1));
+  check_range("block_length", block_length, Range::at_least(1));
+  check_range("seed", seed, Range::at_least(0));
+  // -1 is tf.data.AUTOTUNE.
+  check_range("prefetch_buffer_size", prefetch_buffer_size, Range::at_least(-1));
   if (!compression_type.empty() && compression_type != "GZIP" && compression_type != "ZLIB")
-    throw ConfigError("compression_type '" + compression_type + "' is not one of '', GZIP, ZLIB");
+    refuse("compression_type", "'" + compression_type + "' is not one of '', GZIP, ZLIB");
+  const bool tfrecord = file_type == "tfrecord" || file_type == "tfrecord_compressed";
+  if (!compression_type.empty() && !tfrecord)
+    refuse(
+        "compression_type",
+        "'" + compression_type + "' applies only to TFRecord files, not to file_type " + file_type);
+  if (!compression_type.empty() && compression_type != "GZIP" && file_type == "tfrecord_compressed")
+    refuse("compression_type",
+           "'" + compression_type + "' contradicts file_type tfrecord_compressed (GZIP)");
+  // Model Garden shuffles training data only.
+  if (!is_training.value_or(false) && shuffle_buffer_size != DataConfig().shuffle_buffer_size)
+    refuse("shuffle_buffer_size", std::to_string(shuffle_buffer_size) +
+                                      " has no effect: data with is_training false is read in "
+                                      "order; leave it at its default");
+  if (skip_corrupt_records && !tfrecord)
+    refuse("skip_corrupt_records",
+           "true applies only to TFRecord files (their CRCs), not to file_type " + file_type);
+}
+
+std::vector<IgnoredKey> DataConfig::ignored_keys() const {
+  std::vector<IgnoredKey> out;
+  note_ignored(out, "deterministic", deterministic, DataConfig().deterministic,
+               "Garden's input is always deterministic");
+  return out;
 }
 
 void DifferentialPrivacyConfig::visit(Visitor& v) {
@@ -50,20 +79,42 @@ void DifferentialPrivacyConfig::visit(Visitor& v) {
 }
 
 void DifferentialPrivacyConfig::validate() const {
-  if (!(clipping_norm > 0)) throw ConfigError("clipping_norm must be > 0");
-  if (!(noise_multiplier >= 0)) throw ConfigError("noise_multiplier must be >= 0");
+  check_range("clipping_norm", clipping_norm, Range::above(0));
+  check_range("noise_multiplier", noise_multiplier, Range::at_least(0));
 }
 
 void RuntimeConfig::visit(Visitor& v) {
   v("distribution_strategy", distribution_strategy,
-    "off, one_device, mirrored, multi_worker_mirrored or parameter_server.");
+    "off, one_device or mirrored: one replica on runtime.device (multi-worker strategies are "
+    "not implemented yet).");
   v("enable_xla", enable_xla, "Accepted for Model Garden compatibility; LibTorch has no XLA.");
-  v("num_gpus", num_gpus, "GPUs to use with the mirrored strategy.");
-  v("worker_hosts", worker_hosts, "Comma-separated host:port of every worker.");
-  v("task_index", task_index, "Index of this worker in worker_hosts.");
+  v("gpu_thread_mode", gpu_thread_mode,
+    "Accepted for Model Garden compatibility (TensorFlow's GPU threads).");
+  v("dataset_num_private_threads", dataset_num_private_threads,
+    "Accepted for Model Garden compatibility (tf.data's private thread pool).");
+  v("per_gpu_thread_count", per_gpu_thread_count,
+    "Accepted for Model Garden compatibility (TensorFlow's GPU threads).");
+  v("tpu", tpu, "Accepted for Model Garden compatibility; Garden has no TPU support.");
+  v("num_gpus", num_gpus,
+    "0, or 1 with runtime.device cuda[:N]; Garden uses the one device runtime.device names.");
+  v("worker_hosts", worker_hosts, "Multi-worker training is not implemented yet: must be null.");
+  v("task_index", task_index, "Multi-worker training is not implemented yet: must be -1.");
+  v("all_reduce_alg", all_reduce_alg, "Accepted for Model Garden compatibility (one replica).");
+  v("num_packs", num_packs, "Accepted for Model Garden compatibility (one replica).");
   v("mixed_precision_dtype", mixed_precision_dtype, "null, float32, bfloat16 or float16.");
-  v("loss_scale", loss_scale, "Loss scale for float16: a number or 'dynamic'.");
+  v("loss_scale", loss_scale,
+    "Loss scale for float16 (only): a positive number or 'dynamic'; null is dynamic.");
   v("run_eagerly", run_eagerly, "Accepted for Model Garden compatibility; LibTorch is eager.");
+  v("batchnorm_spatial_persistent", batchnorm_spatial_persistent,
+    "Accepted for Model Garden compatibility (a cuDNN batch-norm mode).");
+  v("tpu_enable_xla_dynamic_padder", tpu_enable_xla_dynamic_padder,
+    "Accepted for Model Garden compatibility; Garden has no TPU support.");
+  v("num_cores_per_replica", num_cores_per_replica,
+    "Accepted for Model Garden compatibility (TPU model parallelism).");
+  v("default_shard_dim", default_shard_dim,
+    "Accepted for Model Garden compatibility (TPU model parallelism).");
+  v("use_tpu_mp_strategy", use_tpu_mp_strategy,
+    "Accepted for Model Garden compatibility; Garden has no TPU support.");
   v("device", device, "LibTorch device: cpu, cuda or cuda:N.");
   v("intra_op_parallelism_threads", intra_op_parallelism_threads,
     "Threads inside one op; 0 keeps LibTorch's default.");
@@ -74,21 +125,105 @@ void RuntimeConfig::visit(Visitor& v) {
     "in params.yaml.");
 }
 
+namespace {
+bool is_cuda_device(const std::string& device) {
+  if (device == "cuda") return true;
+  if (device.rfind("cuda:", 0) != 0 || device.size() == 5 || device.size() > 8) return false;
+  return device.find_first_not_of("0123456789", 5) == std::string::npos;
+}
+
+// Model Garden's loss_scale: null, "dynamic" or a positive number.
+bool is_loss_scale(const std::string& text) {
+  if (text.empty() || text == "dynamic") return true;
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size() && std::isfinite(value) && value > 0;
+}
+}  // namespace
+
 void RuntimeConfig::validate() const {
-  static const std::set<std::string> strategies = {
-      "", "off", "one_device", "mirrored", "multi_worker_mirrored", "parameter_server"};
-  if (!strategies.count(distribution_strategy))
-    throw ConfigError("distribution_strategy '" + distribution_strategy +
-                      "' is not one of off, one_device, mirrored, multi_worker_mirrored, "
-                      "parameter_server");
+  static const std::set<std::string> single_device = {"", "off", "one_device", "mirrored"};
+  if (distribution_strategy == "multi_worker_mirrored" ||
+      distribution_strategy == "parameter_server")
+    refuse("distribution_strategy",
+           "'" + distribution_strategy +
+               "' is not supported yet (multi-worker training is not implemented); use "
+               "one_device, or mirrored (one replica on runtime.device)");
+  if (!single_device.count(distribution_strategy))
+    refuse("distribution_strategy", "'" + distribution_strategy +
+                                        "' is not one of off, one_device, mirrored (Garden trains "
+                                        "one replica on runtime.device)");
+  if (!is_cuda_device(device) && device != "cpu")
+    refuse("device", "'" + device + "' is not one of cpu, cuda, cuda:N");
+  check_range("num_gpus", num_gpus, Range::at_least(0));
+  if (num_gpus > 1)
+    refuse("num_gpus", std::to_string(num_gpus) +
+                           " GPUs cannot be used: Garden trains on the one device runtime.device "
+                           "names; set num_gpus to 0 or 1 and runtime.device=cuda:N");
+  if (num_gpus == 1 && !is_cuda_device(device))
+    refuse("num_gpus", "1 asks for a GPU but runtime.device is '" + device +
+                           "'; Garden chooses the device with runtime.device: set "
+                           "runtime.device=cuda (or num_gpus=0 for the CPU)");
+  if (worker_hosts && !worker_hosts->empty())
+    refuse("worker_hosts",
+           "'" + *worker_hosts + "': multi-worker training is not implemented yet; leave it null");
+  if (task_index != -1)
+    refuse("task_index", std::to_string(task_index) +
+                             ": multi-worker training is not implemented yet; leave it at -1");
   if (mixed_precision_dtype && *mixed_precision_dtype != "float32" &&
       *mixed_precision_dtype != "bfloat16" && *mixed_precision_dtype != "float16")
-    throw ConfigError("mixed_precision_dtype '" + *mixed_precision_dtype +
-                      "' is not one of float32, bfloat16, float16");
-  if (intra_op_parallelism_threads < 0 || inter_op_parallelism_threads < 0)
-    throw ConfigError("thread counts must be >= 0");
-  if (device != "cpu" && device.rfind("cuda", 0) != 0)
-    throw ConfigError("device '" + device + "' is not one of cpu, cuda, cuda:N");
+    refuse("mixed_precision_dtype",
+           "'" + *mixed_precision_dtype + "' is not one of float32, bfloat16, float16");
+  if (loss_scale && !is_loss_scale(*loss_scale))
+    refuse("loss_scale", "'" + *loss_scale + "' is not 'dynamic' or a positive number");
+  if (loss_scale && mixed_precision_dtype.value_or("") != "float16")
+    refuse("loss_scale", "'" + *loss_scale +
+                             "' applies only with mixed_precision_dtype float16 (it is " +
+                             mixed_precision_dtype.value_or("null") + ")");
+  check_range("dataset_num_private_threads", dataset_num_private_threads, Range::at_least(1));
+  check_range("per_gpu_thread_count", per_gpu_thread_count, Range::at_least(0));
+  check_range("num_packs", num_packs, Range::at_least(1));
+  check_range("num_cores_per_replica", num_cores_per_replica, Range::at_least(1));
+  check_range("default_shard_dim", default_shard_dim, Range::at_least(-1));
+  const std::string why_cap =
+      " (LibTorch starts every thread at once; more threads than cores "
+      "only slow it down)";
+  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"intra_op_parallelism_threads",
+                                                                   intra_op_parallelism_threads},
+                                   {"inter_op_parallelism_threads", inter_op_parallelism_threads}})
+    if (value > kMaxThreads)
+      refuse(key, std::to_string(value) + " is out of range; must be in [0, " +
+                      std::to_string(kMaxThreads) + "]" + why_cap);
+    else
+      check_range(key, value, Range::at_least(0).at_most(static_cast<double>(kMaxThreads)));
+  check_range("seed", seed, Range::at_least(0));
+}
+
+std::vector<IgnoredKey> RuntimeConfig::ignored_keys() const {
+  const RuntimeConfig d;
+  std::vector<IgnoredKey> out;
+  note_ignored(out, "enable_xla", enable_xla, d.enable_xla, "LibTorch has no XLA");
+  note_ignored(out, "gpu_thread_mode", gpu_thread_mode, d.gpu_thread_mode,
+               "TensorFlow's GPU threads");
+  note_ignored(out, "dataset_num_private_threads", dataset_num_private_threads,
+               d.dataset_num_private_threads, "tf.data's thread pool");
+  note_ignored(out, "per_gpu_thread_count", per_gpu_thread_count, d.per_gpu_thread_count,
+               "TensorFlow's GPU threads");
+  note_ignored(out, "tpu", tpu, d.tpu, "no TPU support");
+  note_ignored(out, "all_reduce_alg", all_reduce_alg, d.all_reduce_alg, "one replica");
+  note_ignored(out, "num_packs", num_packs, d.num_packs, "one replica");
+  note_ignored(out, "run_eagerly", run_eagerly, d.run_eagerly, "LibTorch is always eager");
+  note_ignored(out, "batchnorm_spatial_persistent", batchnorm_spatial_persistent,
+               d.batchnorm_spatial_persistent, "a cuDNN mode of TensorFlow");
+  note_ignored(out, "tpu_enable_xla_dynamic_padder", tpu_enable_xla_dynamic_padder,
+               d.tpu_enable_xla_dynamic_padder, "no TPU support");
+  note_ignored(out, "num_cores_per_replica", num_cores_per_replica, d.num_cores_per_replica,
+               "no TPU model parallelism");
+  note_ignored(out, "default_shard_dim", default_shard_dim, d.default_shard_dim,
+               "no TPU model parallelism");
+  note_ignored(out, "use_tpu_mp_strategy", use_tpu_mp_strategy, d.use_tpu_mp_strategy,
+               "no TPU support");
+  return out;
 }
 
 void TrainerConfig::visit(Visitor& v) {
@@ -117,24 +252,32 @@ void TrainerConfig::visit(Visitor& v) {
 }
 
 void TrainerConfig::validate() const {
-  if (steps_per_loop < 1) throw ConfigError("steps_per_loop must be >= 1");
-  if (summary_interval < 0) throw ConfigError("summary_interval must be >= 0");
+  check_range("steps_per_loop", steps_per_loop, Range::at_least(1));
+  check_range("summary_interval", summary_interval, Range::at_least(0));
   if (summary_interval > 0 && summary_interval % steps_per_loop != 0)
-    throw ConfigError("summary_interval (" + std::to_string(summary_interval) +
-                      ") must be a multiple of steps_per_loop (" + std::to_string(steps_per_loop) +
-                      ")");
-  if (checkpoint_interval < 0) throw ConfigError("checkpoint_interval must be >= 0");
-  if (max_to_keep < 1) throw ConfigError("max_to_keep must be >= 1");
-  if (train_steps < 0) throw ConfigError("train_steps must be >= 0");
+    refuse("summary_interval", std::to_string(summary_interval) +
+                                   " must be a multiple of steps_per_loop (" +
+                                   std::to_string(steps_per_loop) + ")");
+  check_range("checkpoint_interval", checkpoint_interval, Range::at_least(0));
+  check_range("max_to_keep", max_to_keep, Range::at_least(1));
+  // Seconds added to a clock counting nanoseconds: far beyond 1e9 it overflows.
+  check_range("continuous_eval_timeout", continuous_eval_timeout, Range::at_least(0).at_most(1e9));
+  check_range("train_steps", train_steps, Range::at_least(0));
   if (validation_steps == 0 || validation_steps < -1)
-    throw ConfigError("validation_steps must be -1 (the whole validation data) or > 0");
-  if (validation_interval < 1) throw ConfigError("validation_interval must be >= 1");
+    refuse("validation_steps", std::to_string(validation_steps) +
+                                   " is out of range; must be -1 (the whole validation data) or "
+                                   ">= 1");
+  check_range("validation_interval", validation_interval, Range::at_least(1));
   if (best_checkpoint_metric_comp != "higher" && best_checkpoint_metric_comp != "lower")
-    throw ConfigError("best_checkpoint_metric_comp must be 'higher' or 'lower', got '" +
-                      best_checkpoint_metric_comp + "'");
+    refuse("best_checkpoint_metric_comp",
+           "'" + best_checkpoint_metric_comp + "' is not one of higher, lower");
   if (!best_checkpoint_export_subdir.empty() && best_checkpoint_eval_metric.empty())
-    throw ConfigError("best_checkpoint_export_subdir is set but best_checkpoint_eval_metric is empty");
-  if (recovery_max_trials < 0) throw ConfigError("recovery_max_trials must be >= 0");
+    refuse("best_checkpoint_eval_metric",
+           "is empty, but best_checkpoint_export_subdir is set; name the metric to compare");
+  // inf: no bound.
+  check_range("loss_upper_bound", loss_upper_bound, Range::above(0).allow_infinity());
+  check_range("recovery_begin_steps", recovery_begin_steps, Range::at_least(0));
+  check_range("recovery_max_trials", recovery_max_trials, Range::at_least(0));
 }
 
 void TaskConfig::visit(Visitor& v) {
@@ -161,6 +304,21 @@ void ExperimentConfig::visit(Visitor& v) {
 
 void ExperimentConfig::validate() const {
   if (!task) throw ConfigError("the experiment has no task config");
+  // Keras refuses these with differential privacy, which does its own
+  // clipping (Model Garden's base_task.create_optimizer).
+  const auto& optimizer = trainer.optimizer_config.optimizer;
+  const auto* active = dynamic_cast<const BaseOptimizerConfig*>(optimizer.get());
+  if (task->differential_privacy_config && active) {
+    const std::string prefix = "trainer.optimizer_config.optimizer." + optimizer.type + ".";
+    for (const auto& [key, value] :
+         {std::pair<const char*, const std::optional<double>*>{"clipnorm", &active->clipnorm},
+          {"clipvalue", &active->clipvalue},
+          {"global_clipnorm", &active->global_clipnorm}})
+      if (*value)
+        refuse(prefix + key, number_text(**value) +
+                                 " cannot be set together with task.differential_privacy_config, "
+                                 "which does its own clipping");
+  }
 }
 
 }  // namespace garden::config

@@ -1,5 +1,7 @@
 #include "garden/core/config/yaml_io.h"
 
+#include "garden/core/config/validation.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -66,14 +68,43 @@ class Validator : public Visitor {
   static void validate_at(Config& config, const std::string& path) {
     Validator nested(path);
     config.visit(nested);
+    detail::KeyPrefix prefix(path);
     try {
       config.validate();
     } catch (const ConfigError& e) {
-      throw ConfigError(path.empty() ? std::string(e.what()) : path + ": " + e.what());
+      // Errors from key_path()/refuse() already name the full key; others
+      // get the config's path.
+      const std::string message = e.what();
+      if (path.empty() || message.rfind(path + ".", 0) == 0 || message.rfind(path + ":", 0) == 0)
+        throw;
+      throw ConfigError(path + ": " + message);
     }
   }
 
  private:
+  std::string path_;
+};
+
+// Collects the ignored keys set in a config and every config nested in it.
+class IgnoredKeyCollector : public Visitor {
+ public:
+  IgnoredKeyCollector(std::vector<IgnoredKey>& out, std::string path)
+      : out_(out), path_(std::move(path)) {}
+
+  static void collect(Config& config, const std::string& path, std::vector<IgnoredKey>& out) {
+    for (auto& ignored : config.ignored_keys())
+      out.push_back({join_path(path, ignored.key), ignored.reason});
+    IgnoredKeyCollector nested(out, path);
+    config.visit(nested);
+  }
+
+ protected:
+  void on_field(const char* name, Field& field, const char*) override {
+    if (Config* sub = field.config()) collect(*sub, join_path(path_, name), out_);
+  }
+
+ private:
+  std::vector<IgnoredKey>& out_;
   std::string path_;
 };
 
@@ -167,8 +198,14 @@ double decode_float(const YAML::Node& node, const std::string& path) {
     if (lower == "-.inf" || lower == "-inf") return -std::numeric_limits<double>::infinity();
     if (lower == ".nan" || lower == "nan") return std::numeric_limits<double>::quiet_NaN();
     char* end = nullptr;
+    errno = 0;
     const double v = std::strtod(s.c_str(), &end);
-    if (end == s.c_str() + s.size()) return v;
+    // Underflow (ERANGE with a subnormal or zero) is still a number; overflow
+    // (ERANGE with HUGE_VAL) is not the number written.
+    if (end == s.c_str() + s.size() && !(errno == ERANGE && std::isinf(v))) return v;
+    if (end == s.c_str() + s.size())
+      throw ConfigError("config key '" + path + "': " + s +
+                        " is beyond the largest float (about 1.8e308)");
   }
   throw_type_error(path, node, "float");
 }
@@ -184,18 +221,7 @@ YAML::Node encode_float(double v) {
   if (std::isinf(v)) return YAML::Node(v > 0 ? ".inf" : "-.inf");
   // Shortest text that reads back to the same double, and always looks like a
   // float (so a reader of params.yaml sees the type).
-  std::ostringstream out;
-  out.precision(17);
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::ostringstream trial;
-    trial.precision(precision);
-    trial << v;
-    if (std::strtod(trial.str().c_str(), nullptr) == v) {
-      out.str(trial.str());
-      break;
-    }
-  }
-  std::string text = out.str();
+  std::string text = number_text(v);
   if (text.find_first_of(".eE") == std::string::npos) text += ".0";
   return YAML::Node(text);
 }
@@ -223,8 +249,19 @@ void read_config(Config& config, const YAML::Node& node, const std::string& path
   if (!node.IsMap()) throw_type_error(path.empty() ? "<root>" : path, node, "a mapping");
   FieldNames fields;
   config.visit(fields);
+  // YAML keeps the first of two equal keys and a dotted override the last:
+  // neither is what every user expects, so a key given twice is an error.
+  std::map<std::string, YAML::Mark> seen;
   for (const auto& item : node) {
     const std::string key = item.first.as<std::string>();
+    const YAML::Mark mark = item.first.Mark();
+    const auto [first, inserted] = seen.emplace(key, mark);
+    if (!inserted)
+      throw ConfigError("duplicate config key '" + join_path(path, key) + "'" +
+                        (mark.line >= 0 ? " at line " + std::to_string(mark.line + 1) : "") +
+                        (first->second.line >= 0
+                             ? " (first at line " + std::to_string(first->second.line + 1) + ")"
+                             : ""));
     if (std::find(fields.names.begin(), fields.names.end(), key) != fields.names.end()) continue;
     std::string message = "unknown config key '" + join_path(path, key) + "'";
     const std::string suggestion = nearest(key, fields.names);
@@ -344,6 +381,7 @@ YAML::Node parse_override(std::string_view text) {
                         std::string(e.what()));
     }
   }
+  std::vector<std::string> assigned;
   for (const std::string& part : split_assignments(text)) {
     const std::string item = trim(part);
     if (item.empty()) continue;
@@ -358,6 +396,16 @@ YAML::Node parse_override(std::string_view text) {
     } catch (const YAML::Exception& e) {
       throw ConfigError("params_override: cannot parse the value of '" + key + "': " + e.what());
     }
+    // A key set twice, or set whole and within (a=..., a.b=...), would
+    // silently keep one of the values.
+    for (const std::string& earlier : assigned) {
+      const bool same = earlier == key;
+      const bool nested = earlier.rfind(key + ".", 0) == 0 || key.rfind(earlier + ".", 0) == 0;
+      if (same || nested)
+        throw ConfigError("params_override: '" + key + "' is set twice" +
+                          (same ? "" : " (also by '" + earlier + "')"));
+    }
+    assigned.push_back(key);
     // Walk/create the nested mapping for a.b.c.
     std::vector<std::string> segments;
     std::stringstream ss(key);
@@ -389,6 +437,16 @@ void apply_override(Config& config, std::string_view text) {
 }
 
 void validate_config(Config& config) { Validator::validate_at(config, ""); }
+
+std::vector<std::string> compatibility_warnings(Config& config) {
+  std::vector<IgnoredKey> ignored;
+  IgnoredKeyCollector::collect(config, "", ignored);
+  if (ignored.empty()) return {};
+  std::string line = "accepted for Model Garden compatibility, without effect in Garden: ";
+  for (std::size_t i = 0; i < ignored.size(); ++i)
+    line += (i ? ", " : "") + ignored[i].key + " (" + ignored[i].reason + ")";
+  return {line};
+}
 
 std::vector<std::string> field_paths(Config& config) {
   std::vector<std::string> out;

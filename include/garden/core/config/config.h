@@ -41,6 +41,13 @@ class ConfigError : public Error {
 
 class Visitor;
 
+// A key kept only so that Model Garden configs load: it has no effect in
+// Garden. `reason` says why, in a few words.
+struct IgnoredKey {
+  std::string key;  // relative to the config that reports it
+  std::string reason;
+};
+
 class Config {
  public:
   virtual ~Config() = default;
@@ -49,6 +56,10 @@ class Config {
   // Restrictions between fields; throws ConfigError. Nested configs are
   // validated by validate_config() before their parent.
   virtual void validate() const {}
+  // The keys of this config (not of nested ones) that are accepted only for
+  // Model Garden compatibility and are set to something other than their
+  // default; compatibility_warnings() names them at start.
+  virtual std::vector<IgnoredKey> ignored_keys() const { return {}; }
 
   // A locked config refuses further YAML reads and overrides.
   void lock() { locked_ = true; }
@@ -139,6 +150,13 @@ class Visitor {
  protected:
   virtual void on_field(const char* name, Field& field, const char* doc) = 0;
 };
+
+// For ignored_keys(): adds `key` when `value` differs from its default.
+template <class T>
+void note_ignored(std::vector<IgnoredKey>& out, const char* key, const T& value,
+                  const T& default_value, const char* reason) {
+  if (!(value == default_value)) out.push_back({key, reason});
+}
 
 // ---- conversions -----------------------------------------------------------
 

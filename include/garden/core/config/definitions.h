@@ -23,9 +23,12 @@ struct DataConfig : Config {
   bool cache = false;
   std::optional<int64_t> cycle_length;
   int64_t block_length = 1;
+  // Accepted for Model Garden compatibility: Garden's pipelines are always
+  // deterministic (a warning names it when set).
   std::optional<bool> deterministic;
   bool sharding = true;
   std::optional<int64_t> seed;
+  // Null or -1 (tf.data.AUTOTUNE): 2 batches.
   std::optional<int64_t> prefetch_buffer_size;
   // How the files are read (Model Garden's file_type: tfrecord, or
   // tfrecord_compressed for GZIP; Garden adds text, tsv, documents and csv).
@@ -42,6 +45,7 @@ struct DataConfig : Config {
   // Everything but file_type: for a task's data config with file types of
   // its own.
   void validate_reading() const;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 // Model Garden's DifferentialPrivacyConfig (official/modeling/privacy).
@@ -52,23 +56,40 @@ struct DifferentialPrivacyConfig : Config {
   void validate() const override;
 };
 
-// Model Garden's RuntimeConfig, plus LibTorch's threads and device.
+// Model Garden's RuntimeConfig, plus LibTorch's threads and device. Garden
+// trains on one device, runtime.device: the strategies it accepts (off,
+// one_device, mirrored) all mean one replica there.
 struct RuntimeConfig : Config {
   std::string distribution_strategy = "mirrored";
   bool enable_xla = false;
+  std::optional<std::string> gpu_thread_mode;
+  std::optional<int64_t> dataset_num_private_threads;
+  int64_t per_gpu_thread_count = 0;
+  std::optional<std::string> tpu;
   int64_t num_gpus = 0;
   std::optional<std::string> worker_hosts;
   int64_t task_index = -1;
+  std::optional<std::string> all_reduce_alg;
+  int64_t num_packs = 1;
   std::optional<std::string> mixed_precision_dtype;
   std::optional<std::string> loss_scale;
   bool run_eagerly = false;
+  bool batchnorm_spatial_persistent = false;
+  std::optional<bool> tpu_enable_xla_dynamic_padder;
+  int64_t num_cores_per_replica = 1;
+  int64_t default_shard_dim = -1;
+  bool use_tpu_mp_strategy = false;
   // LibTorch-specific settings.
   std::string device = "cpu";
   int64_t intra_op_parallelism_threads = 0;
   int64_t inter_op_parallelism_threads = 0;
   std::optional<int64_t> seed;
+  // More threads than this are refused: LibTorch starts them all at once,
+  // and beyond the cores they only slow it down.
+  static constexpr int64_t kMaxThreads = 1024;
   void visit(Visitor& v) override;
   void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 // Model Garden's TrainerConfig.
@@ -142,6 +163,7 @@ struct ExperimentConfig : Config {
   TrainerConfig trainer;
   RuntimeConfig runtime;
   void visit(Visitor& v) override;
+  // A task is set; restrictions between task, trainer and runtime.
   void validate() const override;
 };
 

@@ -17,6 +17,7 @@ struct BaseOptimizerConfig : Config {
   std::optional<double> clipvalue;
   std::optional<double> global_clipnorm;
   void visit(Visitor& v) override;
+  void validate() const override;
 };
 
 struct SGDConfig : BaseOptimizerConfig {
@@ -25,6 +26,8 @@ struct SGDConfig : BaseOptimizerConfig {
   bool nesterov = false;
   double momentum = 0.0;
   void visit(Visitor& v) override;
+  void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 struct AdamConfig : BaseOptimizerConfig {
@@ -34,6 +37,8 @@ struct AdamConfig : BaseOptimizerConfig {
   double epsilon = 1e-07;
   bool amsgrad = false;
   void visit(Visitor& v) override;
+  void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 // Model Garden's AdamWeightDecay (decoupled weight decay, BERT's optimizer).
@@ -45,6 +50,8 @@ struct AdamWeightDecayConfig : AdamConfig {
   std::optional<std::vector<std::string>> exclude_from_weight_decay;
   double gradient_clip_norm = 1.0;
   void visit(Visitor& v) override;
+  void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 // Layer-wise Adaptive Moments (Model Garden's lamb.py, formerly tfa's LAMB).
@@ -58,6 +65,8 @@ struct LAMBConfig : BaseOptimizerConfig {
   // When unset (or empty) it falls back to exclude_from_weight_decay.
   std::optional<std::vector<std::string>> exclude_from_layer_adaptation;
   void visit(Visitor& v) override;
+  void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 struct RMSPropConfig : BaseOptimizerConfig {
@@ -67,6 +76,8 @@ struct RMSPropConfig : BaseOptimizerConfig {
   double epsilon = 1e-7;
   bool centered = false;
   void visit(Visitor& v) override;
+  void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 struct AdagradConfig : BaseOptimizerConfig {
@@ -74,6 +85,8 @@ struct AdagradConfig : BaseOptimizerConfig {
   double initial_accumulator_value = 0.1;
   double epsilon = 1e-07;
   void visit(Visitor& v) override;
+  void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 // Model Garden's EMAConfig. It derives from BaseOptimizerConfig there too
@@ -88,6 +101,7 @@ struct EMAConfig : BaseOptimizerConfig {
   bool dynamic_decay = true;
   void visit(Visitor& v) override;
   void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 struct OptimizerConfig : OneOfConfig {
@@ -104,6 +118,8 @@ struct ConstantLrConfig : Config {
   std::string name = "Constant";
   double learning_rate = 0.1;
   void visit(Visitor& v) override;
+  void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 struct StepwiseLrConfig : Config {
@@ -113,6 +129,7 @@ struct StepwiseLrConfig : Config {
   int64_t offset = 0;
   void visit(Visitor& v) override;
   void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 struct ExponentialLrConfig : Config {
@@ -123,6 +140,8 @@ struct ExponentialLrConfig : Config {
   std::optional<bool> staircase;
   int64_t offset = 0;
   void visit(Visitor& v) override;
+  void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 struct PolynomialLrConfig : Config {
@@ -134,6 +153,8 @@ struct PolynomialLrConfig : Config {
   bool cycle = false;
   int64_t offset = 0;
   void visit(Visitor& v) override;
+  void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 struct CosineLrConfig : Config {
@@ -143,6 +164,8 @@ struct CosineLrConfig : Config {
   double alpha = 0.0;
   int64_t offset = 0;
   void visit(Visitor& v) override;
+  void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 // lr * max(step, 1)^power (Model Garden's DirectPowerDecay; no offset).
@@ -151,6 +174,8 @@ struct DirectPowerLrConfig : Config {
   std::optional<double> initial_learning_rate;
   double power = -0.5;
   void visit(Visitor& v) override;
+  void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 // lr * max(s, 1)^power, times a linear ramp to zero over the last
@@ -163,6 +188,8 @@ struct PowerAndLinearDecayLrConfig : Config {
   double linear_decay_fraction = 0.1;
   int64_t offset = 0;
   void visit(Visitor& v) override;
+  void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 // pre_offset_learning_rate until step > offset, then
@@ -174,6 +201,8 @@ struct PowerDecayWithOffsetLrConfig : Config {
   int64_t offset = 0;
   double pre_offset_learning_rate = 1.0e6;
   void visit(Visitor& v) override;
+  void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 struct LrConfig : OneOfConfig {
@@ -186,6 +215,7 @@ struct LrConfig : OneOfConfig {
   PowerAndLinearDecayLrConfig power_linear;
   PowerDecayWithOffsetLrConfig power_with_offset;
   void visit(Visitor& v) override;
+  void validate() const override;
 };
 
 struct LinearWarmupConfig : Config {
@@ -193,6 +223,8 @@ struct LinearWarmupConfig : Config {
   double warmup_learning_rate = 0.0;
   std::optional<int64_t> warmup_steps;
   void visit(Visitor& v) override;
+  void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 struct PolynomialWarmupConfig : Config {
@@ -200,12 +232,15 @@ struct PolynomialWarmupConfig : Config {
   double power = 1.0;
   std::optional<int64_t> warmup_steps;
   void visit(Visitor& v) override;
+  void validate() const override;
+  std::vector<IgnoredKey> ignored_keys() const override;
 };
 
 struct WarmupConfig : OneOfConfig {
   LinearWarmupConfig linear;
   PolynomialWarmupConfig polynomial;
   void visit(Visitor& v) override;
+  void validate() const override;
 };
 
 struct OptimizationConfig : Config {

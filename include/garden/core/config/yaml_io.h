@@ -11,8 +11,9 @@
 namespace garden::config {
 
 // Applies a YAML mapping onto `config`. Strict: a key the config does not have
-// fails with its full dotted path and the nearest valid key; a value of the
-// wrong type names the key, the value and the type expected.
+// fails with its full dotted path and the nearest valid key; a key given
+// twice fails with both line numbers; a value of the wrong type names the
+// key, the value and the type expected.
 void read_config(Config& config, const YAML::Node& node, const std::string& path = "");
 
 // The whole config as a YAML mapping (every field, in declaration order).
@@ -23,14 +24,20 @@ std::string to_yaml_string(Config& config);
 void apply_file(Config& config, const std::string& file);
 
 // Model Garden's --params_override: either `a.b=1,c.d='x',e=[1,2]` or a YAML
-// / JSON mapping such as `{a: {b: 1}}`.
+// / JSON mapping such as `{a: {b: 1}}`. A key set twice (or set both as a
+// whole and within) is refused.
 void apply_override(Config& config, std::string_view text);
 // The mapping an override string stands for (exposed for tests and tools).
 YAML::Node parse_override(std::string_view text);
 
-// Runs validate() on every nested config, innermost first; errors are
-// prefixed with the config's dotted path.
+// Runs validate() on every nested config, innermost first; errors name the
+// full dotted key (validation.h), or start with the config's dotted path.
 void validate_config(Config& config);
+
+// One line naming every key that is accepted only for Model Garden
+// compatibility and is set to a non-default value (Config::ignored_keys), or
+// nothing when none is; finalize_config logs it at start.
+std::vector<std::string> compatibility_warnings(Config& config);
 
 // The dotted paths of every leaf field (for `garden config --keys`, and the
 // nearest-key suggestions).
