@@ -41,7 +41,13 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   if (path_.empty()) throw Error("cannot write a file with an empty name");
   std::error_code ec;
   if (fs::is_directory(path_, ec)) throw Error("cannot write '" + path_ + "': it is a directory");
-  temporary_ = temporary_path_for(path_);
+  // Write beside the link's target and replace it, so the link survives.
+  if (fs::is_symlink(path_, ec)) {
+    const fs::path target = fs::weakly_canonical(path_, ec);
+    if (!ec) target_ = target.string();
+  }
+  if (target_.empty()) target_ = path_;
+  temporary_ = temporary_path_for(target_);
   fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     const int error = errno;
@@ -70,24 +76,31 @@ void AtomicFile::write(const void* data, std::size_t size) {
 
 void AtomicFile::commit() {
   if (done_) throw Error("'" + path_ + "' is already committed");
-  // The content may have been written through another descriptor (a writer
-  // that opened temporary_path() itself): fsync covers the file either way.
-  if (::fsync(fd_) != 0) {
-    const int error = errno;
-    throw Error("cannot write '" + path_ + "': fsync: " + errno_text(error));
-  }
   const int closed = ::close(fd_);
   fd_ = -1;
   if (closed != 0) {
     const int error = errno;
     throw Error("cannot write '" + path_ + "': close: " + errno_text(error));
   }
-  if (std::rename(temporary_.c_str(), path_.c_str()) != 0) {
-    const int error = errno;
-    throw Error("cannot write '" + path_ + "': rename: " + errno_text(error));
-  }
+  // The content may have been written through another descriptor (a writer
+  // that opened temporary_path() itself): commit_file's fsync covers it.
+  commit_file(temporary_, target_);
   done_ = true;
-  sync_directory(parent_directory(path_));
+}
+
+void commit_file(const std::string& temporary, const std::string& path) {
+  const int fd = ::open(temporary.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int error = errno;
+    if (fd >= 0) ::close(fd);
+    throw Error("cannot write '" + path + "': fsync: " + errno_text(error));
+  }
+  ::close(fd);
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    throw Error("cannot write '" + path + "': rename: " + errno_text(error));
+  }
+  sync_directory(parent_directory(path));
 }
 
 void AtomicFile::discard() noexcept {

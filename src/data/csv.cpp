@@ -6,11 +6,19 @@
 #include <cstring>
 
 #include "garden/base/error.h"
+#include "garden/base/file_io.h"
 
 namespace garden::data {
 
+namespace {
+const std::string& checked_csv(const std::string& path) {
+  check_input_file(path, "CSV file");
+  return path;
+}
+}  // namespace
+
 CsvReader::CsvReader(const std::string& path, char delimiter)
-    : path_(path), delimiter_(delimiter), in_(path) {
+    : path_(path), delimiter_(delimiter), in_(checked_csv(path)) {
   if (!in_) throw Error("cannot open CSV file '" + path + "': " + std::strerror(errno));
   if (!read_record(header_) || (header_.size() == 1 && header_[0].empty()))
     throw Error("CSV file '" + path + "' is empty: expected a header row");

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "garden/base/error.h"
+#include "garden/base/file_io.h"
 #include "garden/data/csv.h"
 #include "garden/data/text_readers.h"
 #include "garden/data/tfrecord.h"
@@ -201,12 +202,17 @@ class AlignedSource : public RecordReader {
 std::unique_ptr<RecordReader> open_record_reader(const std::string& path,
                                                  const std::string& file_type,
                                                  const TFRecordReader::Options& tfrecord) {
+  // A directory or a missing file is named before any read, whatever the type.
+  check_input_file(path, "input file");
   if (file_type == "tfrecord") return std::make_unique<TFRecordSource>(path, tfrecord);
   if (file_type == "text" || file_type == "tsv") return std::make_unique<LineSource>(path);
   if (file_type == "documents") return std::make_unique<DocumentSource>(path);
   if (file_type == "csv") return std::make_unique<CsvSource>(path);
-  if (file_type.rfind("aligned:", 0) == 0 && file_type.size() > 8)
-    return std::make_unique<AlignedSource>(path, aligned_target_path(path, file_type.substr(8)));
+  if (file_type.rfind("aligned:", 0) == 0 && file_type.size() > 8) {
+    const std::string target = aligned_target_path(path, file_type.substr(8));
+    check_input_file(target, "input file");
+    return std::make_unique<AlignedSource>(path, target);
+  }
   if (file_type == "tfrecord_compressed") {
     TFRecordReader::Options gzip = tfrecord;
     gzip.compression = Compression::kGzip;

@@ -320,18 +320,6 @@ int64_t SentencePieceTokenizer::piece_to_id(std::string_view piece) const {
 
 namespace {
 
-// fsync of a file written by someone else (SentencePiece), so that a rename
-// of it survives a power loss. Throws naming `path`.
-void sync_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    const int error = errno;
-    if (fd >= 0) ::close(fd);
-    throw Error("cannot write '" + path + "': " + std::strerror(error));
-  }
-  ::close(fd);
-}
-
 }  // namespace
 
 void check_model_prefix(const std::string& model_prefix, const std::string& what) {
@@ -351,7 +339,6 @@ void check_model_prefix(const std::string& model_prefix, const std::string& what
 void train_sentencepiece(const SentencePieceTrainOptions& options) {
   if (options.input.empty()) throw Error("SentencePiece training: no input file given");
   check_model_prefix(options.model_prefix, "SentencePiece training: model_prefix");
-  const fs::path prefix(options.model_prefix);
   const std::string model = options.model_prefix + ".model";
   const std::string vocab = options.model_prefix + ".vocab";
   for (const auto& file : options.input) {
@@ -413,13 +400,8 @@ void train_sentencepiece(const SentencePieceTrainOptions& options) {
   check(rc, error, "SentencePiece training of '" + options.model_prefix + "' failed");
   // The vocabulary first: a loader looks for the model, so a model is never
   // beside a vocabulary older than itself.
-  for (const auto& [from, to] :
-       {std::pair{temporary + ".vocab", vocab}, std::pair{temporary + ".model", model}}) {
-    sync_file(from);
-    if (std::rename(from.c_str(), to.c_str()) != 0)
-      throw Error("cannot write '" + to + "': rename: " + std::strerror(errno));
-  }
-  sync_directory(prefix.parent_path().empty() ? "." : prefix.parent_path().string());
+  commit_file(temporary + ".vocab", vocab);
+  commit_file(temporary + ".model", model);
 }
 
 int64_t write_tsv_columns(const std::vector<std::string>& tsv_files,

@@ -1,12 +1,14 @@
 #include "garden/data/text_readers.h"
 
 #include "garden/base/error.h"
+#include "garden/base/file_io.h"
 
 namespace garden::data {
 
 namespace {
 
 std::ifstream open_text(const std::string& path) {
+  check_input_file(path, "text file");
   // Binary mode: tellg() is then a plain byte offset we can seek back to.
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot open text file '" + path + "'");

@@ -10,6 +10,7 @@
 #include <system_error>
 #include <vector>
 
+#include "garden/base/file_io.h"
 #include "garden/base/logging.h"
 #include "garden/base/crc32c.h"
 
@@ -395,8 +396,22 @@ TFRecordReader::TFRecordReader(const std::string& path) : TFRecordReader(path, O
 TFRecordReader::TFRecordReader(const std::string& path, Compression compression)
     : TFRecordReader(path, Options{compression, false}) {}
 
+namespace {
+// A directory or a missing file is named before any read.
+const std::string& checked_input(const std::string& path) {
+  try {
+    check_input_file(path, "TFRecord file");
+  } catch (const Error& e) {
+    throw DataError(e.what());
+  }
+  return path;
+}
+}  // namespace
+
 TFRecordReader::TFRecordReader(const std::string& path, const Options& options)
-    : path_(path), options_(options), source_(make_source(path, options.compression)) {}
+    : path_(path),
+      options_(options),
+      source_(make_source(checked_input(path), options.compression)) {}
 
 TFRecordReader::~TFRecordReader() = default;
 TFRecordReader::TFRecordReader(TFRecordReader&&) noexcept = default;

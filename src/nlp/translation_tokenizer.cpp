@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "garden/base/error.h"
+#include "garden/base/file_io.h"
 #include "garden/base/logging.h"
 #include "garden/nlp/sentence_pairs.h"
 
@@ -26,60 +27,60 @@ void train_translation_sentencepiece(const TranslationConfig& config,
   const fs::path dir = fs::path(model_path).parent_path();
   // A failure leaves model_dir as it was: removed again if made here.
   const bool made_dir = fs::create_directories(dir);
-  // Everything goes to temporary names first: a killed run never leaves a
-  // half-written model where the next run would load it.
-  const std::string stem = (dir / "sentencepiece.tmp").string();
-  const std::string text_path = stem + ".txt";
-  auto clean_up = [&] {
-    std::error_code ignored;
-    fs::remove(text_path, ignored);
-    if (made_dir) fs::remove(dir, ignored);  // only when empty
-  };
-  data::SentencePieceTrainOptions options;
-  try {
-    int64_t sentences = 0;
-    {
-      std::ofstream text(text_path, std::ios::binary | std::ios::trunc);
-      if (!text) throw Error("cannot write '" + text_path + "'");
-      for_each_pair(train, [&](int64_t, const std::string& source, const std::string& target) {
-        for (const std::string* line : {&source, &target}) {
-          if (line->empty()) continue;
-          text << *line << '\n';
-          ++sentences;
-        }
-      });
-      if (!text.flush()) throw Error("cannot write '" + text_path + "'");
+  // The text goes to a scratch file of this process; train_sentencepiece
+  // writes the model under a temporary name and renames it on success, so a
+  // killed run never leaves a half-written model where the next would load it.
+  const std::string text_path = temporary_path_for((dir / "sentencepiece.txt").string());
+  struct Cleanup {
+    std::string text;
+    fs::path dir;
+    bool made_dir;
+    bool keep_dir = false;
+    ~Cleanup() {
+      std::error_code ignored;
+      fs::remove(text, ignored);
+      if (made_dir && !keep_dir) fs::remove(dir, ignored);  // only when empty
     }
-    log_info() << "training a joint SentencePiece model (vocab_size "
-               << config.sentencepiece_vocab_size << ") on " << sentences << " sentences of '"
-               << train.input_path << "'";
-    options.input = {text_path};
-    options.model_prefix = stem;
-    options.vocab_size = config.sentencepiece_vocab_size;
-    options.model_type = "unigram";
-    options.character_coverage = 1.0;
-    // Model Garden's ids: 0 pads (and starts decoding), 1 ends a sentence.
-    options.pad_id = 0;
-    options.eos_id = 1;
-    options.unk_id = 2;
-    options.bos_id = -1;
-    // SentencePiece holds its input in memory; a sample is as good for a vocabulary.
-    if (sentences > 4'000'000) options.input_sentence_size = 4'000'000;
-    options.num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    options.extra_flags = {"max_sentence_length=16384"};
-    try {
-      data::train_sentencepiece(options);
-    } catch (const std::exception& e) {
-      throw Error("task.sentencepiece_vocab_size " + std::to_string(options.vocab_size) + " on '" +
-                  train.input_path + "': " + e.what());
-    }
-  } catch (...) {
-    clean_up();
-    throw;
+  } cleanup{text_path, dir, made_dir};
+
+  int64_t sentences = 0;
+  {
+    std::ofstream text(text_path, std::ios::binary | std::ios::trunc);
+    if (!text) throw Error("cannot write '" + text_path + "'");
+    for_each_pair(train, [&](int64_t, const std::string& source, const std::string& target) {
+      for (const std::string* line : {&source, &target}) {
+        if (line->empty()) continue;
+        text << *line << '\n';
+        ++sentences;
+      }
+    });
+    if (!text.flush()) throw Error("cannot write '" + text_path + "'");
   }
-  fs::remove(text_path);
-  fs::rename(stem + ".vocab", fs::path(model_path).replace_extension(".vocab"));
-  fs::rename(stem + ".model", model_path);
+  log_info() << "training a joint SentencePiece model (vocab_size "
+             << config.sentencepiece_vocab_size << ") on " << sentences << " sentences of '"
+             << train.input_path << "'";
+  data::SentencePieceTrainOptions options;
+  options.input = {text_path};
+  options.model_prefix = (dir / fs::path(model_path).stem()).string();
+  options.vocab_size = config.sentencepiece_vocab_size;
+  options.model_type = "unigram";
+  options.character_coverage = 1.0;
+  // Model Garden's ids: 0 pads (and starts decoding), 1 ends a sentence.
+  options.pad_id = 0;
+  options.eos_id = 1;
+  options.unk_id = 2;
+  options.bos_id = -1;
+  // SentencePiece holds its input in memory; a sample is as good for a vocabulary.
+  if (sentences > 4'000'000) options.input_sentence_size = 4'000'000;
+  options.num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  options.extra_flags = {"max_sentence_length=16384"};
+  try {
+    data::train_sentencepiece(options);
+  } catch (const std::exception& e) {
+    throw Error("task.sentencepiece_vocab_size " + std::to_string(options.vocab_size) + " on '" +
+                train.input_path + "': " + e.what());
+  }
+  cleanup.keep_dir = true;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log_info() << "SentencePiece model written to " << model_path << " in " << std::fixed

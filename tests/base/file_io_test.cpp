@@ -68,6 +68,15 @@ TEST_F(FileIoTest, ContentWrittenThroughTheTemporaryPathIsCommitted) {
   EXPECT_EQ(slurp(path("out.bin")), "from a writer of its own");
 }
 
+TEST_F(FileIoTest, WritingThroughASymlinkKeepsTheLink) {
+  garden::write_file_atomically(path("real.txt"), "old");
+  fs::create_symlink(path("real.txt"), path("link.txt"));
+  garden::write_file_atomically(path("link.txt"), "new");
+  EXPECT_TRUE(fs::is_symlink(path("link.txt"))) << "the link is not replaced by a file";
+  EXPECT_EQ(slurp(path("real.txt")), "new");
+  EXPECT_EQ(entries(), 2u);
+}
+
 TEST_F(FileIoTest, AnUnwritableTargetNamesThePath) {
   try {
     garden::write_file_atomically(path("no/such/dir/x.txt"), "x");

@@ -26,7 +26,8 @@ void write_file_atomically(const std::string& path, std::string_view bytes);
 class AtomicFile {
  public:
   // Creates the temporary file (empty, mode 0644). The target's directory
-  // must exist.
+  // must exist. A target that is a symbolic link stays one: the file it
+  // points to is replaced.
   explicit AtomicFile(std::string path);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
@@ -48,6 +49,7 @@ class AtomicFile {
 
  private:
   std::string path_;
+  std::string target_;  // path_, or the file it links to
   std::string temporary_;
   int fd_ = -1;
   uint64_t written_ = 0;
@@ -56,6 +58,11 @@ class AtomicFile {
 
 // The temporary name AtomicFile uses for `path` in this process.
 std::string temporary_path_for(const std::string& path);
+
+// The last step of the atomic write, for a file another library wrote under
+// a temporary name (SentencePiece's model): fsync `temporary`, rename it
+// over `path`, fsync the directory. Throws garden::Error naming `path`.
+void commit_file(const std::string& temporary, const std::string& path);
 
 // fsync of a directory, so a rename in it survives a power loss. Best effort.
 void sync_directory(const std::string& directory);

@@ -18,13 +18,15 @@
 #include <string>
 #include <string_view>
 
+#include "garden/base/error.h"
+
 namespace garden::data {
 
 // Unreadable, corrupt or unwritable data files. The message is one line naming the
 // file and, for a bad record, the byte offset where that record starts.
-class DataError : public std::runtime_error {
+class DataError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  using Error::Error;
 };
 
 // How the record stream is stored in the file: tf.io's compression_type.
