@@ -3,7 +3,7 @@
 #include <mutex>
 
 #include "garden/nlp/translation_experiments.h"
-#include "garden/tabular/classification.h"
+#include "garden/tabular/classification_experiments.h"
 
 namespace garden {
 

@@ -2,7 +2,7 @@
 
 #include "garden/base/encoding.h"
 #include "garden/base/error.h"
-#include "garden/data/example.h"
+#include "garden/data/parse_spec.h"
 #include "garden/data/record_source.h"
 #include "garden/data/text_readers.h"
 #include "garden/data/tfrecord.h"

@@ -14,6 +14,7 @@
 #include <iterator>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -28,10 +29,12 @@ std::string read_file(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// Setup: throws when the file cannot be written, which ends the test.
 void write_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
-  ASSERT_TRUE(out.good()) << "cannot write " << path;
+  out.close();
+  if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
 // A fresh directory under ::testing::TempDir(), removed with everything in it.
@@ -159,7 +162,10 @@ void expect_one_line_error(const Result& r, std::initializer_list<std::string> p
     EXPECT_NE(r.status, 0) << r;
   EXPECT_LT(r.status, 124) << "killed or timed out\n" << r;
   EXPECT_EQ(r.out, "") << "an error printed on stdout\n" << r;
-  ASSERT_FALSE(r.err.empty()) << r;
+  if (r.err.empty()) {
+    ADD_FAILURE() << "nothing on stderr\n" << r;
+    return;
+  }
   EXPECT_EQ(r.err.back(), '\n') << r;
   const auto lines = lines_of(r.err);
   EXPECT_EQ(lines.size(), 1u) << "stderr is not exactly one line\n" << r;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "garden/data/example.h"
+#include "garden/data/parse_spec.h"
 #include "reference_formats.h"
 
 namespace {

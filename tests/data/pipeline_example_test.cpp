@@ -14,6 +14,7 @@
 
 #include "garden/core/config/definitions.h"
 #include "garden/data/example.h"
+#include "garden/data/parse_spec.h"
 #include "garden/data/pipeline.h"
 #include "reference_formats.h"
 

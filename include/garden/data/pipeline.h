@@ -14,7 +14,7 @@
 #include "garden/base/dataset.h"
 #include "garden/base/types.h"
 #include "garden/data/batching.h"
-#include "garden/data/example.h"
+#include "garden/data/parse_spec.h"
 
 namespace garden::data {
 

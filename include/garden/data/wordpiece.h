@@ -4,8 +4,7 @@
 // longest-match-first WordPiece with "##" continuations.
 //
 // Unicode without ICU: the character classes BERT asks Python's unicodedata
-// for are tables generated from Unicode 14.0 (see wordpiece.cpp for what they
-// cover and where they fall short of Python).
+// for are in garden/data/wordpiece_unicode.h.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +14,7 @@
 #include <vector>
 
 #include "garden/data/tokenizer.h"
-
-#include "garden/base/encoding.h"
+#include "garden/data/wordpiece_unicode.h"
 
 namespace garden::data {
 
@@ -75,21 +73,5 @@ class WordPieceTokenizer : public Tokenizer {
   int max_input_chars_per_word_;
   int64_t unk_id_ = -1, pad_id_ = -1, cls_id_ = -1, sep_id_ = -1, mask_id_ = -1;
 };
-
-// The Unicode pieces of BERT's basic tokenization, exposed for tests and for
-// other BERT-style preprocessing. All take and return UTF-8; invalid UTF-8
-// bytes decode to U+FFFD (which clean_text then drops).
-namespace unicode {
-// (decode_utf8 and append_utf8 are in garden/base/encoding.h.)
-bool is_whitespace(char32_t cp);       // space, \t, \n, \r, or category Zs
-bool is_control(char32_t cp);          // categories Cc, Cf, Co (not \t \n \r)
-bool is_punctuation(char32_t cp);      // ASCII symbol ranges, or category P*
-bool is_cjk(char32_t cp);              // BERT's _is_chinese_char ranges
-bool is_nonspacing_mark(char32_t cp);  // category Mn
-// Python's str.lower() for single code points (U+0130 gives "i\u0307").
-void append_lower(char32_t cp, std::u32string& out);
-// NFD then drop category Mn, for the covered ranges.
-void append_stripped(char32_t cp, std::u32string& out);
-}  // namespace unicode
 
 }  // namespace garden::data

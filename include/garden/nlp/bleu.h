@@ -6,10 +6,8 @@
 //    (what `bleu_wrapper` computes from two files): uncased, its own Unicode tokenizer,
 //    its own compute_bleu; the value the Transformer translation task reports.
 //
-// All text is UTF-8. Unicode properties (punctuation P*, symbols S*, numbers N*,
-// whitespace, lowercasing) follow Python's unicodedata/str semantics, from tables
-// generated with Python (Unicode 14.0); see src/nlp/bleu.cpp for the two documented
-// simplifications (Greek final sigma context, invalid UTF-8).
+// The tokenizers, and the Unicode properties they follow, are in
+// garden/nlp/bleu_tokenizers.h.
 #pragma once
 
 #include <cstdint>
@@ -17,16 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "garden/nlp/bleu_tokenizers.h"
+
 namespace garden::nlp {
-
-enum class BleuTokenizer {
-  k13a,   // mteval-v13a.pl regexes (sacreBLEU's default)
-  kIntl,  // mteval-v14 "international": split on Unicode punctuation and symbols
-  kNone,  // whitespace split only
-};
-
-// "13a", "intl" or "none"; anything else throws garden::Error.
-BleuTokenizer parse_bleu_tokenizer(const std::string& name);
 
 enum class BleuSmoothing { kNone, kFloor, kAddK, kExp };
 
@@ -55,12 +46,6 @@ struct BleuScore {
   std::string format() const;
 };
 
-// Tokenizes one line the way sacreBLEU's tokenizer does: tokens joined by single spaces.
-std::string bleu_tokenize(const std::string& line, BleuTokenizer tokenizer);
-
-// Python's str.lower() on UTF-8 text.
-std::string unicode_lowercase(const std::string& text);
-
 // sacreBLEU's BLEU.compute_bleu from sufficient statistics (correct/total per order).
 BleuScore compute_bleu(const std::vector<int64_t>& correct, const std::vector<int64_t>& total,
                        int64_t hyp_len, int64_t ref_len, const BleuOptions& options = {});
@@ -70,9 +55,6 @@ BleuScore compute_bleu(const std::vector<int64_t>& correct, const std::vector<in
 BleuScore corpus_bleu(const std::vector<std::string>& hypotheses,
                       const std::vector<std::vector<std::string>>& reference_streams,
                       const BleuOptions& options = {});
-
-// Model Garden's `bleu_tokenize` (tensor2tensor's bleu_hook): tokens of one line.
-std::vector<std::string> model_garden_bleu_tokenize(const std::string& line);
 
 // Model Garden's `bleu_on_list(ref_lines, hyp_lines, case_sensitive)`: BLEU in
 // [0, 100] as the float32 it returns. Throws garden::Error when the line counts differ.

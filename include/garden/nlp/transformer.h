@@ -1,19 +1,13 @@
 // Model Garden's seq2seq Transformer (official/nlp/modeling/models/
-// seq2seq_transformer.py) and the layers it is built from, written by hand:
+// seq2seq_transformer.py) and the blocks it is built from, written by hand:
 // LibTorch 1.13's nn::Transformer has neither batch_first nor norm_first.
-//
-// Layout conventions used throughout:
-//   B batch (for decoding: batch x beam, flattened), S source length,
-//   T target length, D hidden size, H heads, Dh = D / H.
-//   Attention masks are ADDITIVE float tensors broadcastable to [B, H, T, S]:
-//   0 where attending is allowed, kMaskedValue where it is not.
+// The attention, its masks and the layout conventions (B, S, T, D, H, Dh) are
+// in garden/nlp/attention.h; the dropout and attention kernels in
+// garden/nlp/kernels.h.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
-#include <tuple>
-#include <utility>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -21,13 +15,12 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
+
+#include "garden/nlp/attention.h"
 #include "garden/nlp/cache.h"
+#include "garden/nlp/kernels.h"
 
 namespace garden::nlp {
-
-// Added to the attention logits of disallowed positions. Finite (not -inf) so
-// a row with every key masked gives a uniform softmax instead of NaN.
-constexpr double kMaskedValue = -1e9;
 
 // The Cache (garden/nlp/cache.h) this model fills for incremental decoding. EVERY tensor has the
 // flattened batch x beam on dim 0, so beam search can reorder it with index_select(0, ...).
@@ -40,21 +33,6 @@ constexpr double kMaskedValue = -1e9;
 //   "encoder_padding_mask": [B, 1, 1, S] additive mask (0 real token,
 //       kMaskedValue padding).
 
-// Inverted dropout as every layer here applies it: in training, each element
-// is zeroed with probability p and the others are scaled by 1 / (1 - p); the
-// identity otherwise. On the CPU (float, double) the mask comes from a
-// counter-based generator seeded by one draw from LibTorch's default CPU
-// generator: torch::manual_seed reproduces it, whatever the thread count.
-at::Tensor dropout(const at::Tensor& x, double p, bool training);
-// dropout(relu(x)) in one pass.
-at::Tensor relu_dropout(const at::Tensor& x, double p, bool training);
-
-// Additive padding mask [B, 1, 1, S] for token ids [B, S]: `pad_id` is masked.
-at::Tensor padding_mask(const at::Tensor& ids, int64_t pad_id = 0,
-                        at::ScalarType dtype = at::kFloat);
-// Additive causal mask [1, 1, T, T]: position t attends to positions <= t.
-at::Tensor causal_mask(int64_t length, at::ScalarType dtype = at::kFloat);
-
 // Model Garden's RelativePositionEmbedding: [length, hidden_size] with
 // timescales min * (max/min)^(i / (hidden_size/2 - 1)), i < hidden_size/2, and
 // row p = concat(sin(p / timescale_i) for all i, cos(p / timescale_i) for all i)
@@ -62,52 +40,6 @@ at::Tensor causal_mask(int64_t length, at::ScalarType dtype = at::kFloat);
 at::Tensor relative_position_encoding(int64_t length, int64_t hidden_size, int64_t start = 0,
                                       double min_timescale = 1.0, double max_timescale = 1.0e4,
                                       at::ScalarType dtype = at::kFloat);
-
-struct AttentionOptions {
-  int64_t hidden_size = 512;
-  int64_t num_heads = 8;
-  // false: self-attention with one fused [D, 3D] QKV projection.
-  // true: cross-attention, a [D, D] query and a fused [D, 2D] key/value projection.
-  bool cross_attention = false;
-  bool use_bias = true;
-  double attention_dropout = 0.0;  // on the attention probabilities
-};
-
-// Multi-head scaled dot-product attention; all heads in batched matmuls.
-// The softmax runs in float32 (double stays double) whatever the input dtype.
-class MultiHeadAttentionImpl : public torch::nn::Module {
- public:
-  explicit MultiHeadAttentionImpl(const AttentionOptions& options);
-
-  // Self-attention: query [B, T, D], mask broadcastable to [B, H, T, T] or undefined.
-  // Cross-attention: memory [B, S, D], mask broadcastable to [B, H, T, S].
-  // Returns [B, T, D].
-  at::Tensor forward(const at::Tensor& query, const at::Tensor& memory = {},
-                     const at::Tensor& mask = {});
-
-  // The pieces, for incremental decoding. All heads are [B, H, len, Dh].
-  // Self-attention only: q, k, v of x [B, T, D].
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> project_qkv(const at::Tensor& x);
-  // Cross-attention only: q of x, and k, v of memory.
-  at::Tensor project_q(const at::Tensor& x);
-  std::pair<at::Tensor, at::Tensor> project_kv(const at::Tensor& memory);
-  // softmax(q k^T / sqrt(Dh) + mask) v, heads merged and projected: [B, T, D].
-  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                    const at::Tensor& mask);
-
-  const AttentionOptions& options() const { return options_; }
-  torch::nn::Linear qkv{nullptr};     // self-attention: [D] -> [3D] (q | k | v)
-  torch::nn::Linear query{nullptr};   // cross-attention: [D] -> [D]
-  torch::nn::Linear kv{nullptr};      // cross-attention: [D] -> [2D] (k | v)
-  torch::nn::Linear output{nullptr};  // [D] -> [D]
-
- private:
-  // [B, T, n * D] -> n tensors [B, H, T, Dh].
-  std::vector<at::Tensor> split_heads(const at::Tensor& x, int64_t n) const;
-  AttentionOptions options_;
-  int64_t head_size_;
-};
-TORCH_MODULE(MultiHeadAttention);
 
 // Shared by the encoder and decoder blocks.
 struct TransformerBlockOptions {
@@ -182,7 +114,7 @@ TORCH_MODULE(TransformerDecoderBlock);
 
 struct Seq2SeqTransformerOptions {
   int64_t vocab_size = 32000;
-  int64_t hidden_size = 512;  // also the embedding width
+  int64_t hidden_size = 512;        // also the embedding width
   int64_t num_layers = 6;           // encoder layers (and decoder layers, unless set below)
   int64_t decoder_num_layers = -1;  // -1: num_layers
   int64_t num_heads = 8;

@@ -1,0 +1,27 @@
+// CPU kernels of the Transformer's hot spots, each with a LibTorch fallback:
+// inverted dropout (fused with relu where asked) and the batched matrix
+// products of attention (one BLAS gemm per head, on the views as they are).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace garden::nlp {
+
+// Inverted dropout as every layer here applies it: in training, each element
+// is zeroed with probability p and the others are scaled by 1 / (1 - p); the
+// identity otherwise. On the CPU (float, double) the mask comes from a
+// counter-based generator seeded by one draw from LibTorch's default CPU
+// generator: torch::manual_seed reproduces it, whatever the thread count.
+at::Tensor dropout(const at::Tensor& x, double p, bool training);
+// dropout(relu(x)) in one pass.
+at::Tensor relu_dropout(const at::Tensor& x, double p, bool training);
+
+// alpha * a @ b over the last two dims of [B, H, m, k] x [B, H, k, n]
+// tensors (differentiable). With heads_last, the result [B, H, m, n] is a view
+// of [B, m, H, n] storage, so merging the heads afterwards is a view. On the
+// CPU (float, double) each head's product is one call to the BLAS LibTorch
+// loaded; otherwise, or without that BLAS, it is at::matmul.
+at::Tensor attention_matmul(const at::Tensor& a, const at::Tensor& b, double alpha,
+                            bool heads_last);
+
+}  // namespace garden::nlp

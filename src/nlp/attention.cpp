@@ -1,0 +1,101 @@
+#include "garden/nlp/attention.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "garden/nlp/kernels.h"
+
+namespace garden::nlp {
+
+torch::nn::Linear make_dense(int64_t in, int64_t out, bool use_bias) {
+  torch::nn::Linear dense(torch::nn::LinearOptions(in, out).bias(use_bias));
+  torch::NoGradGuard no_grad;
+  torch::nn::init::xavier_uniform_(dense->weight);
+  if (use_bias) dense->bias.zero_();
+  return dense;
+}
+
+at::Tensor padding_mask(const at::Tensor& ids, int64_t pad_id, at::ScalarType dtype) {
+  TORCH_CHECK(ids.dim() == 2, "padding_mask expects ids [B, S]");
+  return (ids == pad_id).to(dtype).mul_(kMaskedValue).view({ids.size(0), 1, 1, ids.size(1)});
+}
+
+at::Tensor causal_mask(int64_t length, at::ScalarType dtype) {
+  return at::triu(at::full({length, length}, kMaskedValue, at::TensorOptions().dtype(dtype)), 1)
+      .view({1, 1, length, length});
+}
+
+// ---- MultiHeadAttention --------------------------------------------------------
+
+MultiHeadAttentionImpl::MultiHeadAttentionImpl(const AttentionOptions& options)
+    : options_(options) {
+  const int64_t d = options.hidden_size;
+  TORCH_CHECK(options.num_heads > 0 && d % options.num_heads == 0,
+              "hidden_size must be a multiple of num_heads");
+  head_size_ = d / options.num_heads;
+  if (options.cross_attention) {
+    query = register_module("query", make_dense(d, d, options.use_bias));
+    kv = register_module("key_value", make_dense(d, 2 * d, options.use_bias));
+  } else {
+    qkv = register_module("query_key_value", make_dense(d, 3 * d, options.use_bias));
+  }
+  output = register_module("output", make_dense(d, d, options.use_bias));
+}
+
+std::vector<at::Tensor> MultiHeadAttentionImpl::split_heads(const at::Tensor& x, int64_t n) const {
+  // [B, T, n*D] -> [n, B, H, T, Dh]: one view and one permute for all heads.
+  return x.view({x.size(0), x.size(1), n, options_.num_heads, head_size_})
+      .permute({2, 0, 3, 1, 4})
+      .unbind(0);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> MultiHeadAttentionImpl::project_qkv(
+    const at::Tensor& x) {
+  TORCH_CHECK(!options_.cross_attention, "project_qkv is for self-attention");
+  auto heads = split_heads(qkv->forward(x), 3);
+  return {heads[0], heads[1], heads[2]};
+}
+
+at::Tensor MultiHeadAttentionImpl::project_q(const at::Tensor& x) {
+  TORCH_CHECK(options_.cross_attention, "project_q is for cross-attention");
+  return split_heads(query->forward(x), 1)[0];
+}
+
+std::pair<at::Tensor, at::Tensor> MultiHeadAttentionImpl::project_kv(const at::Tensor& memory) {
+  TORCH_CHECK(options_.cross_attention, "project_kv is for cross-attention");
+  auto heads = split_heads(kv->forward(memory), 2);
+  return {heads[0], heads[1]};
+}
+
+at::Tensor MultiHeadAttentionImpl::attend(const at::Tensor& q, const at::Tensor& k,
+                                          const at::Tensor& v, const at::Tensor& mask) {
+  // The 1 / sqrt(Dh) scale rides along in the product (gemm's alpha, or q
+  // scaled before the fallback matmul: T x Dh is cheaper than T x S).
+  at::Tensor scores =
+      attention_matmul(q, k.transpose(-2, -1), 1.0 / std::sqrt(static_cast<double>(head_size_)),
+                       /*heads_last=*/false);
+  if (mask.defined()) scores = scores + mask;
+  // Softmax in float32 for half/bfloat16 inputs; double stays double.
+  const auto softmax_type = scores.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor probs = at::softmax(scores, -1, softmax_type).to(v.scalar_type());
+  probs = nlp::dropout(probs, options_.attention_dropout, is_training());
+  // [B, H, T, Dh], stored as [B, T, H, Dh] when the BLAS path ran: then the
+  // reshape merging the heads is a view.
+  at::Tensor context = attention_matmul(probs, v, 1.0, /*heads_last=*/true);
+  context = context.transpose(1, 2).reshape({q.size(0), q.size(2), options_.hidden_size});
+  return output->forward(context);
+}
+
+at::Tensor MultiHeadAttentionImpl::forward(const at::Tensor& query_in, const at::Tensor& memory,
+                                           const at::Tensor& mask) {
+  if (options_.cross_attention) {
+    TORCH_CHECK(memory.defined(), "cross-attention needs memory");
+    auto [k, v] = project_kv(memory);
+    return attend(project_q(query_in), k, v, mask);
+  }
+  auto [q, k, v] = project_qkv(query_in);
+  return attend(q, k, v, mask);
+}
+
+}  // namespace garden::nlp

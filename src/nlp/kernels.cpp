@@ -1,0 +1,279 @@
+// The Transformer's CPU kernels; see include/garden/nlp/kernels.h.
+#include "garden/nlp/kernels.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+
+namespace garden::nlp {
+
+namespace {
+
+// ---- dropout ---------------------------------------------------------------------
+// LibTorch's CPU dropout draws every mask bit through bernoulli_ with a
+// mt19937 draw per element; without MKL that was the largest non-matmul cost
+// of a translation training step (bench/translation_bench --profile). This one
+// is the same inverted dropout (each element is zeroed with probability p, the
+// rest scaled by 1 / (1 - p)) with the bits from a counter-based generator:
+// element pair j of a call gets splitmix64(seed + j * golden_gamma), 32 bits
+// each, so the mask does not depend on the thread count. The seed is drawn
+// from LibTorch's default CPU generator, so torch::manual_seed and a saved
+// generator state reproduce it.
+
+uint64_t draw_dropout_seed() {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return at::check_generator<at::CPUGeneratorImpl>(generator)->random64();
+}
+
+inline uint64_t splitmix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+constexpr uint64_t kGoldenGamma = 0x9e3779b97f4a7c15ULL;
+constexpr int64_t kDropoutGrain = 32768;  // element pairs per parallel task
+
+// keep[i] = bits(i) >= threshold; y[i] = x[i] * keep[i] * scale (branch-free).
+// With Relu, also keep[i] = 0 where x[i] <= 0: relu then dropout in one pass.
+template <typename T, bool Relu>
+void dropout_forward_kernel(const T* x, T* y, uint8_t* keep, int64_t n, uint64_t seed,
+                            uint32_t threshold, T scale) {
+  at::parallel_for(0, (n + 1) / 2, kDropoutGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end; ++j) {
+      const uint64_t bits = splitmix64(seed + static_cast<uint64_t>(j) * kGoldenGamma);
+      const uint32_t r[2] = {static_cast<uint32_t>(bits), static_cast<uint32_t>(bits >> 32)};
+      for (int64_t h = 0, i = 2 * j; h < 2 && i < n; ++h, ++i) {
+        const uint8_t k = (r[h] >= threshold) & (!Relu || x[i] > T(0));
+        keep[i] = k;
+        y[i] = x[i] * (static_cast<T>(k) * scale);
+      }
+    }
+  });
+}
+
+template <typename T>
+void dropout_backward_kernel(const T* grad, const uint8_t* keep, T* out, int64_t n, T scale) {
+  at::parallel_for(0, n, 2 * kDropoutGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = grad[i] * (static_cast<T>(keep[i]) * scale);
+  });
+}
+
+// dropout(x), or dropout(relu(x)) when `relu`.
+class FastDropout : public torch::autograd::Function<FastDropout> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, double p,
+                            bool relu) {
+    const at::Tensor input = x.contiguous();
+    at::Tensor output = at::empty_like(input);
+    at::Tensor keep = at::empty(input.sizes(), input.options().dtype(at::kByte));
+    // Drop when the 32 random bits are below p * 2^32.
+    const auto threshold = static_cast<uint32_t>(std::llround(p * 4294967296.0));
+    const double scale = 1.0 / (1.0 - p);
+    const uint64_t seed = draw_dropout_seed();
+    AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "garden_dropout", [&] {
+      auto* kernel =
+          relu ? dropout_forward_kernel<scalar_t, true> : dropout_forward_kernel<scalar_t, false>;
+      kernel(input.data_ptr<scalar_t>(), output.data_ptr<scalar_t>(), keep.data_ptr<uint8_t>(),
+             input.numel(), seed, threshold, static_cast<scalar_t>(scale));
+    });
+    ctx->save_for_backward({keep});
+    ctx->saved_data["scale"] = scale;
+    return output;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor keep = ctx->get_saved_variables()[0];
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const at::Tensor grad = grads[0].contiguous();
+    at::Tensor grad_input = at::empty_like(grad);
+    AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "garden_dropout_backward", [&] {
+      dropout_backward_kernel<scalar_t>(grad.data_ptr<scalar_t>(), keep.data_ptr<uint8_t>(),
+                                        grad_input.data_ptr<scalar_t>(), grad.numel(),
+                                        static_cast<scalar_t>(scale));
+    });
+    return {grad_input, at::Tensor(), at::Tensor()};
+  }
+};
+
+bool has_fast_dropout(const at::Tensor& x, double p) {
+  return x.device().is_cpu() && p < 1 &&
+         (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
+}
+
+}  // namespace
+
+at::Tensor dropout(const at::Tensor& x, double p, bool training) {
+  // Costs nothing when it would be the identity.
+  if (!training || p <= 0) return x;
+  return has_fast_dropout(x, p) ? FastDropout::apply(x, p, /*relu=*/false)
+                                : at::dropout(x, p, /*train=*/true);
+}
+
+at::Tensor relu_dropout(const at::Tensor& x, double p, bool training) {
+  // Fused when the fast dropout applies.
+  if (training && p > 0 && has_fast_dropout(x, p)) return FastDropout::apply(x, p, /*relu=*/true);
+  return nlp::dropout(at::relu(x), p, training);
+}
+
+namespace {
+
+// ---- attention matmuls -------------------------------------------------------------
+// LibTorch 1.13's CPU bmm runs a [B, H, T, S] product as B*H separate
+// select + addmm calls, and matmul first copies the permuted q/k/v views and
+// the context into contiguous layouts. For the short sequences of
+// translation that overhead costs more than the arithmetic. Here each head's
+// product is one BLAS gemm call on the views as they are, and the context is
+// written straight into [B, T, H, Dh] order, so merging the heads is a view.
+// The BLAS is the one LibTorch itself loaded (found with dlsym); without it,
+// or off the CPU, the attention falls back to at::matmul.
+
+using SgemmFn = void (*)(const char*, const char*, const int*, const int*, const int*, const float*,
+                         const float*, const int*, const float*, const int*, const float*, float*,
+                         const int*);
+using DgemmFn = void (*)(const char*, const char*, const int*, const int*, const int*,
+                         const double*, const double*, const int*, const double*, const int*,
+                         const double*, double*, const int*);
+
+struct Blas {
+  SgemmFn sgemm = nullptr;
+  DgemmFn dgemm = nullptr;
+};
+
+const Blas& blas() {
+  static const Blas functions{reinterpret_cast<SgemmFn>(dlsym(RTLD_DEFAULT, "sgemm_")),
+                              reinterpret_cast<DgemmFn>(dlsym(RTLD_DEFAULT, "dgemm_"))};
+  return functions;
+}
+
+void gemm(char ta, char tb, int m, int n, int k, float alpha, const float* a, int lda,
+          const float* b, int ldb, float* c, int ldc) {
+  const float beta = 0;
+  blas().sgemm(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc);
+}
+void gemm(char ta, char tb, int m, int n, int k, double alpha, const double* a, int lda,
+          const double* b, int ldb, double* c, int ldc) {
+  const double beta = 0;
+  blas().dgemm(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc);
+}
+
+// A row-major [rows, cols] matrix with strides (row_stride, col_stride) as a
+// column-major BLAS operand: 'N' with ld = row_stride, or 'T' with
+// ld = col_stride. ld is 0 when neither stride is 1 (then copy first).
+struct BlasOperand {
+  char trans = 'N';
+  int64_t ld = 0;
+};
+
+BlasOperand blas_operand(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  if (col_stride == 1 && (rows == 1 || row_stride >= std::max<int64_t>(cols, 1)))
+    return {'N', rows == 1 ? std::max<int64_t>(cols, 1) : row_stride};
+  if (row_stride == 1 && (cols == 1 || col_stride >= std::max<int64_t>(rows, 1)))
+    return {'T', cols == 1 ? std::max<int64_t>(rows, 1) : col_stride};
+  return {};
+}
+
+BlasOperand blas_operand(const at::Tensor& x) {
+  return blas_operand(x.size(2), x.size(3), x.stride(2), x.stride(3));
+}
+
+// out[i, j] = alpha * a[i, j] @ b[i, j] for a [N1, N2, m, k], b [N1, N2, k, n]
+// and a preallocated out [N1, N2, m, n] with unit stride in its last dim.
+template <typename T>
+void batched_gemm(const at::Tensor& a_in, const at::Tensor& b_in, double alpha, at::Tensor& out) {
+  const at::Tensor a = blas_operand(a_in).ld ? a_in : a_in.contiguous();
+  const at::Tensor b = blas_operand(b_in).ld ? b_in : b_in.contiguous();
+  const BlasOperand oa = blas_operand(a), ob = blas_operand(b);
+  const int64_t n1 = a.size(0), n2 = a.size(1);
+  const int m = static_cast<int>(a.size(2)), k = static_cast<int>(a.size(3)),
+            n = static_cast<int>(b.size(3)), ldc = static_cast<int>(out.stride(2));
+  const T* pa = a.data_ptr<T>();
+  const T* pb = b.data_ptr<T>();
+  T* pc = out.data_ptr<T>();
+  at::parallel_for(0, n1 * n2, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t i1 = i / n2, i2 = i % n2;
+      // Row-major C = A B is column-major C^T = B^T A^T.
+      gemm(ob.trans, oa.trans, n, m, k, static_cast<T>(alpha),
+           pb + i1 * b.stride(0) + i2 * b.stride(1), static_cast<int>(ob.ld),
+           pa + i1 * a.stride(0) + i2 * a.stride(1), static_cast<int>(oa.ld),
+           pc + i1 * out.stride(0) + i2 * out.stride(1), ldc);
+    }
+  });
+}
+
+void batched_gemm(const at::Tensor& a, const at::Tensor& b, double alpha, at::Tensor& out) {
+  if (a.scalar_type() == at::kFloat)
+    batched_gemm<float>(a, b, alpha, out);
+  else
+    batched_gemm<double>(a, b, alpha, out);
+}
+
+// alpha * a @ b for [N1, N2, m, k] x [N1, N2, k, n]; with heads_last the
+// result [N1, N2, m, n] is a view of [N1, m, N2, n] storage.
+class AttentionMatmul : public torch::autograd::Function<AttentionMatmul> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& a,
+                            const at::Tensor& b, double alpha, bool heads_last) {
+    at::Tensor out =
+        heads_last
+            ? at::empty({a.size(0), a.size(2), a.size(1), b.size(3)}, a.options()).transpose(1, 2)
+            : at::empty({a.size(0), a.size(1), a.size(2), b.size(3)}, a.options());
+    batched_gemm(a, b, alpha, out);
+    ctx->save_for_backward({a, b});
+    ctx->saved_data["alpha"] = alpha;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& a = saved[0];
+    const at::Tensor& b = saved[1];
+    const double alpha = ctx->saved_data["alpha"].toDouble();
+    const at::Tensor& grad = grads[0];
+    at::Tensor grad_a, grad_b;
+    if (ctx->needs_input_grad(0)) {
+      grad_a = at::empty(a.sizes(), grad.options());
+      batched_gemm(grad, b.transpose(2, 3), alpha, grad_a);
+    }
+    if (ctx->needs_input_grad(1)) {
+      grad_b = at::empty(b.sizes(), grad.options());
+      batched_gemm(a.transpose(2, 3), grad, alpha, grad_b);
+    }
+    return {grad_a, grad_b, at::Tensor(), at::Tensor()};
+  }
+};
+
+bool blas_attention_applies(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.device().is_cpu() || a.scalar_type() != b.scalar_type() || a.dim() != 4 || b.dim() != 4 ||
+      a.size(0) != b.size(0) || a.size(1) != b.size(1) || a.size(3) != b.size(2))
+    return false;
+  const Blas& f = blas();
+  if (a.scalar_type() == at::kFloat ? !f.sgemm : a.scalar_type() != at::kDouble || !f.dgemm)
+    return false;
+  const int64_t limit = std::numeric_limits<int>::max();
+  for (int64_t d : {a.size(2), a.size(3), b.size(3)})
+    if (d == 0 || d > limit / 4) return false;
+  return a.numel() > 0 && b.numel() > 0;
+}
+
+}  // namespace
+
+at::Tensor attention_matmul(const at::Tensor& a, const at::Tensor& b, double alpha,
+                            bool heads_last) {
+  if (blas_attention_applies(a, b)) return AttentionMatmul::apply(a, b, alpha, heads_last);
+  return at::matmul(alpha == 1.0 ? a : a * alpha, b);
+}
+
+}  // namespace garden::nlp
