@@ -12,6 +12,7 @@
 
 #include "garden/core/checkpoint.h"
 #include "garden/base/error.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 
@@ -41,14 +42,7 @@ class CheckpointTest : public ::testing::Test {
   fs::path dir_;
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const garden::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using garden_test::error_of;
 
 TEST_F(CheckpointTest, FileRoundTripKeepsEveryTensorAndTheMeta) {
   fs::create_directories(dir_);

@@ -14,6 +14,7 @@
 
 #include "garden/core/config/registry.h"
 #include "garden/core/config/yaml_io.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 namespace gc = garden::config;
@@ -73,14 +74,7 @@ std::shared_ptr<gc::ExperimentConfig> valid_experiment(const std::string& name) 
   return config;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const gc::ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using garden_test::error_of;
 
 bool starts_with(const std::string& text, const std::string& prefix) {
   return text.rfind(prefix, 0) == 0;

@@ -10,6 +10,7 @@
 #include "garden/core/config/yaml_io.h"
 #include "garden/core/task.h"
 #include "garden/tabular/classification.h"
+#include "test_util.h"
 
 namespace {
 
@@ -69,14 +70,7 @@ struct SampleConfig : garden::config::Config {
   }
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using garden_test::error_of;
 
 TEST(ConfigTest, DefaultsAreWrittenAndReadBackUnchanged) {
   SampleConfig a;

@@ -14,20 +14,14 @@
 #include "garden/core/config/validation.h"
 #include "garden/core/config/yaml_io.h"
 #include "garden/core/runtime.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 namespace gc = garden::config;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const gc::ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using garden_test::error_of;
 
 // The error validate_config gives after `overrides` ("" when none).
 std::string validation_error(const std::string& experiment, const std::string& overrides) {

@@ -14,6 +14,7 @@
 #include "garden/cli/spm_command.h"
 #include "garden/base/error.h"
 #include "garden/data/sentencepiece.h"
+#include "test_util.h"
 
 namespace {
 
@@ -29,14 +30,7 @@ const std::vector<std::string> kSentences = {
     "User name", "path to the remote git-upload-archive command", "jede Umleitung von %s",
     "Benutzerdefinierte Größen verwalten", "Tastaturen"};
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const garden::Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using garden_test::error_of;
 
 // One model for the suite (training takes a fraction of a second, but once
 // is enough); every test gets its own scratch directory besides.

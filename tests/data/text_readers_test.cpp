@@ -13,6 +13,7 @@
 #include "garden/data/pipeline.h"
 #include "garden/data/record_source.h"
 #include "garden/data/text_readers.h"
+#include "test_util.h"
 
 namespace {
 
@@ -26,14 +27,7 @@ fs::path write_text(const std::string& name, const std::string& text) {
   return path;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const garden::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using garden_test::error_of;
 
 TEST(TextReaders, ParallelTsvYieldsTheChosenColumns) {
   const auto path = write_text("pairs.tsv", "hello\thallo\nyes\tja\r\n");
