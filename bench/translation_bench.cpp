@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "garden/core/config/optimization.h"
+#include "garden/config/optimization.h"
 #include "garden/nlp/losses.h"
 #include "garden/nlp/transformer.h"
 #include "garden/optim/optimizer.h"

@@ -49,7 +49,7 @@ function(garden_layer)
   set(root ${CMAKE_BINARY_DIR}/layers/${L_NAME})
   file(REMOVE_RECURSE ${root})
   foreach(folder ${visible})
-    # A folder inside another visible folder (core/config in core) comes with it.
+    # A folder inside another visible folder comes with it.
     set(covered FALSE)
     foreach(other ${visible})
       string(FIND "${folder}" "${other}/" at)

@@ -2,8 +2,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include <garden/core/config/registry.h>
-#include <garden/core/config/validation.h>
+#include <garden/config/registry.h>
+#include <garden/config/validation.h>
 #include <garden/base/error.h>
 #include <garden/core/metrics.h>
 

@@ -11,7 +11,7 @@
 
 #include <torch/torch.h>
 
-#include <garden/core/config/definitions.h>
+#include <garden/config/definitions.h>
 #include <garden/base/dataset.h>
 #include <garden/core/task.h>
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "garden/core/checkpoint.h"
-#include "garden/core/config/yaml_io.h"
+#include "garden/config/yaml_io.h"
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/cli/files.h"

@@ -6,7 +6,7 @@
 #include <limits>
 #include <random>
 
-#include "garden/core/config/yaml_io.h"
+#include "garden/config/yaml_io.h"
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
 

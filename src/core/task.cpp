@@ -6,7 +6,7 @@
 #include <map>
 
 #include "garden/core/checkpoint.h"
-#include "garden/core/config/registry.h"
+#include "garden/config/registry.h"
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
 

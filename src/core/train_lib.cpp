@@ -11,7 +11,7 @@
 #include "garden/base/logging.h"
 #include "garden/core/actions.h"
 #include "garden/core/checkpoint.h"
-#include "garden/core/config/yaml_io.h"
+#include "garden/config/yaml_io.h"
 #include "garden/core/controller.h"
 #include "garden/core/run_directory.h"
 #include "garden/core/runtime.h"

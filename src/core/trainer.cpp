@@ -5,7 +5,7 @@
 
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
-#include "garden/core/config/yaml_io.h"
+#include "garden/config/yaml_io.h"
 
 namespace garden {
 

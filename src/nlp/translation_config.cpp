@@ -1,6 +1,6 @@
 #include "garden/nlp/translation_config.h"
 
-#include "garden/core/config/validation.h"
+#include "garden/config/validation.h"
 
 namespace garden::nlp {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "garden/base/paths.h"
-#include "garden/core/config/registry.h"
+#include "garden/config/registry.h"
 #include "garden/nlp/translation.h"
 
 namespace garden::nlp {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "garden/core/config/config.h"
+#include "garden/config/config.h"
 #include "garden/base/error.h"
 
 namespace garden::optim {

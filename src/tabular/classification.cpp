@@ -11,7 +11,7 @@
 #include "garden/base/encoding.h"
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
-#include "garden/core/config/validation.h"
+#include "garden/config/validation.h"
 #include "garden/data/csv.h"
 
 namespace garden::tabular {

@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-#include "garden/core/config/validation.h"
+#include "garden/config/validation.h"
 
 namespace garden::tabular {
 

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "garden/base/paths.h"
-#include "garden/core/config/registry.h"
+#include "garden/config/registry.h"
 #include "garden/tabular/classification.h"
 
 namespace garden::tabular {

@@ -13,8 +13,8 @@
 
 #include "garden/core/actions.h"
 #include "garden/core/checkpoint.h"
-#include "garden/core/config/registry.h"
-#include "garden/core/config/yaml_io.h"
+#include "garden/config/registry.h"
+#include "garden/config/yaml_io.h"
 #include "garden/base/logging.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"

@@ -20,7 +20,7 @@
 #include "garden/base/file_lock.h"
 #include "garden/base/logging.h"
 #include "garden/core/checkpoint.h"
-#include "garden/core/config/yaml_io.h"
+#include "garden/config/yaml_io.h"
 #include "garden/core/run_directory.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"

@@ -4,8 +4,8 @@
 
 #include <torch/torch.h>
 
-#include "garden/core/config/registry.h"
-#include "garden/core/config/yaml_io.h"
+#include "garden/config/registry.h"
+#include "garden/config/yaml_io.h"
 #include "garden/base/error.h"
 #include "garden/core/precision.h"
 #include "garden/core/progress.h"

@@ -17,7 +17,7 @@
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
 #include "garden/core/checkpoint.h"
-#include "garden/core/config/yaml_io.h"
+#include "garden/config/yaml_io.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
 #include "garden/optim/lr_schedule.h"

@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "garden/base/dataset.h"
-#include "garden/core/config/definitions.h"
-#include "garden/core/config/registry.h"
+#include "garden/config/definitions.h"
+#include "garden/config/registry.h"
 #include "garden/core/task.h"
 
 namespace garden_test {

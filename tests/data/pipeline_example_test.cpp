@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "garden/core/config/definitions.h"
+#include "garden/config/definitions.h"
 #include "garden/data/example.h"
 #include "garden/data/parse_spec.h"
 #include "garden/data/pipeline.h"

@@ -17,7 +17,7 @@
 
 #include "garden/cli/builtins.h"
 #include "garden/core/checkpoint.h"
-#include "garden/core/config/yaml_io.h"
+#include "garden/config/yaml_io.h"
 #include "garden/base/error.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"

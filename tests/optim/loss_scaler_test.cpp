@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "garden/core/config/config.h"
+#include "garden/config/config.h"
 #include "garden/base/error.h"
 #include "garden/optim/loss_scaler.h"
 

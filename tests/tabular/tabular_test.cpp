@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "garden/core/checkpoint.h"
-#include "garden/core/config/registry.h"
-#include "garden/core/config/yaml_io.h"
+#include "garden/config/registry.h"
+#include "garden/config/yaml_io.h"
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
 #include "garden/core/runtime.h"

@@ -12,7 +12,7 @@
 
 #include "garden/base/dataset.h"
 #include "garden/base/types.h"
-#include "garden/core/config/definitions.h"
+#include "garden/config/definitions.h"
 #include "garden/core/losses.h"
 #include "garden/core/metrics.h"
 #include "garden/core/minimizer.h"

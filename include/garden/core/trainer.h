@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "garden/core/checkpoint.h"
-#include "garden/core/config/definitions.h"
+#include "garden/config/definitions.h"
 #include "garden/core/minimizer.h"
 #include "garden/core/task.h"
 

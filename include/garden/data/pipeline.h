@@ -10,7 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "garden/core/config/definitions.h"
+#include "garden/config/definitions.h"
 #include "garden/base/dataset.h"
 #include "garden/base/types.h"
 #include "garden/data/batching.h"

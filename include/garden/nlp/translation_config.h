@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "garden/core/config/definitions.h"
+#include "garden/config/definitions.h"
 
 namespace garden::nlp {
 

@@ -26,7 +26,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "garden/core/config/optimization.h"
+#include "garden/config/optimization.h"
 #include "garden/optim/named_parameter.h"
 
 namespace garden::optim {

@@ -14,8 +14,8 @@
 #include <string>
 #include <type_traits>
 
-#include "garden/core/config/optimization.h"
-#include "garden/core/config/registry.h"
+#include "garden/config/optimization.h"
+#include "garden/config/registry.h"
 
 namespace garden::optim {
 

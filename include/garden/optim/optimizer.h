@@ -15,9 +15,9 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
-#include "garden/core/config/definitions.h"
-#include "garden/core/config/optimization.h"
-#include "garden/core/config/registry.h"
+#include "garden/config/definitions.h"
+#include "garden/config/optimization.h"
+#include "garden/config/registry.h"
 #include "garden/optim/ema.h"
 #include "garden/optim/loss_scaler.h"
 #include "garden/optim/lr_schedule.h"

@@ -1,4 +1,4 @@
-#include "garden/core/config/registry.h"
+#include "garden/config/registry.h"
 
 #include <cctype>
 

@@ -1,6 +1,6 @@
-#include "garden/core/config/yaml_io.h"
+#include "garden/config/yaml_io.h"
 
-#include "garden/core/config/validation.h"
+#include "garden/config/validation.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "garden/core/config/definitions.h"
+#include "garden/config/definitions.h"
 
 namespace garden::config {
 

@@ -10,9 +10,9 @@
 #include <sstream>
 
 #include "garden/base/logging.h"
-#include "garden/core/config/registry.h"
-#include "garden/core/config/validation.h"
-#include "garden/core/config/yaml_io.h"
+#include "garden/config/registry.h"
+#include "garden/config/validation.h"
+#include "garden/config/yaml_io.h"
 #include "garden/core/runtime.h"
 #include "test_util.h"
 

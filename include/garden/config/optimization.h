@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "garden/core/config/config.h"
+#include "garden/config/config.h"
 
 namespace garden::config {
 

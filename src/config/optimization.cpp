@@ -1,6 +1,6 @@
-#include "garden/core/config/optimization.h"
+#include "garden/config/optimization.h"
 
-#include "garden/core/config/validation.h"
+#include "garden/config/validation.h"
 
 namespace garden::config {
 

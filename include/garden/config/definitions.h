@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "garden/core/config/config.h"
-#include "garden/core/config/optimization.h"
+#include "garden/config/config.h"
+#include "garden/config/optimization.h"
 
 namespace garden::config {
 

@@ -12,8 +12,8 @@
 #include <regex>
 #include <sstream>
 
-#include "garden/core/config/registry.h"
-#include "garden/core/config/yaml_io.h"
+#include "garden/config/registry.h"
+#include "garden/config/yaml_io.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;

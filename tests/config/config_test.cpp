@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "garden/core/config/registry.h"
-#include "garden/core/config/yaml_io.h"
+#include "garden/config/registry.h"
+#include "garden/config/yaml_io.h"
 #include "garden/core/task.h"
 #include "garden/tabular/classification.h"
 #include "test_util.h"

@@ -1,10 +1,10 @@
-#include "garden/core/config/definitions.h"
+#include "garden/config/definitions.h"
 
 #include <cmath>
 #include <cstdlib>
 #include <set>
 
-#include "garden/core/config/validation.h"
+#include "garden/config/validation.h"
 
 namespace garden::config {
 

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "garden/core/config/config.h"
+#include "garden/config/config.h"
 
 namespace garden::config {
 

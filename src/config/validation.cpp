@@ -1,4 +1,4 @@
-#include "garden/core/config/validation.h"
+#include "garden/config/validation.h"
 
 #include <cmath>
 #include <cstdlib>
