@@ -11,7 +11,8 @@ double scalar_value(const at::Tensor& t, const char* what) {
   if (!t.defined() || t.numel() != 1)
     throw Error(std::string(what) + " is a tensor of " + std::to_string(t.defined() ? t.numel() : 0) +
                 " elements, not a scalar");
-  return t.detach().to(at::kCPU).to(at::kDouble).item<double>();
+  // item() converts from any dtype and copies from any device itself.
+  return t.item<double>();
 }
 }  // namespace
 

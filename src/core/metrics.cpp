@@ -10,14 +10,18 @@ namespace garden {
 namespace {
 
 // Keras broadcasts the weights to the values' shape. Returns the weighted sum
-// and the weight sum, as float64 tensors on the values' device.
-std::pair<at::Tensor, at::Tensor> weighted_total(const at::Tensor& values,
-                                                 const at::Tensor& weights) {
+// as a float64 tensor on the values' device, and the weight sum: a tensor, or
+// (without weights) the number of values in `count`, which saves a tensor.
+struct WeightedTotal {
+  at::Tensor total;
+  at::Tensor weight;  // undefined without weights
+  double count = 0.0;
+};
+WeightedTotal weighted_total(const at::Tensor& values, const at::Tensor& weights) {
   const at::Tensor v = values.detach().to(at::kDouble);
-  if (!weights.defined())
-    return {v.sum(), at::full({}, static_cast<double>(v.numel()), v.options())};
+  if (!weights.defined()) return {v.sum(), at::Tensor(), static_cast<double>(v.numel())};
   const at::Tensor w = weights.detach().to(v.device()).to(at::kDouble).expand_as(v);
-  return {(v * w).sum(), w.sum()};
+  return {(v * w).sum(), w.sum(), 0.0};
 }
 
 const at::Tensor* find_input(const Batch& batch, const std::string& key) {
@@ -53,7 +57,7 @@ at::Tensor& Metric::variable(std::size_t index, const c10::Device& device) {
 }
 
 double Metric::value(std::size_t index) const {
-  return variables_.at(index).value.to(at::kCPU).item<double>();
+  return variables_.at(index).value.item<double>();
 }
 
 void Metric::reset() {
@@ -110,10 +114,13 @@ Mean::Mean(std::string name, MetricInputs inputs) : Metric(std::move(name), std:
 }
 
 void Mean::update(const at::Tensor& values, const at::Tensor& sample_weight) {
-  const auto [total, count] = weighted_total(values, sample_weight);
-  const c10::Device device = total.device();
-  variable(total_, device).add_(total);
-  variable(count_, device).add_(count);
+  const WeightedTotal sums = weighted_total(values, sample_weight);
+  const c10::Device device = sums.total.device();
+  variable(total_, device).add_(sums.total);
+  if (sums.weight.defined())
+    variable(count_, device).add_(sums.weight);
+  else
+    variable(count_, device).add_(sums.count);
 }
 
 void Mean::update(double value, double weight) {
@@ -132,7 +139,7 @@ Sum::Sum(std::string name, MetricInputs inputs) : Metric(std::move(name), std::m
 
 void Sum::update_state(const at::Tensor&, const at::Tensor& values,
                        const at::Tensor& sample_weight) {
-  const at::Tensor total = weighted_total(values, sample_weight).first;
+  const at::Tensor total = weighted_total(values, sample_weight).total;
   variable(total_, total.device()).add_(total);
 }
 
