@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "garden/cli/cli.h"
 #include "garden/cli/builtins.h"
+#include "garden/cli/cli.h"
 #include "garden/data/sentencepiece.h"
 #include "garden/nlp/translation.h"
 

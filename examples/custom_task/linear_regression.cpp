@@ -2,9 +2,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <garden/base/error.h>
 #include <garden/config/registry.h>
 #include <garden/config/validation.h>
-#include <garden/base/error.h>
 #include <garden/core/metrics.h>
 
 namespace example {

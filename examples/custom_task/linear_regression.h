@@ -11,8 +11,8 @@
 
 #include <torch/torch.h>
 
-#include <garden/config/definitions.h>
 #include <garden/base/dataset.h>
+#include <garden/config/definitions.h>
 #include <garden/core/task.h>
 
 namespace example {

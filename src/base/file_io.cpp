@@ -144,7 +144,8 @@ std::string read_file(const std::string& path, const std::string& what) {
 }
 
 bool same_file(const std::string& a, const std::string& b) {
-  struct stat first {}, second {};
+  struct stat first {
+  }, second{};
   if (::stat(a.c_str(), &first) != 0 || ::stat(b.c_str(), &second) != 0) return false;
   return first.st_dev == second.st_dev && first.st_ino == second.st_ino;
 }
@@ -152,8 +153,8 @@ bool same_file(const std::string& a, const std::string& b) {
 void refuse_same_file(const std::string& input, const std::string& input_flag,
                       const std::string& output, const std::string& output_flag) {
   if (same_file(input, output))
-    throw Error(output_flag + " '" + output + "' is the same file as " + input_flag + " '" +
-                input + "'; writing it would destroy the input: choose another output");
+    throw Error(output_flag + " '" + output + "' is the same file as " + input_flag + " '" + input +
+                "'; writing it would destroy the input: choose another output");
 }
 
 }  // namespace garden

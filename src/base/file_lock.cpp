@@ -43,7 +43,8 @@ FileLock::FileLock(std::string path, const std::string& what) : path_(std::move(
                     path_ + "'); wait for it to finish or use another directory");
       throw Error("cannot lock " + what + " ('" + path_ + "'): " + std::strerror(error));
     }
-    struct stat locked {}, current {};
+    struct stat locked {
+    }, current{};
     if (::fstat(fd_, &locked) == 0 && ::stat(path_.c_str(), &current) == 0 &&
         locked.st_dev == current.st_dev && locked.st_ino == current.st_ino) {
       const std::string pid = std::to_string(::getpid()) + "\n";

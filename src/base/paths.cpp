@@ -15,7 +15,8 @@ std::string bundled_data_path(const std::string& relative) {
   // <libdir>, wherever the prefix was put.
   Dl_info info{};
   if (::dladdr(reinterpret_cast<void*>(&bundled_data_path), &info) && info.dli_fname)
-    roots.push_back((fs::path(info.dli_fname).parent_path() / GARDEN_LIB_TO_DATA).lexically_normal());
+    roots.push_back(
+        (fs::path(info.dli_fname).parent_path() / GARDEN_LIB_TO_DATA).lexically_normal());
   roots.emplace_back(GARDEN_SOURCE_DATA_DIR);
   roots.emplace_back(GARDEN_INSTALL_DATA_DIR);
   for (const auto& root : roots)

@@ -9,8 +9,8 @@ namespace garden {
 namespace {
 double scalar_value(const at::Tensor& t, const char* what) {
   if (!t.defined() || t.numel() != 1)
-    throw Error(std::string(what) + " is a tensor of " + std::to_string(t.defined() ? t.numel() : 0) +
-                " elements, not a scalar");
+    throw Error(std::string(what) + " is a tensor of " +
+                std::to_string(t.defined() ? t.numel() : 0) + " elements, not a scalar");
   // item() converts from any dtype and copies from any device itself.
   return t.item<double>();
 }
@@ -18,7 +18,8 @@ double scalar_value(const at::Tensor& t, const char* what) {
 
 double Average::result() const {
   double total = 0.0;
-  for (const auto& term : terms) total += term.weight * scalar_value(term.value, "an average's value");
+  for (const auto& term : terms)
+    total += term.weight * scalar_value(term.value, "an average's value");
   return total;
 }
 

@@ -1,8 +1,8 @@
 #include "garden/cli/translate_command.h"
 
 #include <torch/torch.h>
-#include <CLI/CLI.hpp>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "garden/core/checkpoint.h"
-#include "garden/config/yaml_io.h"
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/cli/files.h"
+#include "garden/config/yaml_io.h"
+#include "garden/core/checkpoint.h"
 #include "garden/core/runtime.h"
 #include "garden/data/sentencepiece.h"
 #include "garden/nlp/translation.h"

@@ -9,8 +9,7 @@
 namespace garden::config {
 
 void DataConfig::visit(Visitor& v) {
-  v("input_path", input_path,
-    "Comma-separated file paths or glob patterns of the input data.");
+  v("input_path", input_path, "Comma-separated file paths or glob patterns of the input data.");
   v("global_batch_size", global_batch_size, "Batch size summed over all replicas.");
   v("is_training", is_training, "Whether this is training data (shuffle and repeat).");
   v("drop_remainder", drop_remainder, "Drop the last batch when it is smaller than the others.");
@@ -31,7 +30,7 @@ void DataConfig::visit(Visitor& v) {
 void DataConfig::validate() const {
   validate_reading();
   static const std::set<std::string> file_types = {"tfrecord", "tfrecord_compressed", "text",
-                                                   "tsv", "documents", "csv"};
+                                                   "tsv",      "documents",           "csv"};
   if (!file_types.count(file_type))
     refuse("file_type", "'" + file_type +
                             "' is not one of tfrecord, tfrecord_compressed, text, tsv, documents, "
@@ -74,7 +73,8 @@ std::vector<IgnoredKey> DataConfig::ignored_keys() const {
 }
 
 void DifferentialPrivacyConfig::visit(Visitor& v) {
-  v("clipping_norm", clipping_norm, "Global L2 norm the batch gradients are clipped to (Model Garden clips per batch).");
+  v("clipping_norm", clipping_norm,
+    "Global L2 norm the batch gradients are clipped to (Model Garden clips per batch).");
   v("noise_multiplier", noise_multiplier, "Gaussian noise stddev as a multiple of clipping_norm.");
 }
 
@@ -235,7 +235,8 @@ void TrainerConfig::visit(Visitor& v) {
   v("continuous_eval_timeout", continuous_eval_timeout,
     "Seconds continuous_eval waits for a new checkpoint.");
   v("train_steps", train_steps, "Total training steps.");
-  v("validation_steps", validation_steps, "Steps per evaluation; -1 runs the whole validation data.");
+  v("validation_steps", validation_steps,
+    "Steps per evaluation; -1 runs the whole validation data.");
   v("validation_interval", validation_interval, "Training steps between evaluations.");
   v("best_checkpoint_export_subdir", best_checkpoint_export_subdir,
     "Where the best checkpoint is exported under model_dir; empty disables.");
@@ -244,7 +245,8 @@ void TrainerConfig::visit(Visitor& v) {
   v("best_checkpoint_metric_comp", best_checkpoint_metric_comp, "higher or lower is better.");
   v("loss_upper_bound", loss_upper_bound, "A training loss above this triggers recovery.");
   v("recovery_begin_steps", recovery_begin_steps, "Steps before loss_upper_bound applies.");
-  v("recovery_max_trials", recovery_max_trials, "Recoveries from the last checkpoint before failing.");
+  v("recovery_max_trials", recovery_max_trials,
+    "Recoveries from the last checkpoint before failing.");
   v("validation_summary_subdir", validation_summary_subdir,
     "Subdirectory of model_dir for validation summaries.");
   v("preemption_on_demand_checkpoint", preemption_on_demand_checkpoint,

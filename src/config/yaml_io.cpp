@@ -357,8 +357,8 @@ bool looks_like_assignments(std::string_view text) {
   while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
   if (i == text.size() || !(std::isalpha(static_cast<unsigned char>(text[i])) || text[i] == '_'))
     return false;
-  while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) ||
-                             text[i] == '_' || text[i] == '.'))
+  while (i < text.size() &&
+         (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '_' || text[i] == '.'))
     ++i;
   while (i < text.size() && text[i] == ' ') ++i;
   return i < text.size() && text[i] == '=';

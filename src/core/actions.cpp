@@ -7,8 +7,8 @@
 #include <fstream>
 
 #include "garden/base/file_io.h"
-#include "garden/core/checkpoint.h"
 #include "garden/base/logging.h"
+#include "garden/core/checkpoint.h"
 
 namespace fs = std::filesystem;
 

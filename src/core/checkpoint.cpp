@@ -13,9 +13,9 @@
 #include <regex>
 #include <sstream>
 
+#include "garden/base/crc32c.h"
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
-#include "garden/base/crc32c.h"
 
 namespace fs = std::filesystem;
 
@@ -257,7 +257,8 @@ std::optional<std::string> latest_checkpoint(const std::string& directory_or_fil
   }
   if (best) return best;
   // A best-checkpoint export (Model Garden writes <dir>/best_ckpt, no index).
-  if (fs::is_regular_file(dir / kBestCheckpointName, ec)) return (dir / kBestCheckpointName).string();
+  if (fs::is_regular_file(dir / kBestCheckpointName, ec))
+    return (dir / kBestCheckpointName).string();
   return std::nullopt;
 }
 

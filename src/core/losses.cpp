@@ -18,7 +18,9 @@ at::Tensor scalar_count(const at::Tensor& count, const at::Tensor& like, const s
 }
 }  // namespace
 
-Losses::Losses(at::Tensor mean, at::Tensor count) { add(kTotalName, std::move(mean), std::move(count)); }
+Losses::Losses(at::Tensor mean, at::Tensor count) {
+  add(kTotalName, std::move(mean), std::move(count));
+}
 
 void Losses::add(const std::string& name, at::Tensor mean, at::Tensor count, double weight) {
   if (name.empty()) throw Error("a loss part needs a name");
@@ -70,7 +72,8 @@ Logs Losses::logs() const {
   for (const auto& part : parts_) {
     AverageTerm term{part.mean.detach().to(at::kFloat), part.count, part.weight};
     whole.terms.push_back(term);
-    if (part.name != kTotalName) logs[part.name] = Average{{AverageTerm{term.value, term.count, 1.0}}};
+    if (part.name != kTotalName)
+      logs[part.name] = Average{{AverageTerm{term.value, term.count, 1.0}}};
   }
   logs[kTotalName] = std::move(whole);
   return logs;

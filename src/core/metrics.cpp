@@ -44,9 +44,8 @@ Metric::Metric(std::string name, MetricInputs inputs)
 
 std::size_t Metric::add_variable(const std::string& name, Reduction reduction,
                                  double initial_value) {
-  variables_.push_back(
-      {name, at::full({}, initial_value, at::TensorOptions().dtype(at::kDouble)), reduction,
-       initial_value});
+  variables_.push_back({name, at::full({}, initial_value, at::TensorOptions().dtype(at::kDouble)),
+                        reduction, initial_value});
   return variables_.size() - 1;
 }
 
@@ -56,9 +55,7 @@ at::Tensor& Metric::variable(std::size_t index, const c10::Device& device) {
   return v;
 }
 
-double Metric::value(std::size_t index) const {
-  return variables_.at(index).value.item<double>();
-}
+double Metric::value(std::size_t index) const { return variables_.at(index).value.item<double>(); }
 
 void Metric::reset() {
   for (auto& v : variables_) v.value = at::full({}, v.initial_value, v.value.options());
@@ -66,13 +63,11 @@ void Metric::reset() {
 
 void Metric::update(const Batch& labels, const Batch& outputs) {
   const auto lookup = [&](const std::string& key, bool labels_first) -> at::Tensor {
-    const at::Tensor* found =
-        labels_first ? find_input(labels, key) : find_input(outputs, key);
+    const at::Tensor* found = labels_first ? find_input(labels, key) : find_input(outputs, key);
     if (!found) found = labels_first ? find_input(outputs, key) : find_input(labels, key);
     if (!found)
-      throw Error("metric '" + name_ + "' reads '" + key +
-                  "', which neither the labels (" + keys_of(labels) + ") nor the model outputs (" +
-                  keys_of(outputs) + ") have");
+      throw Error("metric '" + name_ + "' reads '" + key + "', which neither the labels (" +
+                  keys_of(labels) + ") nor the model outputs (" + keys_of(outputs) + ") have");
     return *found;
   };
   at::Tensor y_true;
@@ -91,9 +86,15 @@ void Metric::merge_state(const Metric& other) {
     at::Tensor& mine = variables_[i].value;
     const at::Tensor theirs = other.variables_[i].value.to(mine.device());
     switch (variables_[i].reduction) {
-      case Reduction::kSum: mine = mine + theirs; break;
-      case Reduction::kMax: mine = at::maximum(mine, theirs); break;
-      case Reduction::kMin: mine = at::minimum(mine, theirs); break;
+      case Reduction::kSum:
+        mine = mine + theirs;
+        break;
+      case Reduction::kMax:
+        mine = at::maximum(mine, theirs);
+        break;
+      case Reduction::kMin:
+        mine = at::minimum(mine, theirs);
+        break;
     }
   }
 }

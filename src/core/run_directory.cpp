@@ -51,7 +51,8 @@ RunDirectory::RunDirectory(std::string model_dir) : dir_(std::move(model_dir)) {
       FileState state;
       if (it->is_regular_file()) {
         state.size = it->file_size();
-        if (state.size < kKeepContentBelow && relative != kLogFile) state.content = slurp(it->path());
+        if (state.size < kKeepContentBelow && relative != kLogFile)
+          state.content = slurp(it->path());
       }
       before_.emplace(relative, std::move(state));
     }

@@ -6,9 +6,9 @@
 #include <limits>
 #include <random>
 
-#include "garden/config/yaml_io.h"
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
+#include "garden/config/yaml_io.h"
 
 namespace garden {
 

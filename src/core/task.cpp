@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <map>
 
-#include "garden/core/checkpoint.h"
-#include "garden/config/registry.h"
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
+#include "garden/config/registry.h"
+#include "garden/core/checkpoint.h"
 
 namespace garden {
 
@@ -75,8 +75,7 @@ void Task::initialize(Model& model) {
   const auto file = latest_checkpoint(path);
   if (!file) throw Error("task.init_checkpoint '" + path + "' holds no checkpoint");
   const CheckpointData data = read_checkpoint_file(*file);
-  InitCheckpointMapping mapping{params_->init_checkpoint_modules,
-                                params_->init_checkpoint_rename};
+  InitCheckpointMapping mapping{params_->init_checkpoint_modules, params_->init_checkpoint_rename};
   const auto tensors = map_init_checkpoint(data.tensors, mapping);
   const auto in_modules = [&](const std::string& name) {
     if (mapping.modules.empty() || mapping.modules == std::vector<std::string>{"all"}) return true;
@@ -103,8 +102,8 @@ void Task::initialize(Model& model) {
                   *file + "' has no tensor for it (after task.init_checkpoint_rename)");
   }
   log_info() << "initialized the model from " << *file << ": " << selected.size()
-             << " tensors restored, " << missing.size() << " missing, "
-             << report.unexpected.size() << " unexpected";
+             << " tensors restored, " << missing.size() << " missing, " << report.unexpected.size()
+             << " unexpected";
   for (const auto& name : missing) log_warning() << "init_checkpoint lacks '" << name << "'";
   for (const auto& name : report.unexpected)
     log_warning() << "init_checkpoint has '" << name << "', which the model does not";
@@ -181,8 +180,8 @@ void register_task_factory(std::type_index config_type, const std::string& name,
                            TaskFactory factory) {
   for (const auto& other : task_registry().names())
     if (task_registry().get(other).config_type == config_type)
-      throw Error("task '" + name + "': its config type is already registered, by task '" +
-                  other + "'");
+      throw Error("task '" + name + "': its config type is already registered, by task '" + other +
+                  "'");
   task_registry().add(name, TaskEntry{config_type, std::move(factory)});
 }
 

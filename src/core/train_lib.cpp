@@ -9,9 +9,9 @@
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
+#include "garden/config/yaml_io.h"
 #include "garden/core/actions.h"
 #include "garden/core/checkpoint.h"
-#include "garden/config/yaml_io.h"
 #include "garden/core/controller.h"
 #include "garden/core/run_directory.h"
 #include "garden/core/runtime.h"
@@ -110,7 +110,8 @@ std::optional<std::string> restore(Controller& controller, CheckpointManager& ch
   } catch (const Error& e) {
     // A model that no longer fits its checkpoint: say which keys changed.
     if (changes.empty()) throw;
-    throw Error(std::string(e.what()) + " (changed since the checkpoint: " + describe(changes) + ")");
+    throw Error(std::string(e.what()) + " (changed since the checkpoint: " + describe(changes) +
+                ")");
   }
   if (resuming_training)
     for (const auto& change : changes)
@@ -212,10 +213,9 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
 
   Logs logs;
   if (mode == "continuous_eval") {
-    return controller.evaluate_continuously(trainer_config.validation_steps,
-                                            trainer_config.continuous_eval_timeout,
-                                            trainer_config.train_steps,
-                                            options.continuous_eval_poll_seconds);
+    return controller.evaluate_continuously(
+        trainer_config.validation_steps, trainer_config.continuous_eval_timeout,
+        trainer_config.train_steps, options.continuous_eval_poll_seconds);
   }
   if (mode == "eval") {
     if (!restored)
@@ -240,8 +240,7 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
 
 }  // namespace
 
-Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
-                    const RunOptions& options) {
+Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& options) {
   const std::string& mode = options.mode;
   const auto& modes = experiment_modes();
   if (std::find(modes.begin(), modes.end(), mode) == modes.end()) {
@@ -250,7 +249,8 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
     throw Error("unknown mode '" + mode + "'; modes: " + list);
   }
   if (options.model_dir.empty()) throw Error("--model_dir is required");
-  if (!params->locked()) throw Error("the config must be finalized (finalize_config) before running");
+  if (!params->locked())
+    throw Error("the config must be finalized (finalize_config) before running");
 
   // A training run owns its model_dir: locked, logged from the first line,
   // and rolled back when it fails before its first checkpoint.

@@ -199,7 +199,8 @@ Logs Trainer::eval_end(const Logs& aggregated_logs) {
   swap_back_ema();
   if (eval_batches_ == 0) {
     const std::string& path = config_->task->validation_data_config().input_path;
-    throw Error("the validation data " + (path.empty() ? std::string("(none given)") : "'" + path + "'") +
+    throw Error("the validation data " +
+                (path.empty() ? std::string("(none given)") : "'" + path + "'") +
                 " gave no batch to evaluate: it is empty, or smaller than "
                 "task.validation_data.global_batch_size with drop_remainder: true");
   }

@@ -318,9 +318,7 @@ int64_t SentencePieceTokenizer::piece_to_id(std::string_view piece) const {
   return it == impl_->ids.end() ? unk_id() : it->second;
 }
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 void check_model_prefix(const std::string& model_prefix, const std::string& what) {
   if (model_prefix.empty()) throw Error(what + " is empty: give a file prefix such as 'spm'");

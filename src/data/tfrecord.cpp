@@ -10,9 +10,9 @@
 #include <system_error>
 #include <vector>
 
+#include "garden/base/crc32c.h"
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
-#include "garden/base/crc32c.h"
 
 namespace garden::data {
 

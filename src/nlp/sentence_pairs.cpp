@@ -92,9 +92,8 @@ std::string PairDecoder::utf8_error(const std::string& source, const std::string
   return "";
 }
 
-void for_each_pair(
-    const TranslationDataConfig& data,
-    const std::function<void(int64_t, const std::string&, const std::string&)>& fn) {
+void for_each_pair(const TranslationDataConfig& data,
+                   const std::function<void(int64_t, const std::string&, const std::string&)>& fn) {
   if (data.input_path.empty()) throw Error("the translation data has no input_path");
   const std::vector<std::string> files = data::match_files(data.input_path);
   const PairDecoder decode(data);

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "garden/config/config.h"
 #include "garden/base/error.h"
+#include "garden/config/config.h"
 
 namespace garden::optim {
 

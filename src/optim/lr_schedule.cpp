@@ -50,12 +50,11 @@ void register_builtin_schedules(config::Registry<ScheduleFactory>& r) {
   });
   r.add("exponential", [](const config::Config& subsection) -> SchedulePtr {
     const auto& c = static_cast<const config::ExponentialLrConfig&>(subsection);
-    const double initial = require(c.initial_learning_rate, "learning_rate.exponential",
-                                   "initial_learning_rate");
-    const double decay_steps = static_cast<double>(
-        require(c.decay_steps, "learning_rate.exponential", "decay_steps"));
-    const double rate =
-        require(c.decay_rate, "learning_rate.exponential", "decay_rate");
+    const double initial =
+        require(c.initial_learning_rate, "learning_rate.exponential", "initial_learning_rate");
+    const double decay_steps =
+        static_cast<double>(require(c.decay_steps, "learning_rate.exponential", "decay_steps"));
+    const double rate = require(c.decay_rate, "learning_rate.exponential", "decay_rate");
     const bool staircase = c.staircase.value_or(false);
     return std::make_shared<FunctionSchedule>(
         [=](double step) {
@@ -67,10 +66,10 @@ void register_builtin_schedules(config::Registry<ScheduleFactory>& r) {
   });
   r.add("polynomial", [](const config::Config& subsection) -> SchedulePtr {
     const auto& c = static_cast<const config::PolynomialLrConfig&>(subsection);
-    const double initial = require(c.initial_learning_rate, "learning_rate.polynomial",
-                                   "initial_learning_rate");
-    const double decay_steps = static_cast<double>(
-        require(c.decay_steps, "learning_rate.polynomial", "decay_steps"));
+    const double initial =
+        require(c.initial_learning_rate, "learning_rate.polynomial", "initial_learning_rate");
+    const double decay_steps =
+        static_cast<double>(require(c.decay_steps, "learning_rate.polynomial", "decay_steps"));
     const double end = c.end_learning_rate;
     const double power = c.power;
     const bool cycle = c.cycle;

@@ -397,37 +397,44 @@ config::Registry<OptimizerFactory>& optimizer_registry() {
   static config::Registry<OptimizerFactory>* registry = [] {
     auto* r = new config::Registry<OptimizerFactory>("optimizer");
     // Garden's own: their config subsections are OptimizerConfig's members.
-    r->add("sgd", [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
-                      ClipOptions clip) -> std::unique_ptr<Optimizer> {
-      return std::make_unique<SGD>(std::move(p), std::move(s), clip,
-                                   static_cast<const config::SGDConfig&>(c));
-    });
-    r->add("adam", [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
-                       ClipOptions clip) -> std::unique_ptr<Optimizer> {
-      const auto& adam = static_cast<const config::AdamConfig&>(c);
-      return std::make_unique<Adam>(std::move(p), std::move(s), clip, adam.beta_1, adam.beta_2,
-                                    adam.epsilon, adam.amsgrad);
-    });
-    r->add("adamw", [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
-                        ClipOptions clip) -> std::unique_ptr<Optimizer> {
-      return std::make_unique<AdamWeightDecay>(
-          std::move(p), std::move(s), clip, static_cast<const config::AdamWeightDecayConfig&>(c));
-    });
-    r->add("lamb", [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
-                       ClipOptions clip) -> std::unique_ptr<Optimizer> {
-      return std::make_unique<LAMB>(std::move(p), std::move(s), clip,
-                                    static_cast<const config::LAMBConfig&>(c));
-    });
-    r->add("rmsprop", [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
-                          ClipOptions clip) -> std::unique_ptr<Optimizer> {
-      return std::make_unique<RMSprop>(std::move(p), std::move(s), clip,
-                                       static_cast<const config::RMSPropConfig&>(c));
-    });
-    r->add("adagrad", [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
-                          ClipOptions clip) -> std::unique_ptr<Optimizer> {
-      return std::make_unique<Adagrad>(std::move(p), std::move(s), clip,
-                                       static_cast<const config::AdagradConfig&>(c));
-    });
+    r->add("sgd",
+           [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
+              ClipOptions clip) -> std::unique_ptr<Optimizer> {
+             return std::make_unique<SGD>(std::move(p), std::move(s), clip,
+                                          static_cast<const config::SGDConfig&>(c));
+           });
+    r->add("adam",
+           [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
+              ClipOptions clip) -> std::unique_ptr<Optimizer> {
+             const auto& adam = static_cast<const config::AdamConfig&>(c);
+             return std::make_unique<Adam>(std::move(p), std::move(s), clip, adam.beta_1,
+                                           adam.beta_2, adam.epsilon, adam.amsgrad);
+           });
+    r->add("adamw",
+           [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
+              ClipOptions clip) -> std::unique_ptr<Optimizer> {
+             return std::make_unique<AdamWeightDecay>(
+                 std::move(p), std::move(s), clip,
+                 static_cast<const config::AdamWeightDecayConfig&>(c));
+           });
+    r->add("lamb",
+           [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
+              ClipOptions clip) -> std::unique_ptr<Optimizer> {
+             return std::make_unique<LAMB>(std::move(p), std::move(s), clip,
+                                           static_cast<const config::LAMBConfig&>(c));
+           });
+    r->add("rmsprop",
+           [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
+              ClipOptions clip) -> std::unique_ptr<Optimizer> {
+             return std::make_unique<RMSprop>(std::move(p), std::move(s), clip,
+                                              static_cast<const config::RMSPropConfig&>(c));
+           });
+    r->add("adagrad",
+           [](const config::Config& c, std::vector<NamedParameter> p, SchedulePtr s,
+              ClipOptions clip) -> std::unique_ptr<Optimizer> {
+             return std::make_unique<Adagrad>(std::move(p), std::move(s), clip,
+                                              static_cast<const config::AdagradConfig&>(c));
+           });
     return r;
   }();
   return *registry;

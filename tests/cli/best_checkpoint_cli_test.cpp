@@ -36,18 +36,20 @@ class BestCheckpointCliTest : public CliFixture {
          "    embedding_width: 32\n"
          "    encoder: {num_layers: 1, num_attention_heads: 2, intermediate_size: 64}\n"
          "    decoder: {num_layers: 1, num_attention_heads: 2, intermediate_size: 64}\n"
-         "  train_data: {input_path: '" + data + "', global_batch_size: 512}\n"
-         "  validation_data: {input_path: '" + data + "', global_batch_size: 512}\n" +
-         extra_yaml +
-         "trainer:\n"
-         "  train_steps: 40\n"
-         "  steps_per_loop: 10\n"
-         "  summary_interval: 10\n"
-         "  validation_interval: 20\n"
-         "  checkpoint_interval: 20\n"
-         "  best_checkpoint_export_subdir: best\n"
-         "  best_checkpoint_eval_metric: validation_loss\n"
-         "  best_checkpoint_metric_comp: lower\n");
+         "  train_data: {input_path: '" +
+             data +
+             "', global_batch_size: 512}\n"
+             "  validation_data: {input_path: '" +
+             data + "', global_batch_size: 512}\n" + extra_yaml +
+             "trainer:\n"
+             "  train_steps: 40\n"
+             "  steps_per_loop: 10\n"
+             "  summary_interval: 10\n"
+             "  validation_interval: 20\n"
+             "  checkpoint_interval: 20\n"
+             "  best_checkpoint_export_subdir: best\n"
+             "  best_checkpoint_eval_metric: validation_loss\n"
+             "  best_checkpoint_metric_comp: lower\n");
     const CliRun run = garden("train --experiment wmt_transformer/demo --config_file '" +
                               (dir_ / "tiny.yaml").string() + "' --model_dir '" + model_dir + "'");
     ASSERT_EQ(run.status, 0) << run.err;

@@ -179,14 +179,15 @@ TEST(ConfigTest, OverrideStringsInEveryForm) {
 
 TEST(ConfigTest, OverrideErrorsSayWhatIsWrong) {
   SampleConfig c;
-  EXPECT_NE(error_of([&] { garden::config::apply_override(c, "inner.wdth=3"); })
-                .find("unknown config key 'inner.wdth'; did you mean 'inner.width'"),
+  EXPECT_NE(error_of([&] {
+              garden::config::apply_override(c, "inner.wdth=3");
+            }).find("unknown config key 'inner.wdth'; did you mean 'inner.width'"),
             std::string::npos);
   EXPECT_NE(error_of([&] { garden::config::apply_override(c, "count=[1"); }).find("unbalanced"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { garden::config::apply_override(c, "- 1\n- 2"); })
-                .find("params_override"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { garden::config::apply_override(c, "- 1\n- 2"); }).find("params_override"),
+      std::string::npos);
 }
 
 TEST(ConfigTest, OneOfChoicesAndValidation) {
@@ -230,8 +231,9 @@ TEST(ConfigTest, FilesApplyInOrderAndErrorsNameTheFile) {
   EXPECT_EQ(c.name, "first");
   EXPECT_NE(error_of([&] { garden::config::apply_file(c, broken); }).find(broken),
             std::string::npos);
-  EXPECT_NE(error_of([&] { garden::config::apply_file(c, (dir / "none.yaml").string()); })
-                .find("cannot read config file"),
+  EXPECT_NE(error_of([&] {
+              garden::config::apply_file(c, (dir / "none.yaml").string());
+            }).find("cannot read config file"),
             std::string::npos);
   std::filesystem::remove_all(dir);
 }
@@ -269,23 +271,23 @@ TEST(ConfigTest, ModelGardenDefaultsAndKeyNames) {
   for (const char* key :
        {"optimizer_config.optimizer.type", "optimizer_config.learning_rate.polynomial.power",
         "optimizer_config.warmup.linear.warmup_steps", "train_steps", "validation_interval",
-        "best_checkpoint_export_subdir", "recovery_max_trials",
-        "preemption_on_demand_checkpoint"})
-    EXPECT_NE(std::find(trainer_keys.begin(), trainer_keys.end(), key), trainer_keys.end())
-        << key;
+        "best_checkpoint_export_subdir", "recovery_max_trials", "preemption_on_demand_checkpoint"})
+    EXPECT_NE(std::find(trainer_keys.begin(), trainer_keys.end(), key), trainer_keys.end()) << key;
 }
 
 TEST(ConfigTest, TrainerRestrictions) {
   garden::config::TrainerConfig trainer;
   trainer.steps_per_loop = 100;
   trainer.summary_interval = 150;
-  EXPECT_NE(error_of([&] { garden::config::validate_config(trainer); })
-                .find("summary_interval: 150 must be a multiple of steps_per_loop (100)"),
+  EXPECT_NE(error_of([&] {
+              garden::config::validate_config(trainer);
+            }).find("summary_interval: 150 must be a multiple of steps_per_loop (100)"),
             std::string::npos);
   trainer.summary_interval = 200;
   trainer.best_checkpoint_metric_comp = "bigger";
-  EXPECT_NE(error_of([&] { garden::config::validate_config(trainer); })
-                .find("best_checkpoint_metric_comp"),
+  EXPECT_NE(error_of([&] {
+              garden::config::validate_config(trainer);
+            }).find("best_checkpoint_metric_comp"),
             std::string::npos);
 }
 
@@ -306,7 +308,8 @@ TEST(RegistryTest, UnknownExperimentListsTheRegisteredOnes) {
 
 TEST(RegistryTest, DuplicateAndMalformedNamesAreRefused) {
   EXPECT_THROW(garden::config::register_experiment(
-                   "tabular/iris", "again", [] { return garden::config::get_experiment_config("tabular/iris"); }),
+                   "tabular/iris", "again",
+                   [] { return garden::config::get_experiment_config("tabular/iris"); }),
                ConfigError);
   for (const char* bad : {"", "/a", "a/", "a//b", "a b", "a/b?"})
     EXPECT_THROW(garden::config::check_registry_name(bad, "experiment"), ConfigError) << bad;

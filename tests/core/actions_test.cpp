@@ -11,11 +11,11 @@
 #include <fstream>
 #include <thread>
 
-#include "garden/core/actions.h"
-#include "garden/core/checkpoint.h"
+#include "garden/base/logging.h"
 #include "garden/config/registry.h"
 #include "garden/config/yaml_io.h"
-#include "garden/base/logging.h"
+#include "garden/core/actions.h"
+#include "garden/core/checkpoint.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
 
@@ -293,7 +293,8 @@ double toy_validation_loss(const fs::path& checkpoint) {
   garden::Mean loss("loss");
   for (int i = 0; i < 2; ++i) {  // validation_steps 2
     const auto batch = *data->next();
-    loss.update(task->build_losses(batch, task->inference_step(batch, *model)).total().item<double>());
+    loss.update(
+        task->build_losses(batch, task->inference_step(batch, *model)).total().item<double>());
   }
   return loss.result();
 }

@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "garden/core/checkpoint.h"
 #include "garden/base/error.h"
+#include "garden/core/checkpoint.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;

@@ -4,9 +4,9 @@
 
 #include <torch/torch.h>
 
+#include "garden/base/error.h"
 #include "garden/config/registry.h"
 #include "garden/config/yaml_io.h"
-#include "garden/base/error.h"
 #include "garden/core/precision.h"
 #include "garden/core/progress.h"
 #include "garden/core/runtime.h"

@@ -16,8 +16,8 @@
 #include "event_files.h"
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
-#include "garden/core/checkpoint.h"
 #include "garden/config/yaml_io.h"
+#include "garden/core/checkpoint.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
 #include "garden/optim/lr_schedule.h"
@@ -42,7 +42,8 @@ class StepTest : public ::testing::Test {
     garden::set_quiet(false);
     fs::remove_all(root_);
   }
-  static std::shared_ptr<garden::config::ExperimentConfig> experiment(const std::string& overrides) {
+  static std::shared_ptr<garden::config::ExperimentConfig> experiment(
+      const std::string& overrides) {
     auto params = garden::config::get_experiment_config("test/core_toy");
     if (!overrides.empty()) garden::config::apply_override(*params, overrides);
     garden::finalize_config(*params);
@@ -94,25 +95,30 @@ TEST_F(StepTest, ValidationLossIsWeightedByWhatItAveragesNotByBatches) {
   // 10 validation rows: batches of 4 give 4 + 4 + 2 rows, whose mean of
   // batch means differs from the mean over rows; batches of 10 give one.
   run("train", "m", "task.three_parts=true");
-  const auto by_4 = run("eval", "m", "task.three_parts=true,task.validation_data.global_batch_size=4");
+  const auto by_4 =
+      run("eval", "m", "task.three_parts=true,task.validation_data.global_batch_size=4");
   const auto by_10 =
       run("eval", "m", "task.three_parts=true,task.validation_data.global_batch_size=10");
-  const auto by_3 = run("eval", "m", "task.three_parts=true,task.validation_data.global_batch_size=3");
-  for (const char* key : {"validation_loss", "mse", "mae", "weight_penalty", "mean_absolute_error"}) {
+  const auto by_3 =
+      run("eval", "m", "task.three_parts=true,task.validation_data.global_batch_size=3");
+  for (const char* key :
+       {"validation_loss", "mse", "mae", "weight_penalty", "mean_absolute_error"}) {
     EXPECT_NEAR(value(by_4, key), value(by_10, key), 1e-6 * std::abs(value(by_10, key))) << key;
     EXPECT_NEAR(value(by_3, key), value(by_10, key), 1e-6 * std::abs(value(by_10, key))) << key;
   }
   // The guard: the batch means of 4 + 4 + 2 rows do differ from the rows' mean.
   auto task = garden::get_task(experiment("task.three_parts=true")->task);
   auto model = task->build_model();
-  garden::load_model_state(*model, garden::read_checkpoint_file((root_ / "m" / "ckpt-40").string()).tensors,
+  garden::load_model_state(*model,
+                           garden::read_checkpoint_file((root_ / "m" / "ckpt-40").string()).tensors,
                            "model/", true);
   auto params = experiment("task.three_parts=true");
   auto data = task->build_inputs(params->task->validation_data_config(), {});
   double sum_of_means = 0;
   int batches = 0;
   while (auto batch = data->next()) {
-    sum_of_means += task->build_losses(*batch, task->inference_step(*batch, *model)).parts()[0]
+    sum_of_means += task->build_losses(*batch, task->inference_step(*batch, *model))
+                        .parts()[0]
                         .mean.item<double>();
     ++batches;
   }
@@ -133,7 +139,8 @@ TEST_F(StepTest, AnEvaluationThatSeesNoBatchFailsAtStart) {
 TEST_F(StepTest, AMisspelledBestCheckpointMetricIsRefusedAtStart) {
   try {
     run("train_and_eval", "best",
-        "trainer.best_checkpoint_export_subdir=best,trainer.best_checkpoint_eval_metric=mean_absolut_error,"
+        "trainer.best_checkpoint_export_subdir=best,trainer.best_checkpoint_eval_metric=mean_"
+        "absolut_error,"
         "trainer.best_checkpoint_metric_comp=lower");
     FAIL() << "expected an error";
   } catch (const garden::Error& e) {
@@ -191,7 +198,8 @@ class MaxError : public garden::Metric {
   explicit MaxError(std::string name) : Metric(std::move(name), {"y", "predictions", ""}) {
     max_ = add_variable("max", garden::Reduction::kMax, 0.0);
   }
-  void update_state(const at::Tensor& y_true, const at::Tensor& y_pred, const at::Tensor&) override {
+  void update_state(const at::Tensor& y_true, const at::Tensor& y_pred,
+                    const at::Tensor&) override {
     const at::Tensor largest = (y_pred - y_true).abs().max().to(at::kDouble);
     at::Tensor& v = variable(max_, largest.device());
     v = at::maximum(v, largest);
@@ -246,8 +254,8 @@ TEST_F(StepTest, InitCheckpointRestoresARenamedSubModuleOnly) {
   const std::string path = (root_ / "electra-ckpt").string();
   garden::write_checkpoint_file(path, other);
 
-  auto params = experiment("task.init_checkpoint=" + path +
-                           ",task.init_checkpoint_modules=encoder");
+  auto params =
+      experiment("task.init_checkpoint=" + path + ",task.init_checkpoint_modules=encoder");
   auto with_rename = garden::config::get_experiment_config("test/core_toy");
   garden::config::apply_override(
       *with_rename, "{task: {init_checkpoint: '" + path +
@@ -359,10 +367,11 @@ TEST_F(StepTest, AUserRegisteredOptimizerAndScheduleAreConfiguredAndUsed) {
   EXPECT_NE(params.find("counting_sgd:"), std::string::npos) << params;
   EXPECT_NE(params.find("scale: 0.5"), std::string::npos) << params;
   // The schedule is the user's: 0.2 halved every 10 steps, 0.025 at step 30.
-  auto resolved = experiment("trainer.optimizer_config.learning_rate.type=halving,"
-                             "trainer.optimizer_config.learning_rate.halving.initial=0.2");
-  const auto schedule = garden::optim::make_schedule(resolved->trainer.optimizer_config.learning_rate,
-                                                     resolved->trainer.optimizer_config.warmup);
+  auto resolved = experiment(
+      "trainer.optimizer_config.learning_rate.type=halving,"
+      "trainer.optimizer_config.learning_rate.halving.initial=0.2");
+  const auto schedule = garden::optim::make_schedule(
+      resolved->trainer.optimizer_config.learning_rate, resolved->trainer.optimizer_config.warmup);
   EXPECT_DOUBLE_EQ((*schedule)(30), 0.025);
   // A copied config keeps the registered subsection's values.
   const garden::config::OptimizationConfig copy = resolved->trainer.optimizer_config;

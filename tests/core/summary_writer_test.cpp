@@ -287,9 +287,9 @@ TEST_F(SummaryWriterTest, ConcurrentWritesStayIntact) {
 
 // ---- a real training run's event files, read with the decoder above -------
 
+#include "garden/base/logging.h"
 #include "garden/config/registry.h"
 #include "garden/config/yaml_io.h"
-#include "garden/base/logging.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
 namespace {

@@ -84,10 +84,9 @@ class ToyTask : public garden::Task {
   garden::DatasetPtr build_inputs(const garden::config::DataConfig& params,
                                   const garden::InputContext&) override {
     if (params.is_training.value_or(false))
-      return std::make_shared<ToyDataset>(params.global_batch_size, 0, -1,
-                                          config_.poison_from_row);
-    return std::make_shared<ToyDataset>(params.global_batch_size, 100000,
-                                        config_.validation_rows, -1);
+      return std::make_shared<ToyDataset>(params.global_batch_size, 0, -1, config_.poison_from_row);
+    return std::make_shared<ToyDataset>(params.global_batch_size, 100000, config_.validation_rows,
+                                        -1);
   }
   // The penalty part reads the head's weight of the model built last.
   garden::ModelPtr build_model() override {
@@ -118,9 +117,10 @@ class ToyTask : public garden::Task {
     return {"mse", "mae", "weight_penalty"};
   }
   garden::MetricList build_metrics(bool) override {
-    return {std::make_shared<garden::MeanAbsoluteError>("mean_absolute_error",
-                                                        garden::MetricInputs{"y", "predictions", ""})};
+    return {std::make_shared<garden::MeanAbsoluteError>(
+        "mean_absolute_error", garden::MetricInputs{"y", "predictions", ""})};
   }
+
  private:
   const ToyTaskConfig& config_;
   at::Tensor* head_weight_ = nullptr;

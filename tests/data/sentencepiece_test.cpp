@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "garden/cli/spm_command.h"
 #include "garden/base/error.h"
+#include "garden/cli/spm_command.h"
 #include "garden/data/sentencepiece.h"
 #include "test_util.h"
 

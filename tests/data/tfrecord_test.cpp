@@ -279,9 +279,9 @@ TEST(Crc32cTest, ExtendEqualsCrcOfConcatenation) {
     const uint32_t head = garden::crc32c(data.data(), split);
     EXPECT_EQ(garden::crc32c_extend(head, data.data() + split, data.size() - split), whole)
         << split;
-    EXPECT_EQ(garden::detail::crc32c_extend_portable(head, data.data() + split,
-                                                           data.size() - split),
-              whole)
+    EXPECT_EQ(
+        garden::detail::crc32c_extend_portable(head, data.data() + split, data.size() - split),
+        whole)
         << split;
   }
 }

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "garden/cli/builtins.h"
-#include "garden/core/checkpoint.h"
-#include "garden/config/yaml_io.h"
 #include "garden/base/error.h"
+#include "garden/cli/builtins.h"
+#include "garden/config/yaml_io.h"
+#include "garden/core/checkpoint.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
 #include "garden/data/example.h"

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "garden/config/config.h"
 #include "garden/base/error.h"
+#include "garden/config/config.h"
 #include "garden/optim/loss_scaler.h"
 
 namespace {

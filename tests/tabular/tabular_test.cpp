@@ -11,11 +11,11 @@
 #include <random>
 #include <thread>
 
-#include "garden/core/checkpoint.h"
-#include "garden/config/registry.h"
-#include "garden/config/yaml_io.h"
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
+#include "garden/config/registry.h"
+#include "garden/config/yaml_io.h"
+#include "garden/core/checkpoint.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
 #include "garden/tabular/classification.h"
@@ -130,7 +130,8 @@ TEST_F(TabularTest, AResumeContinuesFromWhatTheCheckpointHolds) {
 
   const auto straight = tensors_with_prefix((root_ / "straight" / "ckpt-200").string(), "model/");
   const auto resumed = tensors_with_prefix((root_ / "resumed" / "ckpt-200").string(), "model/");
-  EXPECT_FALSE(torch::equal(straight.at("model/dense_0.weight"), resumed.at("model/dense_0.weight")));
+  EXPECT_FALSE(
+      torch::equal(straight.at("model/dense_0.weight"), resumed.at("model/dense_0.weight")));
   // And it continued from step 100.
   const auto meta = garden::read_checkpoint_file((root_ / "resumed" / "ckpt-200").string()).meta;
   EXPECT_EQ(meta.at("global_step"), 200);

@@ -20,11 +20,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <typeindex>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <typeindex>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>

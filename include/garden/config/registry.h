@@ -24,8 +24,7 @@ class Registry {
   void add(const std::string& name, Entry entry) {
     check_registry_name(name, what_);
     std::lock_guard<std::mutex> lock(mutex_);
-    if (entries_.count(name))
-      throw ConfigError(what_ + " '" + name + "' is already registered");
+    if (entries_.count(name)) throw ConfigError(what_ + " '" + name + "' is already registered");
     entries_.emplace(name, std::move(entry));
   }
 

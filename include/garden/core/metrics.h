@@ -66,7 +66,8 @@ class Metric {
 
  protected:
   // Declares a scalar state variable; returns its index.
-  std::size_t add_variable(const std::string& name, Reduction reduction, double initial_value = 0.0);
+  std::size_t add_variable(const std::string& name, Reduction reduction,
+                           double initial_value = 0.0);
   // The variable, moved to `device` first if it lives elsewhere.
   at::Tensor& variable(std::size_t index, const c10::Device& device);
   double value(std::size_t index) const;

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "garden/config/definitions.h"
 #include "garden/base/types.h"
+#include "garden/config/definitions.h"
 
 namespace garden {
 

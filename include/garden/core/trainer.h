@@ -5,15 +5,15 @@
 
 #include <array>
 #include <cstdint>
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 
-#include "garden/core/checkpoint.h"
 #include "garden/config/definitions.h"
+#include "garden/core/checkpoint.h"
 #include "garden/core/minimizer.h"
 #include "garden/core/task.h"
 

@@ -10,9 +10,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "garden/config/definitions.h"
 #include "garden/base/dataset.h"
 #include "garden/base/types.h"
+#include "garden/config/definitions.h"
 #include "garden/data/batching.h"
 #include "garden/data/parse_spec.h"
 

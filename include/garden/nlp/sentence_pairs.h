@@ -43,8 +43,8 @@ class PairDecoder {
  public:
   explicit PairDecoder(const TranslationDataConfig& data);
   ~PairDecoder();
-  void operator()(const std::string& record, const data::RecordLocation& where,
-                  std::string& source, std::string& target) const;
+  void operator()(const std::string& record, const data::RecordLocation& where, std::string& source,
+                  std::string& target) const;
   // Empty when the source and the target of the pair read at `where` are
   // UTF-8; otherwise one line naming the file, the line (or record) and the
   // column (or feature) that is not.
@@ -58,8 +58,7 @@ class PairDecoder {
 
 // Calls fn(unique_id, source, target) for every pair of `data`, in file order.
 // A pair that is not UTF-8 is an error naming its file and line.
-void for_each_pair(
-    const TranslationDataConfig& data,
-    const std::function<void(int64_t, const std::string&, const std::string&)>& fn);
+void for_each_pair(const TranslationDataConfig& data,
+                   const std::function<void(int64_t, const std::string&, const std::string&)>& fn);
 
 }  // namespace garden::nlp

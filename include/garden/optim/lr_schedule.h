@@ -41,8 +41,7 @@ config::Registry<ScheduleFactory>& schedule_registry();
 // choice of trainer.optimizer_config.learning_rate with ConfigT's keys.
 // Register before any config is made (first thing in main).
 template <class ConfigT>
-void register_schedule(const std::string& type,
-                       std::function<SchedulePtr(const ConfigT&)> build) {
+void register_schedule(const std::string& type, std::function<SchedulePtr(const ConfigT&)> build) {
   static_assert(std::is_base_of_v<config::Config, ConfigT>, "ConfigT must be a config::Config");
   config::register_oneof_choice(typeid(config::LrConfig), type,
                                 [] { return std::make_unique<ConfigT>(); });

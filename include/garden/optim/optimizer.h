@@ -123,8 +123,8 @@ void add_gaussian_noise(std::vector<at::Tensor>& gradients, double stddev);
 // Builds an optimizer from its config subsection (the one
 // trainer.optimizer_config.optimizer.type names).
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(
-    const config::Config& subsection, std::vector<NamedParameter> parameters,
-    SchedulePtr schedule, ClipOptions clip)>;
+    const config::Config& subsection, std::vector<NamedParameter> parameters, SchedulePtr schedule,
+    ClipOptions clip)>;
 
 // Every optimizer type by name: Garden's own (sgd, adam, adamw, lamb,
 // rmsprop, adagrad) and those registered with register_optimizer.
@@ -137,20 +137,19 @@ config::Registry<OptimizerFactory>& optimizer_registry();
 // global_clipnorm, applied by the Optimizer base class). Register before
 // any config is made (first thing in main).
 template <class ConfigT>
-void register_optimizer(
-    const std::string& type,
-    std::function<std::unique_ptr<Optimizer>(const ConfigT&, std::vector<NamedParameter>,
-                                             SchedulePtr, ClipOptions)>
-        build) {
+void register_optimizer(const std::string& type,
+                        std::function<std::unique_ptr<Optimizer>(
+                            const ConfigT&, std::vector<NamedParameter>, SchedulePtr, ClipOptions)>
+                            build) {
   static_assert(std::is_base_of_v<config::Config, ConfigT>, "ConfigT must be a config::Config");
   config::register_oneof_choice(typeid(config::OptimizerConfig), type,
                                 [] { return std::make_unique<ConfigT>(); });
-  optimizer_registry().add(type, [build](const config::Config& subsection,
-                                         std::vector<NamedParameter> parameters,
-                                         SchedulePtr schedule, ClipOptions clip) {
-    return build(static_cast<const ConfigT&>(subsection), std::move(parameters),
-                 std::move(schedule), clip);
-  });
+  optimizer_registry().add(
+      type, [build](const config::Config& subsection, std::vector<NamedParameter> parameters,
+                    SchedulePtr schedule, ClipOptions clip) {
+        return build(static_cast<const ConfigT&>(subsection), std::move(parameters),
+                     std::move(schedule), clip);
+      });
 }
 
 // Model Garden's OptimizerFactory plus Task.create_optimizer: the optimizer
