@@ -39,22 +39,30 @@ struct BertEncoderOptions {
 };
 
 // Fills `weight` from a normal of stddev `stddev` truncated at two stddevs
-// (Keras's TruncatedNormal), from LibTorch's default generator.
+// (Keras's TruncatedNormal: values beyond are drawn again, so the result's
+// stddev is about 0.88 * stddev), from LibTorch's default generator.
 void truncated_normal_(at::Tensor weight, double stddev);
+
+// BERT's initializer for every layer registered under `module` (itself
+// included): Linear and Embedding weights truncated_normal_(range), biases
+// zero, LayerNorm weight 1 and bias 0.
+void init_bert_weights(torch::nn::Module& module, double initializer_range);
 
 class BertEncoderImpl : public torch::nn::Module {
  public:
-  // `shared_word_embeddings`, when given, is used (and registered) as this
-  // encoder's word embeddings: ELECTRA's generator shares the
-  // discriminator's. Its width must be options.embedding_width().
+  // `shared_word_embeddings`, when given, is used as this encoder's word
+  // embeddings, NOT registered here (its owner registers it, so it is one
+  // parameter of the model, updated and saved once): ELECTRA's generator
+  // shares the discriminator's. Its shape must be [vocab_size,
+  // options.embedding_width()].
   explicit BertEncoderImpl(const BertEncoderOptions& options,
                            torch::nn::Embedding shared_word_embeddings = nullptr);
 
   // word_ids, type_ids [B, S] int64; mask [B, S] 1 for real tokens, 0 for
   // padding (any integer or float dtype); position_ids [B, S] or undefined
   // (0 .. S-1). Returns the sequence output [B, S, hidden_size].
-  at::Tensor forward(const at::Tensor& word_ids, const at::Tensor& mask,
-                     const at::Tensor& type_ids, const at::Tensor& position_ids = {});
+  at::Tensor forward(const at::Tensor& word_ids, const at::Tensor& mask, const at::Tensor& type_ids,
+                     const at::Tensor& position_ids = {});
 
   const BertEncoderOptions& options() const { return options_; }
 
@@ -91,7 +99,7 @@ class ClassificationHeadImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& sequence);
   const ClassificationHeadOptions& options() const { return options_; }
 
-  torch::nn::Linear dense{nullptr};     // only when inner_dim > 0
+  torch::nn::Linear dense{nullptr};  // only when inner_dim > 0
   torch::nn::Linear out_proj{nullptr};
 
  private:

@@ -47,6 +47,20 @@ std::pair<at::Tensor, at::Tensor> scatter_update(const at::Tensor& sequence,
 // int64.
 at::Tensor sample_from_softmax(const at::Tensor& logits, const at::Tensor& disallow_ids = {});
 
+// Model Garden's _get_fake_data, as the model's forward runs it: the
+// original ids (scatter_update of masked_lm_ids into the masked input), ids
+// sampled from lm_logits [B, P, V] (never masked_lm_ids with
+// disallow_correct) scattered into them, and labels = updated-mask * (fake !=
+// original). No gradient.
+struct FakeData {
+  at::Tensor word_ids;     // [B, S] the discriminator's input
+  at::Tensor labels;       // [B, S] int64, 1 where word_ids differs from the original
+  at::Tensor sampled_ids;  // [B, P]
+};
+FakeData get_fake_data(const at::Tensor& input_word_ids, const at::Tensor& masked_lm_positions,
+                       const at::Tensor& masked_lm_ids, const at::Tensor& lm_logits,
+                       bool disallow_correct);
+
 class ElectraPretrainerImpl : public torch::nn::Module {
  public:
   explicit ElectraPretrainerImpl(const ElectraPretrainerOptions& options);

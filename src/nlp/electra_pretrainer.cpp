@@ -1,0 +1,188 @@
+// Model Garden's ElectraPretrainer; see include/garden/nlp/electra_pretrainer.h.
+#include "garden/nlp/electra_pretrainer.h"
+
+#include <torch/torch.h>
+
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "garden/base/error.h"
+
+namespace garden::nlp {
+
+namespace {
+
+const at::Tensor& input(const Batch& inputs, const std::string& key) {
+  const auto it = inputs.find(key);
+  if (it == inputs.end() || !it->second.defined())
+    throw Error("electra pretrainer: the inputs have no '" + key + "'");
+  return it->second;
+}
+
+// Model Garden's mlm_activation: the generator's hidden activation, also used
+// by the discriminator's projection.
+at::Tensor activate(const at::Tensor& x, bool gelu) { return gelu ? at::gelu(x) : at::relu(x); }
+
+const std::set<std::string>& output_names() {
+  static const std::set<std::string> names = {"lm_outputs", "sentence_outputs", "disc_logits",
+                                              "disc_label", "sampled_ids"};
+  return names;
+}
+
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> scatter_update(const at::Tensor& sequence,
+                                                 const at::Tensor& updates,
+                                                 const at::Tensor& positions) {
+  if (sequence.dim() != 2 || positions.dim() != 2 || updates.sizes() != positions.sizes() ||
+      positions.size(0) != sequence.size(0)) {
+    std::ostringstream message;
+    message << "scatter_update expects sequence [B, S], updates and positions [B, P], got "
+            << sequence.sizes() << ", " << updates.sizes() << ", " << positions.sizes();
+    throw Error(message.str());
+  }
+  const int64_t batch = sequence.size(0), length = sequence.size(1);
+  const auto long_options = sequence.options().dtype(at::kLong);
+  // Flat indices into [B * S]; sums and counts per position, as Model
+  // Garden's scatter_nd adds duplicates up.
+  at::Tensor flat =
+      (positions.to(at::kLong) + at::arange(batch, long_options).mul_(length).unsqueeze(1))
+          .reshape({-1});
+  at::Tensor sums = at::zeros({batch * length}, long_options)
+                        .index_add_(0, flat, updates.to(at::kLong).reshape({-1}));
+  at::Tensor counts = at::zeros({batch * length}, long_options)
+                          .index_add_(0, flat, at::ones({flat.size(0)}, long_options));
+  sums = sums.view({batch, length});
+  counts = counts.view({batch, length});
+  counts.select(1, 0).zero_();  // updates to position 0 ([CLS], or padding) are ignored
+  at::Tensor mask = counts.clamp_max(1);
+  at::Tensor mean = at::div(sums, counts.clamp_min(1), "floor");
+  at::Tensor updated = at::where(mask.to(at::kBool), mean.to(sequence.scalar_type()), sequence);
+  return {updated, mask};
+}
+
+at::Tensor sample_from_softmax(const at::Tensor& logits, const at::Tensor& disallow_ids) {
+  torch::NoGradGuard no_grad;
+  // Gumbel noise -log(-log(u + 1e-9) + 1e-9) built in place in one buffer,
+  // then the logits added into it: two [B, P, V] passes fewer than the formula.
+  at::Tensor scores = at::rand_like(logits, logits.options(), at::MemoryFormat::Contiguous);
+  scores.add_(1e-9).log_().neg_().add_(1e-9).log_().neg_().add_(logits.detach());
+  if (disallow_ids.defined()) {
+    at::Tensor index = disallow_ids.to(at::kLong).unsqueeze(-1);
+    scores.scatter_add_(-1, index, at::full(index.sizes(), -1000.0, scores.options()));
+  }
+  return scores.argmax(-1);
+}
+
+FakeData get_fake_data(const at::Tensor& input_word_ids, const at::Tensor& masked_lm_positions,
+                       const at::Tensor& masked_lm_ids, const at::Tensor& lm_logits,
+                       bool disallow_correct) {
+  torch::NoGradGuard no_grad;
+  at::Tensor original = scatter_update(input_word_ids, masked_lm_ids, masked_lm_positions).first;
+  at::Tensor sampled =
+      sample_from_softmax(lm_logits, disallow_correct ? masked_lm_ids : at::Tensor());
+  auto [fake, updated] = scatter_update(original, sampled, masked_lm_positions);
+  at::Tensor labels = updated.mul_(fake != original);
+  return {fake, labels, sampled};
+}
+
+// ---- ElectraPretrainer ------------------------------------------------------------
+
+ElectraPretrainerImpl::ElectraPretrainerImpl(const ElectraPretrainerOptions& options)
+    : options_(options) {
+  const BertEncoderOptions& g = options.generator;
+  const BertEncoderOptions& d = options.discriminator;
+  if (g.vocab_size != d.vocab_size)
+    throw Error("electra pretrainer: generator vocab_size " + std::to_string(g.vocab_size) +
+                " differs from discriminator vocab_size " + std::to_string(d.vocab_size));
+  if (options.tie_embeddings && g.embedding_width() != d.embedding_width())
+    throw Error("electra pretrainer: tie_embeddings needs equal embedding widths, got generator " +
+                std::to_string(g.embedding_width()) + " and discriminator " +
+                std::to_string(d.embedding_width()));
+  if (options.num_classes <= 0)
+    throw Error("electra pretrainer: num_classes must be positive, got " +
+                std::to_string(options.num_classes));
+
+  // The discriminator owns the shared table, so "discriminator." prefixes
+  // everything the fine-tuned encoder needs.
+  discriminator = BertEncoder(d);
+  generator = BertEncoder(g, options.tie_embeddings ? discriminator->word_embeddings : nullptr);
+  register_module("generator", generator);
+  register_module("discriminator", discriminator);
+
+  // Heads: Model Garden's mlm_initializer is TruncatedNormal(generator range).
+  const double range = g.initializer_range;
+  const int64_t width = g.embedding_width();
+  mlm_dense = register_module("mlm_dense", torch::nn::Linear(g.hidden_size, width));
+  mlm_norm = register_module("mlm_norm",
+                             torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}).eps(1e-12)));
+  mlm_bias = register_parameter("mlm_bias", at::zeros({g.vocab_size}));
+  ClassificationHeadOptions sentence;
+  sentence.input_width = g.hidden_size;
+  sentence.inner_dim = g.hidden_size;
+  sentence.num_classes = options.num_classes;
+  sentence.activation = "tanh";
+  sentence.initializer_range = range;
+  sentence.name = "generator_classification";
+  generator_classification =
+      register_module("generator_classification", ClassificationHead(sentence));
+  discriminator_projection =
+      register_module("discriminator_projection", torch::nn::Linear(d.hidden_size, d.hidden_size));
+  discriminator_head = register_module("discriminator_head", torch::nn::Linear(d.hidden_size, 1));
+  for (torch::nn::Module* head : {static_cast<torch::nn::Module*>(mlm_dense.get()),
+                                  static_cast<torch::nn::Module*>(mlm_norm.get()),
+                                  static_cast<torch::nn::Module*>(discriminator_projection.get()),
+                                  static_cast<torch::nn::Module*>(discriminator_head.get())})
+    init_bert_weights(*head, range);
+
+  std::set<std::string> seen;
+  for (ClassificationHeadOptions head : options.cls_heads) {
+    if (head.name.empty() || head.name.find('.') != std::string::npos ||
+        output_names().count(head.name) || !seen.insert(head.name).second)
+      throw Error("electra pretrainer: cls_heads name '" + head.name +
+                  "' must be non-empty, without '.', unique and not one of the model's outputs");
+    head.input_width = d.hidden_size;
+    cls_heads.push_back(register_module("cls_head_" + head.name, ClassificationHead(head)));
+  }
+}
+
+Batch ElectraPretrainerImpl::forward(const Batch& inputs) {
+  const at::Tensor& word_ids = input(inputs, "input_word_ids");
+  const at::Tensor& mask = input(inputs, "input_mask");
+  const at::Tensor& type_ids = input(inputs, "input_type_ids");
+  const at::Tensor& positions = input(inputs, "masked_lm_positions");
+  const at::Tensor& masked_ids = input(inputs, "masked_lm_ids");
+  const bool gelu = options_.generator.hidden_activation == "gelu";
+
+  Batch out;
+  // Generator: the MLM head runs on the masked positions only ([B, P, Hg]),
+  // not on every token.
+  at::Tensor sequence = generator->forward(word_ids, mask, type_ids);
+  const int64_t batch = positions.size(0), predictions = positions.size(1);
+  at::Tensor gathered =
+      sequence.gather(1, positions.to(at::kLong).unsqueeze(-1).expand({-1, -1, sequence.size(2)}));
+  at::Tensor h = mlm_norm->forward(activate(mlm_dense->forward(gathered), gelu));
+  // One addmm over the flattened positions.
+  at::Tensor lm_outputs = at::linear(h.reshape({batch * predictions, h.size(2)}),
+                                     generator->word_embeddings->weight, mlm_bias)
+                              .view({batch, predictions, -1});
+  out["lm_outputs"] = lm_outputs;
+  out["sentence_outputs"] = generator_classification->forward(sequence);
+
+  // Replaced tokens: no gradient flows through the sampling.
+  FakeData fake =
+      get_fake_data(word_ids, positions, masked_ids, lm_outputs, options_.disallow_correct);
+  out["disc_label"] = fake.labels.to(discriminator->word_embeddings->weight.scalar_type());
+  out["sampled_ids"] = fake.sampled_ids;
+
+  at::Tensor disc_sequence = discriminator->forward(fake.word_ids, mask, type_ids);
+  out["disc_logits"] =
+      discriminator_head->forward(activate(discriminator_projection->forward(disc_sequence), gelu))
+          .squeeze(-1);
+  for (std::size_t i = 0; i < cls_heads.size(); ++i)
+    out[options_.cls_heads[i].name] = cls_heads[i]->forward(disc_sequence);
+  return out;
+}
+
+}  // namespace garden::nlp
