@@ -12,9 +12,9 @@ namespace garden::nlp {
 
 struct PretrainingDataOptions {
   std::vector<std::string> input_files;  // files or glob patterns; each file starts a document
-  std::string output_file;  // comma-separated: the records are spread over these files
-  std::string vocab_file;     // a WordPiece vocabulary, or
-  std::string sp_model_file;  // a SentencePiece model (exactly one of the two)
+  std::string output_file;               // comma-separated: the records are spread over these files
+  std::string vocab_file;                // a WordPiece vocabulary, or
+  std::string sp_model_file;             // a SentencePiece model (exactly one of the two)
   bool do_lower_case = true;
   bool do_whole_word_mask = false;
   int64_t max_seq_length = 128;
