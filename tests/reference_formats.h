@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -261,6 +262,64 @@ inline std::string ref_example(const std::vector<std::pair<std::string, std::str
   std::string example;
   append_length_delimited(example, 1, map_entries);
   return example;
+}
+
+// ---- tf.Example decoding by hand: name -> the values of its one list, packed or not.
+
+struct RefFeature {
+  uint32_t kind = 0;  // kBytesListField, kFloatListField or kInt64ListField
+  std::vector<std::string> bytes;
+  std::vector<float> floats;
+  std::vector<int64_t> ints;
+};
+
+inline RefFeature ref_parse_feature(std::string_view encoded) {
+  const Message feature = decode(encoded);
+  if (feature.size() != 1 || feature[0].wire_type != kLengthDelimited)
+    throw std::runtime_error("a Feature must hold exactly one list");
+  RefFeature out;
+  out.kind = feature[0].number;
+  for (const Field& value : decode(feature[0].bytes)) {
+    if (value.number != 1) throw std::runtime_error("unexpected field in a list");
+    if (out.kind == kBytesListField) {
+      out.bytes.push_back(value.bytes);
+    } else if (out.kind == kInt64ListField) {
+      if (value.wire_type == kVarint) {
+        out.ints.push_back(static_cast<int64_t>(value.scalar));
+      } else {
+        for (size_t pos = 0; pos < value.bytes.size();)
+          out.ints.push_back(static_cast<int64_t>(decode_varint(value.bytes, pos)));
+      }
+    } else if (out.kind == kFloatListField) {
+      if (value.wire_type == kFixed32) {
+        out.floats.push_back(as_float(value));
+      } else {
+        if (value.bytes.size() % 4 != 0) throw std::runtime_error("packed floats not 4-byte");
+        for (size_t pos = 0; pos < value.bytes.size(); pos += 4) {
+          Field one;
+          one.scalar = read_le(value.bytes, pos, 4);
+          out.floats.push_back(as_float(one));
+        }
+      }
+    } else {
+      throw std::runtime_error("unknown Feature kind " + std::to_string(out.kind));
+    }
+  }
+  return out;
+}
+
+inline std::map<std::string, RefFeature> ref_parse_example(std::string_view serialized) {
+  std::map<std::string, RefFeature> features;
+  const Message example = decode(serialized);
+  for (const Field* entries : all(example, 1)) {
+    const Message map = decode(entries->bytes);
+    for (const Field* entry : all(map, 1)) {
+      const Message pair = decode(entry->bytes);
+      const std::string name = only(pair, 1, kLengthDelimited).bytes;
+      features[name] = ref_parse_feature(only(pair, 2, kLengthDelimited).bytes);
+    }
+  }
+  return features;
 }
 
 }  // namespace garden_test::reference

@@ -16,6 +16,7 @@
 #include "garden/base/logging.h"
 #include "garden/cli/bleu_command.h"
 #include "garden/cli/builtins.h"
+#include "garden/cli/pretraining_data_command.h"
 #include "garden/cli/spm_command.h"
 #include "garden/cli/tfrecord_command.h"
 #include "garden/cli/translate_command.h"
@@ -208,6 +209,7 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
     add_spm_command(app);
     add_bleu_command(app);
     add_translate_command(app);
+    add_create_pretraining_data_command(app);
 
     try {
       app.parse(argc, argv);

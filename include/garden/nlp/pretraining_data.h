@@ -11,10 +11,10 @@
 namespace garden::nlp {
 
 struct PretrainingDataOptions {
-  std::vector<std::string> input_files;
-  std::string output_file;  // comma-separated: the records are spread over these files
-  std::string vocab_file;     // a WordPiece vocabulary, or
-  std::string sp_model_file;  // a SentencePiece model (exactly one of the two)
+  std::vector<std::string> input_files;  // files or glob patterns; each file starts a document
+  std::string output_file;               // comma-separated: the records are spread over these files
+  std::string vocab_file;                // a WordPiece vocabulary, or
+  std::string sp_model_file;             // a SentencePiece model (exactly one of the two)
   bool do_lower_case = true;
   bool do_whole_word_mask = false;
   int64_t max_seq_length = 128;
@@ -33,8 +33,12 @@ struct PretrainingDataReport {
 };
 
 // Writes the records atomically (no partial file survives an error) and
-// shows progress on stderr. Throws garden::Error naming the file and line of
-// bad input (an empty input, invalid UTF-8) or a bad option.
+// shows progress on stderr. The same random_seed gives the same bytes
+// whatever num_threads is: each (pass, document) draws from a generator of
+// its own derived from the seed (see PretrainingRng), where BERT's script
+// draws from one stream in document order; the records have BERT's
+// distribution but are not BERT's bytes. Throws garden::Error naming the
+// file and line of bad input (an empty input, invalid UTF-8) or a bad option.
 PretrainingDataReport create_pretraining_data(const PretrainingDataOptions& options);
 
 }  // namespace garden::nlp
