@@ -80,6 +80,9 @@ namespace {
 struct TrainFlags {
   data::SentencePieceTrainOptions options;
   std::vector<int> tsv_columns;
+  // Read whole and split on commas here: CLI11 would read "[CLS],[SEP]" as
+  // its own bracketed list syntax and strip the brackets off BERT's symbols.
+  std::string user_defined_symbols;
 };
 
 // A fresh directory of this process's own under $TMPDIR (mkdtemp), removed
@@ -110,6 +113,13 @@ class ScratchDirectory {
 
 void run_train(const TrainFlags& flags) {
   auto options = flags.options;
+  for (std::size_t start = 0; start < flags.user_defined_symbols.size();) {
+    std::size_t end = flags.user_defined_symbols.find(',', start);
+    if (end == std::string::npos) end = flags.user_defined_symbols.size();
+    if (end > start)
+      options.user_defined_symbols.push_back(flags.user_defined_symbols.substr(start, end - start));
+    start = end + 1;
+  }
   // Everything the user named is checked before anything is written.
   for (int c : flags.tsv_columns)
     if (c < 0) throw Error("--tsv_columns: column " + std::to_string(c) + " is negative");
@@ -159,10 +169,8 @@ CLI::App* add_spm_command(CLI::App& app) {
       ->add_option("--character_coverage", o.character_coverage,
                    "Fraction of characters the vocabulary covers")
       ->capture_default_str();
-  train
-      ->add_option("--user_defined_symbols", o.user_defined_symbols,
-                   "Symbols kept as single pieces (a,b,...)")
-      ->delimiter(',');
+  train->add_option("--user_defined_symbols", train_flags->user_defined_symbols,
+                    "Symbols kept as single pieces (a,b,...), e.g. [CLS],[SEP],[MASK]");
   train
       ->add_option("--tsv_columns", train_flags->tsv_columns,
                    "Treat the inputs as TSV and train on these 0-based columns (0,1)")

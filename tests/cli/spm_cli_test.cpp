@@ -87,6 +87,20 @@ TEST_F(SpmCliTest, TsvColumnsNeverTouchTheInputAndLeaveNoScratch) {
   EXPECT_TRUE(fs::is_empty(tmp_));
 }
 
+// BERT's special pieces survive the command line whole: CLI11 would read
+// "[CLS],[SEP]" as its own bracketed list and strip the brackets.
+TEST_F(SpmCliTest, UserDefinedSymbolsKeepTheirBrackets) {
+  fs::copy_file(kTsv, work_ / "pairs.tsv");
+  CliRun run = garden("spm train --input='" + work("pairs.tsv") +
+                      "' --tsv_columns=0 --model_prefix='" + work("sp") +
+                      "' --vocab_size=200 --pad_id=0 --unk_id=1 --bos_id=-1 --eos_id=-1 "
+                      "--user_defined_symbols='[CLS],[SEP],[MASK]'");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const std::string vocab = slurp(work_ / "sp.vocab");
+  EXPECT_EQ(vocab.rfind("<pad>\t0\n<unk>\t0\n[CLS]\t0\n[SEP]\t0\n[MASK]\t0\n", 0), 0u)
+      << vocab.substr(0, 80);
+}
+
 // An --input that is PREFIX.model or PREFIX.vocab (by any name) would be
 // replaced by the training: refused before it starts.
 TEST_F(SpmCliTest, AnInputThatIsAnOutputIsRefused) {
