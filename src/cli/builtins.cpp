@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "garden/nlp/electra_experiments.h"
 #include "garden/nlp/translation_experiments.h"
 #include "garden/tabular/classification_experiments.h"
 
@@ -12,6 +13,7 @@ void register_builtins() {
   std::call_once(once, [] {
     tabular::register_tabular();
     nlp::register_translation();
+    nlp::register_electra();
   });
 }
 

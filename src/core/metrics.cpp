@@ -183,4 +183,37 @@ void MeanSquaredError::update_state(const at::Tensor& y_true, const at::Tensor& 
          sample_weight.defined() ? sample_weight.reshape(-1) : sample_weight);
 }
 
+BinaryConfusion::BinaryConfusion(std::string name, MetricInputs inputs)
+    : Metric(std::move(name), std::move(inputs)) {
+  true_positives_ = add_variable("true_positives", Reduction::kSum);
+  false_positives_ = add_variable("false_positives", Reduction::kSum);
+  false_negatives_ = add_variable("false_negatives", Reduction::kSum);
+}
+
+void BinaryConfusion::update_state(const at::Tensor& y_true, const at::Tensor& y_pred,
+                                   const at::Tensor& sample_weight) {
+  if (y_true.numel() != y_pred.numel())
+    throw Error("metric '" + name() + "': labels " + c10::str(y_true.sizes()) +
+                " and predictions " + c10::str(y_pred.sizes()) + " differ in size");
+  const at::Tensor predicted = y_pred.detach().reshape(-1).gt(0.5).to(at::kDouble);
+  const at::Tensor actual = y_true.detach().to(y_pred.device()).reshape(-1).ne(0).to(at::kDouble);
+  at::Tensor weight = sample_weight.defined()
+                          ? sample_weight.detach().to(y_pred.device()).to(at::kDouble).reshape(-1)
+                          : at::ones_like(predicted);
+  const c10::Device device = predicted.device();
+  variable(true_positives_, device).add_((predicted * actual * weight).sum());
+  variable(false_positives_, device).add_((predicted * (1 - actual) * weight).sum());
+  variable(false_negatives_, device).add_(((1 - predicted) * actual * weight).sum());
+}
+
+double Precision::result() const {
+  const double predicted = true_positives() + false_positives();
+  return predicted > 0 ? true_positives() / predicted : 0.0;
+}
+
+double Recall::result() const {
+  const double positive = true_positives() + false_negatives();
+  return positive > 0 ? true_positives() / positive : 0.0;
+}
+
 }  // namespace garden

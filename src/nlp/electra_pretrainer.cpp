@@ -154,11 +154,23 @@ Batch ElectraPretrainerImpl::forward(const Batch& inputs) {
   const at::Tensor& positions = input(inputs, "masked_lm_positions");
   const at::Tensor& masked_ids = input(inputs, "masked_lm_ids");
   const bool gelu = options_.generator.hidden_activation == "gelu";
+  // position_ids (BertPretrainDataConfig.use_position_id), when the data has them.
+  const auto position_it = inputs.find("position_ids");
+  const at::Tensor position_ids = position_it == inputs.end() ? at::Tensor() : position_it->second;
+  // Shapes are known on the host: the bounds cost no synchronization.
+  if (options_.sequence_length > 0 && word_ids.size(1) > options_.sequence_length)
+    throw Error("ELECTRA: input_word_ids has " + std::to_string(word_ids.size(1)) +
+                " tokens, more than model.sequence_length " +
+                std::to_string(options_.sequence_length));
+  if (positions.size(1) > options_.num_token_predictions)
+    throw Error("ELECTRA: masked_lm_positions has " + std::to_string(positions.size(1)) +
+                " slots, more than model.num_masked_tokens " +
+                std::to_string(options_.num_token_predictions));
 
   Batch out;
   // Generator: the MLM head runs on the masked positions only ([B, P, Hg]),
   // not on every token.
-  at::Tensor sequence = generator->forward(word_ids, mask, type_ids);
+  at::Tensor sequence = generator->forward(word_ids, mask, type_ids, position_ids);
   const int64_t batch = positions.size(0), predictions = positions.size(1);
   at::Tensor gathered =
       sequence.gather(1, positions.to(at::kLong).unsqueeze(-1).expand({-1, -1, sequence.size(2)}));
@@ -176,7 +188,7 @@ Batch ElectraPretrainerImpl::forward(const Batch& inputs) {
   out["disc_label"] = fake.labels.to(discriminator->word_embeddings->weight.scalar_type());
   out["sampled_ids"] = fake.sampled_ids;
 
-  at::Tensor disc_sequence = discriminator->forward(fake.word_ids, mask, type_ids);
+  at::Tensor disc_sequence = discriminator->forward(fake.word_ids, mask, type_ids, position_ids);
   out["disc_logits"] =
       discriminator_head->forward(activate(discriminator_projection->forward(disc_sequence), gelu))
           .squeeze(-1);

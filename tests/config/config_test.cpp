@@ -326,9 +326,10 @@ TEST(RegistryTest, TaskIsFoundByConfigTypeAndUnknownTypesAreNamed) {
     garden::get_task(std::make_shared<Unregistered>());
     FAIL() << "expected an error";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("registered tasks: tabular/classification"),
-              std::string::npos)
-        << e.what();
+    const std::string message = e.what();
+    EXPECT_NE(message.find("registered tasks: "), std::string::npos) << message;
+    EXPECT_NE(message.find("tabular/classification"), std::string::npos) << message;
+    EXPECT_NE(message.find("register_task"), std::string::npos) << message;
   }
 }
 

@@ -236,7 +236,8 @@ struct Traits<std::optional<T>, std::enable_if_t<!std::is_base_of_v<Config, T>>>
 };
 
 template <class T>
-struct Traits<std::vector<T>> : ScalarTraitsBase<std::vector<T>> {
+struct Traits<std::vector<T>, std::enable_if_t<!std::is_base_of_v<Config, T>>>
+    : ScalarTraitsBase<std::vector<T>> {
   static YAML::Node encode(const std::vector<T>& v) {
     YAML::Node node(YAML::NodeType::Sequence);
     for (const auto& x : v) node.push_back(Traits<T>::encode(x));
@@ -314,6 +315,31 @@ struct Traits<T, std::enable_if_t<std::is_base_of_v<Config, T>>> {
   static void decode(const YAML::Node& n, const std::string& p, T& out) { read_config(out, n, p); }
   static std::string name() { return "mapping"; }
   static Config* config(T& v) { return &v; }
+};
+
+// A list of nested configs (Model Garden's `List[ClsHeadConfig]`): each
+// element read onto a default one and written whole. The list's owner
+// validates the elements (a list is replaced whole by an override).
+template <class T>
+struct Traits<std::vector<T>, std::enable_if_t<std::is_base_of_v<Config, T>>>
+    : ScalarTraitsBase<std::vector<T>> {
+  static YAML::Node encode(std::vector<T>& v) {
+    YAML::Node node(YAML::NodeType::Sequence);
+    for (auto& x : v) node.push_back(write_config(x));
+    return node;
+  }
+  static void decode(const YAML::Node& n, const std::string& p, std::vector<T>& out) {
+    if (n.IsNull()) {
+      out.clear();
+      return;
+    }
+    if (!n.IsSequence()) throw_type_error(p, n, name());
+    std::vector<T> values(n.size());
+    for (std::size_t i = 0; i < n.size(); ++i)
+      read_config(values[i], n[i], p + "[" + std::to_string(i) + "]");
+    out = std::move(values);
+  }
+  static std::string name() { return "list of mapping"; }
 };
 
 // An optional nested config (Model Garden's `Optional[SomeConfig] = None`):

@@ -150,4 +150,41 @@ class MeanSquaredError : public Mean {
                     const at::Tensor& sample_weight = {}) override;
 };
 
+// Keras's Precision and Recall at the threshold 0.5: a prediction above 0.5
+// is positive, a label is positive when it is not 0; sample_weight weights
+// each element. Variables true_positives, false_positives, false_negatives
+// (sums).
+class BinaryConfusion : public Metric {
+ public:
+  void update_state(const at::Tensor& y_true, const at::Tensor& y_pred,
+                    const at::Tensor& sample_weight = {}) override;
+  double true_positives() const { return value(true_positives_); }
+  double false_positives() const { return value(false_positives_); }
+  double false_negatives() const { return value(false_negatives_); }
+
+ protected:
+  BinaryConfusion(std::string name, MetricInputs inputs);
+
+ private:
+  std::size_t true_positives_, false_positives_, false_negatives_;
+};
+
+// true_positives / (true_positives + false_positives); 0 before any
+// positive prediction.
+class Precision : public BinaryConfusion {
+ public:
+  explicit Precision(std::string name, MetricInputs inputs = {"label", "predictions", ""})
+      : BinaryConfusion(std::move(name), std::move(inputs)) {}
+  double result() const override;
+};
+
+// true_positives / (true_positives + false_negatives); 0 before any
+// positive label.
+class Recall : public BinaryConfusion {
+ public:
+  explicit Recall(std::string name, MetricInputs inputs = {"label", "predictions", ""})
+      : BinaryConfusion(std::move(name), std::move(inputs)) {}
+  double result() const override;
+};
+
 }  // namespace garden

@@ -22,9 +22,10 @@ namespace garden::nlp {
 struct ElectraPretrainerOptions {
   BertEncoderOptions generator;
   BertEncoderOptions discriminator;
-  int64_t num_classes = 2;  // the generator's sentence classification head
-  int64_t num_token_predictions = 76;
-  bool tie_embeddings = true;  // the generator uses the discriminator's word embeddings
+  int64_t num_classes = 2;             // the generator's sentence classification head
+  int64_t num_token_predictions = 76;  // most masked_lm_positions a batch may hold
+  int64_t sequence_length = -1;        // longest input; -1: max_position_embeddings
+  bool tie_embeddings = true;          // the generator uses the discriminator's word embeddings
   bool disallow_correct = false;
   // Extra heads on the discriminator's sequence output; each one's logits
   // are a model output under its name.
