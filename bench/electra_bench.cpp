@@ -304,7 +304,8 @@ void profile(GardenStep& garden, const Options& o) {
   // thirty largest.
   namespace prof = torch::autograd::profiler;
   prof::enableProfilerLegacy(
-      torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU));
+      torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU,
+                                            /*report_input_shapes=*/true));
   garden.step();
   const auto lists = prof::disableProfilerLegacy();
   struct Total {
@@ -312,6 +313,13 @@ void profile(GardenStep& garden, const Options& o) {
     int calls = 0;
   };
   std::map<std::string, Total> totals;
+  // Matrix products again, apart by shape, with their rate: which GEMMs the
+  // BLAS runs slowly.
+  struct Product {
+    double us = 0, flops = 0;
+    int calls = 0;
+  };
+  std::map<std::string, Product> products;
   for (const auto& events : lists) {
     struct Open {
       const prof::LegacyEvent* push;
@@ -330,6 +338,20 @@ void profile(GardenStep& garden, const Options& o) {
         t.total_us += us;
         ++t.calls;
         if (!stack.empty()) stack.back().child_us += us;
+        const std::string name = open.push->name();
+        const auto shapes = open.push->shapes();
+        // mm(a [m, k], b [k, n]); addmm(bias, a, b).
+        const std::size_t a = name == "aten::mm" ? 0 : name == "aten::addmm" ? 1 : shapes.size();
+        if (a + 1 < shapes.size() && shapes[a].size() == 2 && shapes[a + 1].size() == 2) {
+          const auto& x = shapes[a];
+          const auto& y = shapes[a + 1];
+          Product& product =
+              products[name + " [" + std::to_string(x[0]) + "," + std::to_string(x[1]) + "]x[" +
+                       std::to_string(y[0]) + "," + std::to_string(y[1]) + "]"];
+          product.us += us;
+          product.flops += 2.0 * x[0] * x[1] * y[1];
+          ++product.calls;
+        }
       }
     }
   }
@@ -337,10 +359,17 @@ void profile(GardenStep& garden, const Options& o) {
   std::sort(sorted.begin(), sorted.end(),
             [](const auto& a, const auto& b) { return a.second.self_us > b.second.self_us; });
   std::printf("%-50s %10s %10s %6s\n", "operator", "self_ms", "total_ms", "calls");
-  for (std::size_t i = 0; i < std::min<std::size_t>(sorted.size(), 30); ++i)
+  for (std::size_t i = 0; i < std::min<std::size_t>(sorted.size(), 300); ++i)
     std::printf("%-50s %10.2f %10.2f %6d\n", sorted[i].first.c_str(),
                 sorted[i].second.self_us / 1000, sorted[i].second.total_us / 1000,
                 sorted[i].second.calls);
+  std::vector<std::pair<std::string, Product>> by_shape(products.begin(), products.end());
+  std::sort(by_shape.begin(), by_shape.end(),
+            [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
+  std::printf("\n%-50s %10s %10s %6s\n", "matrix product", "ms", "GFLOP/s", "calls");
+  for (const auto& [shape, p] : by_shape)
+    std::printf("%-50s %10.2f %10.1f %6d\n", shape.c_str(), p.us / 1000, p.flops / p.us / 1000,
+                p.calls);
 }
 
 }  // namespace
