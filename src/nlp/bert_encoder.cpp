@@ -153,7 +153,10 @@ at::Tensor BertEncoderImpl::forward(const at::Tensor& word_ids, const at::Tensor
   if (embedding_projection) x = embedding_projection->forward(x);
 
   at::Tensor attention_mask;
-  if (mask.defined())
+  // Without padding the mask would add zeros to every layer's [B, H, S, S]
+  // scores; on the CPU one look at the [B, S] mask (a host sync, which is
+  // free there) skips those passes. Elsewhere the mask is always applied.
+  if (mask.defined() && (!mask.device().is_cpu() || (mask == 0).any().item<bool>()))
     attention_mask = (mask == 0).to(x.scalar_type()).mul_(kMaskedValue).view({batch, 1, 1, length});
   for (auto& layer : layers) x = layer->forward(x, attention_mask);
   if (output_norm) x = output_norm->forward(x);

@@ -1,0 +1,443 @@
+// ELECTRA pretraining-step benchmark (issue 11): Garden's ElectraPretrainer
+// against the PyTorch peer ../shared/bench/peer_electra.py, measured
+// alternately in one run.
+//
+//   electra_bench [--preset tiny|small] [--threads 1] [--steps 5] [--warmup 2]
+//                 [--batch 16] [--length 128] [--rounds 3] [--peer PATH] [--profile]
+//
+// The model is the peer's preset: `tiny` is vocab 8000, embedding width 128,
+// discriminator 128 wide x 4 layers x 2 heads (feed-forward 512), generator
+// 32 x 4 x 1 (feed-forward 128); `small` is 30522, 128, 256 x 12 x 4 (1024),
+// 64 x 12 x 1 (256). Post-layer-norm blocks, GELU, LayerNorm eps 1e-12,
+// dropout 0.1, the generator's word embeddings tied to the discriminator's;
+// AdamW at a constant 5e-4 with weight decay 0.01 on every parameter
+// (torch.optim.AdamW's semantics: epsilon 1e-8, no clipping).
+//
+// The batch is the peer's: ids uniform in [1000, V), one segment, no
+// padding, P = round(0.15 T) distinct masked positions a row (never position
+// 0) whose ids become 103. Loss = MLM + 50 * RTD, both as the peer computes
+// them: MLM is the weighted cross-entropy over the masked positions, RTD the
+// binary cross-entropy of the discriminator's logits against its labels,
+// averaged over input_mask. Tokens/s = batch * length / step time, as the
+// peer counts.
+//
+// Differences that remain: Garden follows Model Garden, so its generator
+// also runs the sentence classification head (two small dense layers on
+// [CLS]), and its feed-forward has no dropout on the intermediate
+// activation (torch's TransformerEncoderLayer has one).
+//
+// --profile times forward, loss, backward and optimizer apart (Garden only,
+// no peer) and prints LibTorch's operator profile.
+#include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "garden/config/optimization.h"
+#include "garden/nlp/electra_pretrainer.h"
+#include "garden/optim/optimizer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string preset = "tiny";
+  int threads = 1;
+  int steps = 5;
+  int warmup = 2;
+  int64_t batch = 16;
+  int64_t length = 128;
+  int rounds = 3;
+  std::string peer;
+  bool profile = false;
+};
+
+[[noreturn]] void usage(const std::string& problem) {
+  std::cerr << problem << "\nusage: electra_bench [--preset tiny|small] [--threads N] "
+            << "[--steps S] [--warmup W] [--batch B] [--length T] [--rounds R] [--peer PATH] "
+            << "[--profile]\n";
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--profile") {
+      o.profile = true;
+      continue;
+    }
+    if (i + 1 >= argc) usage(flag + " needs a value");
+    const std::string value = argv[++i];
+    try {
+      if (flag == "--preset")
+        o.preset = value;
+      else if (flag == "--threads")
+        o.threads = std::stoi(value);
+      else if (flag == "--steps")
+        o.steps = std::stoi(value);
+      else if (flag == "--warmup")
+        o.warmup = std::stoi(value);
+      else if (flag == "--batch")
+        o.batch = std::stoll(value);
+      else if (flag == "--length")
+        o.length = std::stoll(value);
+      else if (flag == "--rounds")
+        o.rounds = std::stoi(value);
+      else if (flag == "--peer")
+        o.peer = value;
+      else
+        usage("unknown flag " + flag);
+    } catch (const std::logic_error&) {
+      usage(flag + " expects a number, got '" + value + "'");
+    }
+  }
+  if (o.preset != "tiny" && o.preset != "small") usage("--preset must be tiny or small");
+  if (o.threads < 1 || o.steps < 1 || o.warmup < 0 || o.batch < 1 || o.length < 3 || o.rounds < 1)
+    usage("threads, steps, batch and rounds must be positive, length >= 3, warmup >= 0");
+  if (o.length > 512) usage("--length must be at most 512 (the position table)");
+  return o;
+}
+
+// The peer script: --peer, else shared/bench/peer_electra.py in the nearest
+// ancestor of the source tree (then of the working directory) that has one:
+// ../shared from the main checkout, ../../shared from a worktree under wt/.
+std::string find_peer(const std::string& given) {
+  if (!given.empty()) return given;
+  for (fs::path base : {fs::path(GARDEN_SOURCE_DIR), fs::current_path()}) {
+    for (base = fs::absolute(base); base.has_relative_path(); base = base.parent_path()) {
+      const fs::path candidate = base.parent_path() / "shared" / "bench" / "peer_electra.py";
+      if (fs::exists(candidate)) return fs::canonical(candidate).string();
+    }
+  }
+  throw std::runtime_error("peer_electra.py not found: pass --peer PATH");
+}
+
+// Runs the peer once and returns its JSON line.
+nlohmann::json run_peer(const std::string& script, const Options& o) {
+  const std::string command = "/usr/bin/python3 '" + script + "' --preset " + o.preset +
+                              " --threads " + std::to_string(o.threads) + " --steps " +
+                              std::to_string(o.steps) + " --warmup " + std::to_string(o.warmup) +
+                              " --batch " + std::to_string(o.batch) + " --length " +
+                              std::to_string(o.length);
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  if (!pipe) throw std::runtime_error("cannot start: " + command);
+  std::string out;
+  std::array<char, 4096> buffer;
+  while (std::fgets(buffer.data(), buffer.size(), pipe.get())) out += buffer.data();
+  for (std::size_t start = 0; start < out.size();) {
+    const std::size_t end = std::min(out.find('\n', start), out.size());
+    const std::string line = out.substr(start, end - start);
+    if (!line.empty() && line.front() == '{') return nlohmann::json::parse(line);
+    start = end + 1;
+  }
+  throw std::runtime_error("the peer printed no JSON line; command: " + command + "\n" + out);
+}
+
+// The peer's PRESETS: width, layers, heads, feed-forward of one encoder.
+garden::nlp::BertEncoderOptions encoder(int64_t vocab, int64_t embedding, int64_t hidden,
+                                        int64_t layers, int64_t heads, int64_t ffn) {
+  garden::nlp::BertEncoderOptions e;
+  e.vocab_size = vocab;
+  e.embedding_size = embedding;
+  e.hidden_size = hidden;
+  e.num_layers = layers;
+  e.num_attention_heads = heads;
+  e.intermediate_size = ffn;
+  e.hidden_activation = "gelu";
+  e.dropout_rate = e.attention_dropout_rate = 0.1;
+  e.norm_first = false;
+  e.norm_epsilon = 1e-12;
+  return e;
+}
+
+// The model, optimizer and fixed synthetic batch of one Garden run.
+class GardenStep {
+ public:
+  explicit GardenStep(const Options& o) {
+    torch::manual_seed(0);
+    const bool tiny = o.preset == "tiny";
+    const int64_t vocab = tiny ? 8000 : 30522;
+    garden::nlp::ElectraPretrainerOptions m;
+    m.discriminator =
+        tiny ? encoder(vocab, 128, 128, 4, 2, 512) : encoder(vocab, 128, 256, 12, 4, 1024);
+    m.generator = tiny ? encoder(vocab, 128, 32, 4, 1, 128) : encoder(vocab, 128, 64, 12, 1, 256);
+    const int64_t predictions = std::max<int64_t>(1, std::llround(0.15 * o.length));
+    m.num_token_predictions = predictions;
+    m.tie_embeddings = true;
+    model_ = garden::nlp::ElectraPretrainer(m);
+    model_->train();
+
+    garden::config::OptimizationConfig c;
+    c.optimizer.type = "adamw";
+    c.optimizer.adamw.weight_decay_rate = 0.01;  // torch.optim.AdamW's default, on every parameter
+    c.optimizer.adamw.epsilon = 1e-8;            // torch's default (Keras: 1e-7)
+    c.optimizer.adamw.gradient_clip_norm = 0.0;  // the peer does not clip
+    c.learning_rate.type = "constant";
+    c.learning_rate.constant.learning_rate = 5e-4;
+    std::vector<garden::optim::NamedParameter> params;
+    for (const auto& item : model_->named_parameters())
+      params.push_back({item.key(), item.value()});
+    optimizer_ = garden::optim::make_optimizer(c, std::move(params));
+
+    // The peer's batch: distinct positions in 1 .. T-1 per row, their ids
+    // kept as labels and replaced by 103 ([MASK]) in the input.
+    const int64_t B = o.batch, T = o.length;
+    at::Tensor ids = torch::randint(1000, vocab, {B, T}, torch::kLong);
+    std::vector<at::Tensor> rows;
+    for (int64_t b = 0; b < B; ++b)
+      rows.push_back(torch::randperm(T - 1, torch::kLong).narrow(0, 0, predictions) + 1);
+    at::Tensor positions = torch::stack(rows);
+    at::Tensor masked_ids = ids.gather(1, positions);
+    inputs_["input_word_ids"] = ids.scatter(1, positions, 103);
+    inputs_["input_mask"] = torch::ones({B, T}, torch::kLong);
+    inputs_["input_type_ids"] = torch::zeros({B, T}, torch::kLong);
+    inputs_["masked_lm_positions"] = positions;
+    inputs_["masked_lm_ids"] = masked_ids;
+    weights_ = torch::ones({B, predictions});
+  }
+
+  int64_t parameter_count() const {
+    int64_t n = 0;
+    for (const auto& p : model_->parameters()) n += p.numel();
+    return n;
+  }
+
+  // MLM + 50 * RTD from the model's outputs.
+  at::Tensor loss(const garden::Batch& out) const {
+    const at::Tensor& lm = out.at("lm_outputs");  // [B, P, V]
+    at::Tensor nll =
+        at::cross_entropy_loss(lm.reshape({-1, lm.size(2)}),
+                               inputs_.at("masked_lm_ids").reshape({-1}), {}, at::Reduction::None);
+    at::Tensor w = weights_.reshape({-1});
+    at::Tensor mlm = (nll * w).sum() / w.sum().clamp_min(1e-9);
+    at::Tensor mask = inputs_.at("input_mask").to(at::kFloat);
+    at::Tensor bce = at::binary_cross_entropy_with_logits(
+        out.at("disc_logits"), out.at("disc_label"), {}, {}, at::Reduction::None);
+    at::Tensor rtd = (bce * mask).sum() / mask.sum();
+    return mlm + 50.0 * rtd;
+  }
+
+  double step() {
+    optimizer_->zero_grad();
+    at::Tensor total = loss(model_->forward(inputs_));
+    total.backward();
+    optimizer_->step();
+    return total.item<double>();
+  }
+
+  // The same step, each phase timed: {forward, loss, backward, optimizer} in ms.
+  std::array<double, 4> timed_step() {
+    std::array<double, 4> ms{};
+    auto lap = [&ms, t = Clock::now()](int i) mutable {
+      const auto now = Clock::now();
+      ms[i] = std::chrono::duration<double, std::milli>(now - t).count();
+      t = now;
+    };
+    optimizer_->zero_grad();
+    garden::Batch out = model_->forward(inputs_);
+    lap(0);
+    at::Tensor total = loss(out);
+    lap(1);
+    total.backward();
+    lap(2);
+    optimizer_->step();
+    lap(3);
+    return ms;
+  }
+
+  // Mean step time in ms over `steps` after `warmup` untimed steps.
+  double measure(int warmup, int steps) {
+    for (int i = 0; i < warmup; ++i) step();
+    const auto start = Clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count() / steps;
+  }
+
+ private:
+  garden::nlp::ElectraPretrainer model_{nullptr};
+  std::unique_ptr<garden::optim::Optimizer> optimizer_;
+  garden::Batch inputs_;
+  at::Tensor weights_;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// x to `digits` decimals, as the nearest double (so JSON prints it short).
+double rounded(double x, int digits) {
+  const double scale = std::pow(10.0, digits);
+  return std::round(x * scale) / scale;
+}
+
+void profile(GardenStep& garden, const Options& o) {
+  for (int i = 0; i < o.warmup; ++i) garden.step();
+  std::array<double, 4> total{};
+  for (int i = 0; i < o.steps; ++i) {
+    const auto ms = garden.timed_step();
+    for (int k = 0; k < 4; ++k) total[k] += ms[k] / o.steps;
+  }
+  std::cout << nlohmann::json{{"forward_ms", rounded(total[0], 1)},
+                              {"loss_ms", rounded(total[1], 1)},
+                              {"backward_ms", rounded(total[2], 1)},
+                              {"optimizer_ms", rounded(total[3], 1)}}
+                   .dump()
+            << "\n";
+  // One more step under LibTorch's profiler: self time per operator, the
+  // thirty largest.
+  namespace prof = torch::autograd::profiler;
+  prof::enableProfilerLegacy(
+      torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU,
+                                            /*report_input_shapes=*/true));
+  garden.step();
+  const auto lists = prof::disableProfilerLegacy();
+  struct Total {
+    double self_us = 0, total_us = 0;
+    int calls = 0;
+  };
+  std::map<std::string, Total> totals;
+  // Matrix products again, apart by shape, with their rate: which GEMMs the
+  // BLAS runs slowly.
+  struct Product {
+    double us = 0, flops = 0;
+    int calls = 0;
+  };
+  std::map<std::string, Product> products;
+  for (const auto& events : lists) {
+    struct Open {
+      const prof::LegacyEvent* push;
+      double child_us;
+    };
+    std::vector<Open> stack;
+    for (const auto& e : events) {
+      if (e.kindStr() == "push") {
+        stack.push_back({&e, 0.0});
+      } else if (e.kindStr() == "pop" && !stack.empty()) {
+        const Open open = stack.back();
+        stack.pop_back();
+        const double us = open.push->cpuElapsedUs(e);
+        Total& t = totals[open.push->name()];
+        t.self_us += us - open.child_us;
+        t.total_us += us;
+        ++t.calls;
+        if (!stack.empty()) stack.back().child_us += us;
+        const std::string name = open.push->name();
+        const auto shapes = open.push->shapes();
+        // mm(a [m, k], b [k, n]); addmm(bias, a, b).
+        const std::size_t a = name == "aten::mm" ? 0 : name == "aten::addmm" ? 1 : shapes.size();
+        if (a + 1 < shapes.size() && shapes[a].size() == 2 && shapes[a + 1].size() == 2) {
+          const auto& x = shapes[a];
+          const auto& y = shapes[a + 1];
+          Product& product =
+              products[name + " [" + std::to_string(x[0]) + "," + std::to_string(x[1]) + "]x[" +
+                       std::to_string(y[0]) + "," + std::to_string(y[1]) + "]"];
+          product.us += us;
+          product.flops += 2.0 * x[0] * x[1] * y[1];
+          ++product.calls;
+        }
+      }
+    }
+  }
+  std::vector<std::pair<std::string, Total>> sorted(totals.begin(), totals.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.second.self_us > b.second.self_us; });
+  std::printf("%-50s %10s %10s %6s\n", "operator", "self_ms", "total_ms", "calls");
+  for (std::size_t i = 0; i < std::min<std::size_t>(sorted.size(), 300); ++i)
+    std::printf("%-50s %10.2f %10.2f %6d\n", sorted[i].first.c_str(),
+                sorted[i].second.self_us / 1000, sorted[i].second.total_us / 1000,
+                sorted[i].second.calls);
+  std::vector<std::pair<std::string, Product>> by_shape(products.begin(), products.end());
+  std::sort(by_shape.begin(), by_shape.end(),
+            [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
+  std::printf("\n%-50s %10s %10s %6s\n", "matrix product", "ms", "GFLOP/s", "calls");
+  for (const auto& [shape, p] : by_shape)
+    std::printf("%-50s %10.2f %10.1f %6d\n", shape.c_str(), p.us / 1000, p.flops / p.us / 1000,
+                p.calls);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  at::set_num_threads(o.threads);
+  GardenStep garden(o);
+  const double tokens = static_cast<double>(o.batch * o.length);
+  if (o.profile) {
+    profile(garden, o);
+    return 0;
+  }
+  const std::string peer = find_peer(o.peer);
+  std::cout << "# electra " << o.preset << ", batch " << o.batch << " x " << o.length
+            << ", threads " << o.threads << ", " << o.warmup << " warmup + " << o.steps
+            << " timed steps a round, peer " << peer << "\n";
+  std::vector<double> ratios, peer_ms, garden_ms;
+  nlohmann::json peer_info;
+  for (int r = 0; r < o.rounds; ++r) {
+    peer_info = run_peer(peer, o);
+    const double p = peer_info.at("step_ms").get<double>();
+    nlohmann::json peer_line = peer_info;
+    peer_line["round"] = r + 1;
+    std::cout << peer_line.dump() << "\n" << std::flush;
+    const double g = garden.measure(o.warmup, o.steps);
+    peer_ms.push_back(p);
+    garden_ms.push_back(g);
+    ratios.push_back(p / g);  // tokens/s garden over peer
+    std::cout << nlohmann::json{{"garden", "libtorch-cpp"},
+                                {"task", "electra"},
+                                {"preset", o.preset},
+                                {"round", r + 1},
+                                {"threads", o.threads},
+                                {"params", garden.parameter_count()},
+                                {"batch", o.batch},
+                                {"length", o.length},
+                                {"step_ms", rounded(g, 1)},
+                                {"tokens_per_s", rounded(tokens / g * 1000.0, 1)},
+                                {"ratio", rounded(p / g, 3)}}
+                     .dump()
+              << "\n"
+              << std::flush;
+  }
+  const nlohmann::json summary = {
+      {"bench", "electra_step"},
+      {"preset", o.preset},
+      {"threads", o.threads},
+      {"batch", o.batch},
+      {"length", o.length},
+      {"steps", o.steps},
+      {"warmup", o.warmup},
+      {"rounds", o.rounds},
+      {"garden_params", garden.parameter_count()},
+      {"peer_params", peer_info.value("params", int64_t{0})},
+      {"peer_torch", peer_info.value("torch", std::string())},
+      {"peer_step_ms_median", rounded(median(peer_ms), 1)},
+      {"garden_step_ms_median", rounded(median(garden_ms), 1)},
+      {"peer_tokens_per_s_median", rounded(tokens / median(peer_ms) * 1000.0, 1)},
+      {"garden_tokens_per_s_median", rounded(tokens / median(garden_ms) * 1000.0, 1)},
+      {"ratio_median", rounded(median(ratios), 3)},
+      {"ratios",
+       [&] {
+         std::vector<double> r;
+         for (double x : ratios) r.push_back(rounded(x, 3));
+         return r;
+       }()},
+  };
+  std::cout << summary.dump() << "\n";
+  return 0;
+}
