@@ -14,15 +14,20 @@ namespace {
 // pretraining_experiments.py): AdamW with weight decay 0.01 except on layer
 // norms and biases, polynomial decay from 1e-4 to 0 over the training,
 // polynomial warmup.
+// BERT's and ELECTRA's AdamW: weight decay 0.01, not on layer norms and biases.
+void pretraining_adamw(config::OptimizationConfig& opt) {
+  opt.optimizer.type = "adamw";
+  opt.optimizer.adamw.weight_decay_rate = 0.01;
+  opt.optimizer.adamw.exclude_from_weight_decay =
+      std::vector<std::string>{"LayerNorm", "layer_norm", "bias"};
+}
+
 void pretraining_trainer(config::ExperimentConfig& experiment, double learning_rate,
                          int64_t warmup_steps) {
   auto& trainer = experiment.trainer;
   trainer.train_steps = 1000000;
   auto& opt = trainer.optimizer_config;
-  opt.optimizer.type = "adamw";
-  opt.optimizer.adamw.weight_decay_rate = 0.01;
-  opt.optimizer.adamw.exclude_from_weight_decay =
-      std::vector<std::string>{"LayerNorm", "layer_norm", "bias"};
+  pretraining_adamw(opt);
   opt.learning_rate.type = "polynomial";
   opt.learning_rate.polynomial.initial_learning_rate = learning_rate;
   opt.learning_rate.polynomial.decay_steps = trainer.train_steps;
@@ -107,10 +112,7 @@ std::shared_ptr<config::ExperimentConfig> tiny_experiment() {
   trainer.validation_steps = 32;
   trainer.max_to_keep = 2;
   auto& opt = trainer.optimizer_config;
-  opt.optimizer.type = "adamw";
-  opt.optimizer.adamw.weight_decay_rate = 0.01;
-  opt.optimizer.adamw.exclude_from_weight_decay =
-      std::vector<std::string>{"LayerNorm", "layer_norm", "bias"};
+  pretraining_adamw(opt);
   opt.learning_rate.type = "constant";
   opt.learning_rate.constant.learning_rate = 5e-4;
   opt.warmup.type = "linear";
