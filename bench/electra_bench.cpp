@@ -48,6 +48,7 @@
 #include "garden/config/optimization.h"
 #include "garden/nlp/electra_pretrainer.h"
 #include "garden/optim/optimizer.h"
+#include "peer.h"
 
 namespace {
 
@@ -113,20 +114,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// The peer script: --peer, else shared/bench/peer_electra.py in the nearest
-// ancestor of the source tree (then of the working directory) that has one:
-// ../shared from the main checkout, ../../shared from a worktree under wt/.
-std::string find_peer(const std::string& given) {
-  if (!given.empty()) return given;
-  for (fs::path base : {fs::path(GARDEN_SOURCE_DIR), fs::current_path()}) {
-    for (base = fs::absolute(base); base.has_relative_path(); base = base.parent_path()) {
-      const fs::path candidate = base.parent_path() / "shared" / "bench" / "peer_electra.py";
-      if (fs::exists(candidate)) return fs::canonical(candidate).string();
-    }
-  }
-  throw std::runtime_error("peer_electra.py not found: pass --peer PATH");
-}
-
 // Runs the peer once and returns its JSON line.
 nlohmann::json run_peer(const std::string& script, const Options& o) {
   const std::string command = "/usr/bin/python3 '" + script + "' --preset " + o.preset +
@@ -134,18 +121,7 @@ nlohmann::json run_peer(const std::string& script, const Options& o) {
                               std::to_string(o.steps) + " --warmup " + std::to_string(o.warmup) +
                               " --batch " + std::to_string(o.batch) + " --length " +
                               std::to_string(o.length);
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  if (!pipe) throw std::runtime_error("cannot start: " + command);
-  std::string out;
-  std::array<char, 4096> buffer;
-  while (std::fgets(buffer.data(), buffer.size(), pipe.get())) out += buffer.data();
-  for (std::size_t start = 0; start < out.size();) {
-    const std::size_t end = std::min(out.find('\n', start), out.size());
-    const std::string line = out.substr(start, end - start);
-    if (!line.empty() && line.front() == '{') return nlohmann::json::parse(line);
-    start = end + 1;
-  }
-  throw std::runtime_error("the peer printed no JSON line; command: " + command + "\n" + out);
+  return garden_bench::run_peer(command);
 }
 
 // The peer's PRESETS: width, layers, heads, feed-forward of one encoder.
@@ -275,18 +251,6 @@ class GardenStep {
   at::Tensor weights_;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// x to `digits` decimals, as the nearest double (so JSON prints it short).
-double rounded(double x, int digits) {
-  const double scale = std::pow(10.0, digits);
-  return std::round(x * scale) / scale;
-}
-
 void profile(GardenStep& garden, const Options& o) {
   for (int i = 0; i < o.warmup; ++i) garden.step();
   std::array<double, 4> total{};
@@ -294,10 +258,10 @@ void profile(GardenStep& garden, const Options& o) {
     const auto ms = garden.timed_step();
     for (int k = 0; k < 4; ++k) total[k] += ms[k] / o.steps;
   }
-  std::cout << nlohmann::json{{"forward_ms", rounded(total[0], 1)},
-                              {"loss_ms", rounded(total[1], 1)},
-                              {"backward_ms", rounded(total[2], 1)},
-                              {"optimizer_ms", rounded(total[3], 1)}}
+  std::cout << nlohmann::json{{"forward_ms", garden_bench::rounded(total[0], 1)},
+                              {"loss_ms", garden_bench::rounded(total[1], 1)},
+                              {"backward_ms", garden_bench::rounded(total[2], 1)},
+                              {"optimizer_ms", garden_bench::rounded(total[3], 1)}}
                    .dump()
             << "\n";
   // One more step under LibTorch's profiler: self time per operator, the
@@ -383,7 +347,7 @@ int main(int argc, char** argv) {
     profile(garden, o);
     return 0;
   }
-  const std::string peer = find_peer(o.peer);
+  const std::string peer = garden_bench::find_peer(o.peer, "peer_electra.py", GARDEN_SOURCE_DIR);
   std::cout << "# electra " << o.preset << ", batch " << o.batch << " x " << o.length
             << ", threads " << o.threads << ", " << o.warmup << " warmup + " << o.steps
             << " timed steps a round, peer " << peer << "\n";
@@ -407,9 +371,9 @@ int main(int argc, char** argv) {
                                 {"params", garden.parameter_count()},
                                 {"batch", o.batch},
                                 {"length", o.length},
-                                {"step_ms", rounded(g, 1)},
-                                {"tokens_per_s", rounded(tokens / g * 1000.0, 1)},
-                                {"ratio", rounded(p / g, 3)}}
+                                {"step_ms", garden_bench::rounded(g, 1)},
+                                {"tokens_per_s", garden_bench::rounded(tokens / g * 1000.0, 1)},
+                                {"ratio", garden_bench::rounded(p / g, 3)}}
                      .dump()
               << "\n"
               << std::flush;
@@ -426,15 +390,17 @@ int main(int argc, char** argv) {
       {"garden_params", garden.parameter_count()},
       {"peer_params", peer_info.value("params", int64_t{0})},
       {"peer_torch", peer_info.value("torch", std::string())},
-      {"peer_step_ms_median", rounded(median(peer_ms), 1)},
-      {"garden_step_ms_median", rounded(median(garden_ms), 1)},
-      {"peer_tokens_per_s_median", rounded(tokens / median(peer_ms) * 1000.0, 1)},
-      {"garden_tokens_per_s_median", rounded(tokens / median(garden_ms) * 1000.0, 1)},
-      {"ratio_median", rounded(median(ratios), 3)},
+      {"peer_step_ms_median", garden_bench::rounded(garden_bench::median(peer_ms), 1)},
+      {"garden_step_ms_median", garden_bench::rounded(garden_bench::median(garden_ms), 1)},
+      {"peer_tokens_per_s_median",
+       garden_bench::rounded(tokens / garden_bench::median(peer_ms) * 1000.0, 1)},
+      {"garden_tokens_per_s_median",
+       garden_bench::rounded(tokens / garden_bench::median(garden_ms) * 1000.0, 1)},
+      {"ratio_median", garden_bench::rounded(garden_bench::median(ratios), 3)},
       {"ratios",
        [&] {
          std::vector<double> r;
-         for (double x : ratios) r.push_back(rounded(x, 3));
+         for (double x : ratios) r.push_back(garden_bench::rounded(x, 3));
          return r;
        }()},
   };

@@ -44,6 +44,7 @@
 #include "garden/nlp/losses.h"
 #include "garden/nlp/transformer.h"
 #include "garden/optim/optimizer.h"
+#include "peer.h"
 
 namespace {
 
@@ -78,14 +79,22 @@ Options parse(int argc, char** argv) {
     if (i + 1 >= argc) usage(flag + " needs a value");
     const std::string value = argv[++i];
     try {
-      if (flag == "--threads") o.threads = std::stoi(value);
-      else if (flag == "--steps") o.steps = std::stoi(value);
-      else if (flag == "--warmup") o.warmup = std::stoi(value);
-      else if (flag == "--batch") o.batch = std::stoll(value);
-      else if (flag == "--length") o.length = std::stoll(value);
-      else if (flag == "--rounds") o.rounds = std::stoi(value);
-      else if (flag == "--peer") o.peer = value;
-      else usage("unknown flag " + flag);
+      if (flag == "--threads")
+        o.threads = std::stoi(value);
+      else if (flag == "--steps")
+        o.steps = std::stoi(value);
+      else if (flag == "--warmup")
+        o.warmup = std::stoi(value);
+      else if (flag == "--batch")
+        o.batch = std::stoll(value);
+      else if (flag == "--length")
+        o.length = std::stoll(value);
+      else if (flag == "--rounds")
+        o.rounds = std::stoi(value);
+      else if (flag == "--peer")
+        o.peer = value;
+      else
+        usage("unknown flag " + flag);
     } catch (const std::logic_error&) {
       usage(flag + " expects a number, got '" + value + "'");
     }
@@ -95,35 +104,13 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// The peer script: --peer, else ../shared/bench/peer_translation.py relative
-// to the source tree, else to the working directory.
-std::string find_peer(const std::string& given) {
-  if (!given.empty()) return given;
-  for (const fs::path& base : {fs::path(GARDEN_SOURCE_DIR), fs::current_path()}) {
-    const fs::path candidate = base / ".." / "shared" / "bench" / "peer_translation.py";
-    if (fs::exists(candidate)) return fs::canonical(candidate).string();
-  }
-  throw std::runtime_error("peer_translation.py not found: pass --peer PATH");
-}
-
 // Runs the peer once and returns its JSON line.
 nlohmann::json run_peer(const std::string& script, const Options& o) {
   const std::string command = "/usr/bin/python3 '" + script + "' --preset tiny --threads " +
                               std::to_string(o.threads) + " --steps " + std::to_string(o.steps) +
                               " --warmup " + std::to_string(o.warmup) + " --batch " +
                               std::to_string(o.batch) + " --length " + std::to_string(o.length);
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  if (!pipe) throw std::runtime_error("cannot start: " + command);
-  std::string out;
-  std::array<char, 4096> buffer;
-  while (std::fgets(buffer.data(), buffer.size(), pipe.get())) out += buffer.data();
-  for (std::size_t start = 0; start < out.size();) {
-    const std::size_t end = std::min(out.find('\n', start), out.size());
-    const std::string line = out.substr(start, end - start);
-    if (!line.empty() && line.front() == '{') return nlohmann::json::parse(line);
-    start = end + 1;
-  }
-  throw std::runtime_error("the peer printed no JSON line; command: " + command + "\n" + out);
+  return garden_bench::run_peer(command);
 }
 
 // The model, optimizer and fixed synthetic batch of one Garden run.
@@ -212,18 +199,6 @@ class GardenStep {
   at::Tensor src_, tgt_;
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// x to `digits` decimals, as the nearest double (so JSON prints it short).
-double rounded(double x, int digits) {
-  const double scale = std::pow(10.0, digits);
-  return std::round(x * scale) / scale;
-}
-
 void profile(GardenStep& garden, const Options& o) {
   for (int i = 0; i < o.warmup; ++i) garden.step();
   std::array<double, 4> total{};
@@ -231,10 +206,10 @@ void profile(GardenStep& garden, const Options& o) {
     const auto ms = garden.timed_step();
     for (int k = 0; k < 4; ++k) total[k] += ms[k] / o.steps;
   }
-  std::cout << nlohmann::json{{"forward_ms", rounded(total[0], 1)},
-                              {"loss_ms", rounded(total[1], 1)},
-                              {"backward_ms", rounded(total[2], 1)},
-                              {"optimizer_ms", rounded(total[3], 1)}}
+  std::cout << nlohmann::json{{"forward_ms", garden_bench::rounded(total[0], 1)},
+                              {"loss_ms", garden_bench::rounded(total[1], 1)},
+                              {"backward_ms", garden_bench::rounded(total[2], 1)},
+                              {"optimizer_ms", garden_bench::rounded(total[3], 1)}}
                    .dump()
             << "\n";
   // One more step under LibTorch's profiler: self time per operator, the
@@ -291,7 +266,8 @@ int main(int argc, char** argv) {
     profile(garden, o);
     return 0;
   }
-  const std::string peer = find_peer(o.peer);
+  const std::string peer =
+      garden_bench::find_peer(o.peer, "peer_translation.py", GARDEN_SOURCE_DIR);
   std::cout << "# translation tiny, batch " << o.batch << " x " << o.length << ", threads "
             << o.threads << ", " << o.warmup << " warmup + " << o.steps
             << " timed steps a round, peer " << peer << "\n"
@@ -325,14 +301,17 @@ int main(int argc, char** argv) {
       {"garden_params", garden.parameter_count()},
       {"peer_params", peer_info.value("params", int64_t{0})},
       {"peer_torch", peer_info.value("torch", std::string())},
-      {"peer_step_ms_median", rounded(median(peer_ms), 1)},
-      {"garden_step_ms_median", rounded(median(garden_ms), 1)},
-      {"peer_tokens_per_s_median", rounded(tokens / median(peer_ms) * 1000.0, 1)},
-      {"garden_tokens_per_s_median", rounded(tokens / median(garden_ms) * 1000.0, 1)},
-      {"ratio_median", rounded(median(ratios), 3)},
-      {"ratios", [&] {
+      {"peer_step_ms_median", garden_bench::rounded(garden_bench::median(peer_ms), 1)},
+      {"garden_step_ms_median", garden_bench::rounded(garden_bench::median(garden_ms), 1)},
+      {"peer_tokens_per_s_median",
+       garden_bench::rounded(tokens / garden_bench::median(peer_ms) * 1000.0, 1)},
+      {"garden_tokens_per_s_median",
+       garden_bench::rounded(tokens / garden_bench::median(garden_ms) * 1000.0, 1)},
+      {"ratio_median", garden_bench::rounded(garden_bench::median(ratios), 3)},
+      {"ratios",
+       [&] {
          std::vector<double> r;
-         for (double x : ratios) r.push_back(rounded(x, 3));
+         for (double x : ratios) r.push_back(garden_bench::rounded(x, 3));
          return r;
        }()},
   };
