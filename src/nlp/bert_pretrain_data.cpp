@@ -115,10 +115,26 @@ class DummyPretrainData : public Dataset {
   int64_t batches_ = 0;
 };
 
+// The first value of `values` (a parsed int64 feature) outside [0, bound),
+// as one error naming where it is and what bounds it.
+void check_ids(const at::Tensor& values, int64_t bound, const std::string& feature,
+               const std::string& what, const data::RecordLocation& where) {
+  const at::Tensor flat = values.contiguous();
+  const int64_t* v = flat.data_ptr<int64_t>();
+  for (int64_t i = 0; i < flat.numel(); ++i) {
+    if (v[i] >= 0 && v[i] < bound) continue;
+    throw data::DataError("TFRecord file '" + where.file + "', record " +
+                          std::to_string(where.index) + ": feature '" + feature + "' holds " +
+                          std::to_string(v[i]) + " at index " + std::to_string(i) + ", outside " +
+                          what + " of " + std::to_string(bound));
+  }
+}
+
 }  // namespace
 
 DatasetPtr build_bert_pretrain_inputs(const BertPretrainDataConfig& params,
-                                      const InputContext& input_context) {
+                                      const InputContext& input_context,
+                                      const PretrainIdBounds& bounds) {
   if (params.input_path == "dummy")
     return std::make_shared<DummyPretrainData>(
         params, input_context.per_replica_batch_size(params.global_batch_size));
@@ -130,8 +146,9 @@ DatasetPtr build_bert_pretrain_inputs(const BertPretrainDataConfig& params,
   auto spec = std::make_shared<const data::ParseSpec>(pretrain_spec(params));
   const std::vector<PretrainFeature> ids = id_features(params);
   const bool next_sentence = params.use_next_sentence_label;
-  data::LocatedMapFn map_fn = [spec, ids, next_sentence](const std::string& record,
-                                                         const data::RecordLocation& where) {
+  const int64_t seq_length = params.seq_length;
+  data::LocatedMapFn map_fn = [spec, ids, next_sentence, bounds, seq_length](
+                                  const std::string& record, const data::RecordLocation& where) {
     data::Example example;
     try {
       example = data::parse_example(record);
@@ -143,6 +160,18 @@ DatasetPtr build_bert_pretrain_inputs(const BertPretrainDataConfig& params,
     // tensor work); the pipeline stacks them once per batch.
     data::ParsedFeatures parsed = data::parse(example, *spec, where);
     Batch out = std::move(parsed.tensors);
+    // ids[0] names the token ids, ids[1] the type ids, as the record does.
+    check_ids(out.at("masked_lm_positions"), seq_length, "masked_lm_positions",
+              "the sequence length (seq_length)", where);
+    if (bounds.vocab_size > 0) {
+      check_ids(out.at(ids[0].record_name), bounds.vocab_size, ids[0].record_name,
+                "the model's vocabulary (vocab_size)", where);
+      check_ids(out.at("masked_lm_ids"), bounds.vocab_size, "masked_lm_ids",
+                "the model's vocabulary (vocab_size)", where);
+    }
+    if (bounds.type_vocab_size > 0)
+      check_ids(out.at(ids[1].record_name), bounds.type_vocab_size, ids[1].record_name,
+                "the model's type vocabulary (type_vocab_size)", where);
     for (const auto& f : ids) {
       if (f.record_name == f.batch_name) continue;
       auto node = out.extract(f.record_name);

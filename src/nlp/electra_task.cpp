@@ -1,5 +1,7 @@
 #include "garden/nlp/electra_task.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include "garden/base/error.h"
@@ -39,7 +41,14 @@ DatasetPtr ElectraPretrainTask::build_inputs(const config::DataConfig& params,
                                              const InputContext& input_context) {
   const auto* data = dynamic_cast<const BertPretrainDataConfig*>(&params);
   if (!data) throw Error("the ELECTRA task reads BertPretrainDataConfig data");
-  return build_bert_pretrain_inputs(*data, input_context);
+  // Ids the encoders cannot embed are refused with the record that holds
+  // them rather than as an index error deep in the model.
+  const BertEncoderConfig& generator = config_.model.generator_encoder.bert;
+  const BertEncoderConfig& discriminator = config_.model.discriminator_encoder.bert;
+  PretrainIdBounds bounds;
+  bounds.vocab_size = std::min(generator.vocab_size, discriminator.vocab_size);
+  bounds.type_vocab_size = std::min(generator.type_vocab_size, discriminator.type_vocab_size);
+  return build_bert_pretrain_inputs(*data, input_context, bounds);
 }
 
 ModelPtr ElectraPretrainTask::build_model() {

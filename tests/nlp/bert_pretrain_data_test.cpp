@@ -65,6 +65,8 @@ struct RecordOptions {
   bool position_id = false;
   std::string omit;           // a feature left out
   std::string short_feature;  // a feature with one value too few
+  std::string bad_last;       // a feature whose last value is set to `bad_value`
+  int64_t bad_value = 0;
 };
 
 std::string encode_record(int64_t r, const RecordOptions& o) {
@@ -74,6 +76,7 @@ std::string encode_record(int64_t r, const RecordOptions& o) {
   const auto add_ints = [&](const std::string& name, std::vector<int64_t> values) {
     if (name == o.omit) return;
     if (name == o.short_feature) values.pop_back();
+    if (name == o.bad_last) values.back() = o.bad_value;
     features.emplace_back(name, ref_feature(kInt64ListField, ref_int64_list(values, packed)));
   };
   add_ints(o.v2_names ? "input_word_ids" : "input_ids", word_ids(r));
@@ -293,6 +296,67 @@ TEST_F(BertPretrainDataTest, AFeatureOfTheWrongLengthNamesTheFileTheRecordAndThe
   const std::string garbage =
       error_of([&] { all_batches(*garden::nlp::build_bert_pretrain_inputs(config(path, 3))); });
   EXPECT_NE(garbage.find("'" + path + "', record 1"), std::string::npos) << garbage;
+}
+
+TEST_F(BertPretrainDataTest, IdsOutsideTheModelsVocabulariesOrTheSequenceNameWhereTheyAre) {
+  // Records 0..3 hold word ids up to 3005, masked_lm_ids up to 307 and type
+  // ids 0 and 1 (see word_ids, lm_ids, type_ids).
+  const std::string path = write("a.tfrecord", 0, 4);
+  const BertPretrainDataConfig c = config(path, 4);
+  const auto read = [&](garden::nlp::PretrainIdBounds bounds) {
+    return error_of([&] {
+      all_batches(*garden::nlp::build_bert_pretrain_inputs(c, garden::InputContext{}, bounds));
+    });
+  };
+  EXPECT_EQ(read({3006, 2}), "(no error)");
+  EXPECT_EQ(read({}), "(no error)");  // unchecked
+
+  // 3000, the first word id of record 3, is one past a vocabulary of 3000.
+  std::string error = read({3000, 2});
+  EXPECT_NE(error.find("'" + path + "', record 3: feature 'input_ids' holds 3000 at index 0"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("vocabulary (vocab_size) of 3000"), std::string::npos) << error;
+
+  // One type: record 0's first type id 1 is at index 2.
+  error = read({3006, 1});
+  EXPECT_NE(error.find("record 0: feature 'segment_ids' holds 1 at index 2"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("type_vocab_size"), std::string::npos) << error;
+
+  // A masked_lm_id past the vocabulary, a negative one, and a position past
+  // the sequence (checked with or without bounds).
+  RecordOptions big_id;
+  big_id.bad_last = "masked_lm_ids";
+  big_id.bad_value = 5000;
+  RecordOptions negative_id = big_id;
+  negative_id.bad_value = -1;
+  RecordOptions far_position;
+  far_position.bad_last = "masked_lm_positions";
+  far_position.bad_value = kSeq;
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << encode_record(0, {}) << encode_record(1, big_id);
+  }
+  error = read({3006, 2});
+  EXPECT_NE(error.find("record 1: feature 'masked_lm_ids' holds 5000 at index 2"),
+            std::string::npos)
+      << error;
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << encode_record(0, negative_id);
+  }
+  error = read({3006, 2});
+  EXPECT_NE(error.find("record 0: feature 'masked_lm_ids' holds -1"), std::string::npos) << error;
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << encode_record(0, {}) << encode_record(1, {}) << encode_record(2, far_position);
+  }
+  error = read({});
+  EXPECT_NE(error.find("record 2: feature 'masked_lm_positions' holds 6 at index 2, outside the "
+                       "sequence length (seq_length) of 6"),
+            std::string::npos)
+      << error;
 }
 
 TEST_F(BertPretrainDataTest, DummyBatchesAreZerosOfTheDocumentedShapesForEver) {

@@ -19,6 +19,7 @@
 #include "garden/nlp/bert_encoder.h"
 #include "garden/nlp/electra_task.h"
 #include "garden/nlp/pretraining_data.h"
+#include "test_util.h"
 
 namespace {
 
@@ -58,7 +59,8 @@ class ElectraTrainingTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
-  static std::shared_ptr<garden::config::ExperimentConfig> small_experiment(int64_t steps) {
+  static std::shared_ptr<garden::config::ExperimentConfig> small_experiment(
+      int64_t steps, const std::string& extra_override = "") {
     garden::register_builtins();
     auto experiment = garden::config::get_experiment_config("electra/tiny");
     garden::config::apply_override(
@@ -80,6 +82,7 @@ class ElectraTrainingTest : public ::testing::Test {
         "trainer.optimizer_config.learning_rate.constant.learning_rate=0.003,"
         "trainer.optimizer_config.warmup.linear.warmup_steps=10,"
         "trainer.validation_steps=-1,runtime.seed=1");
+    if (!extra_override.empty()) garden::config::apply_override(*experiment, extra_override);
     auto& task = static_cast<ElectraPretrainConfig&>(*experiment->task);
     task.train_data.input_path = (dir_ / "train.tfrecord").string();
     task.validation_data.input_path = (dir_ / "valid.tfrecord").string();
@@ -117,6 +120,23 @@ TEST_F(ElectraTrainingTest, ASmallModelLearnsFromCreatePretrainingDataRecords) {
   EXPECT_GT(garden::to_double(logs.at("discriminator_accuracy")), 0.8);
   EXPECT_NEAR(garden::to_double(logs.at("total_loss")),
               garden::to_double(logs.at("validation_loss")), 1e-6);
+}
+
+TEST_F(ElectraTrainingTest, RecordsOfALargerVocabularyAreRefusedNamingTheFile) {
+  // The records hold pieces of a 600-piece model; encoders of 400 cannot
+  // embed them: one error naming the file and the feature, not an index
+  // error from inside the model.
+  auto experiment = small_experiment(2,
+                                     "task.model.discriminator_encoder.bert.vocab_size=400,"
+                                     "task.model.generator_encoder.bert.vocab_size=400");
+  garden::RunOptions options;
+  options.model_dir = (dir_ / "small_vocab").string();
+  options.mode = "train";
+  const std::string error =
+      garden_test::error_of([&] { garden::run_experiment(experiment, options); });
+  EXPECT_NE(error.find("train.tfrecord'"), std::string::npos) << error;
+  EXPECT_NE(error.find("outside the model's vocabulary (vocab_size) of 400"), std::string::npos)
+      << error;
 }
 
 TEST_F(ElectraTrainingTest, TheDiscriminatorRestoresAloneIntoAnotherModel) {

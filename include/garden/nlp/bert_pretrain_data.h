@@ -32,9 +32,17 @@ struct BertPretrainDataConfig : config::DataConfig {
 //   masked_lm_weights                            [B, max_predictions_per_seq] float
 //   next_sentence_labels [B] int64               when use_next_sentence_label
 //   position_ids [B, seq_length] int64           when use_position_id
-// A record missing a feature or with a feature of another length is one
-// garden::Error naming the file, the record and the feature.
+// A record missing a feature or with a feature of another length, a
+// masked_lm_position outside the sequence, or (when `bounds` gives them) a
+// token id outside the model's vocabulary or a type id outside its type
+// vocabulary is one garden::Error naming the file, the record and the
+// feature.
+struct PretrainIdBounds {
+  int64_t vocab_size = 0;       // 0: ids unchecked
+  int64_t type_vocab_size = 0;  // 0: type ids unchecked
+};
 DatasetPtr build_bert_pretrain_inputs(const BertPretrainDataConfig& params,
-                                      const InputContext& input_context = {});
+                                      const InputContext& input_context = {},
+                                      const PretrainIdBounds& bounds = {});
 
 }  // namespace garden::nlp
