@@ -113,6 +113,8 @@ BertEncoderImpl::BertEncoderImpl(const BertEncoderOptions& options,
                   std::to_string(options.vocab_size) + ", " + std::to_string(width) + "]");
   }
   // Names follow Model Garden's where they are one word; blocks are layer_<i>.
+  // Every layer norm's name holds "layer_norm", so Model Garden's
+  // exclude_from_weight_decay patterns (LayerNorm, layer_norm, bias) find it.
   if (!shared_word_embeddings)
     word_embeddings =
         register_module("word_embeddings", torch::nn::Embedding(options.vocab_size, width));
@@ -120,7 +122,7 @@ BertEncoderImpl::BertEncoderImpl(const BertEncoderOptions& options,
       "position_embeddings", torch::nn::Embedding(options.max_position_embeddings, width));
   type_embeddings =
       register_module("type_embeddings", torch::nn::Embedding(options.type_vocab_size, width));
-  embedding_norm = register_module("embedding_norm", make_norm(width, options.norm_epsilon));
+  embedding_norm = register_module("embedding_layer_norm", make_norm(width, options.norm_epsilon));
   if (width != hidden)
     embedding_projection =
         register_module("embedding_projection", torch::nn::Linear(width, hidden));
@@ -128,7 +130,7 @@ BertEncoderImpl::BertEncoderImpl(const BertEncoderOptions& options,
   for (int64_t i = 0; i < options.num_layers; ++i)
     layers.push_back(register_module("layer_" + std::to_string(i), TransformerEncoderBlock(block)));
   if (options.norm_first)
-    output_norm = register_module("output_norm", make_norm(hidden, options.norm_epsilon));
+    output_norm = register_module("final_layer_norm", make_norm(hidden, options.norm_epsilon));
   // Everything registered so far; a shared table keeps its owner's values.
   init_bert_weights(*this, options.initializer_range);
   if (shared_word_embeddings) word_embeddings = shared_word_embeddings;

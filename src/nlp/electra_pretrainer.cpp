@@ -115,7 +115,7 @@ ElectraPretrainerImpl::ElectraPretrainerImpl(const ElectraPretrainerOptions& opt
   const double range = g.initializer_range;
   const int64_t width = g.embedding_width();
   mlm_dense = register_module("mlm_dense", torch::nn::Linear(g.hidden_size, width));
-  mlm_norm = register_module("mlm_norm",
+  mlm_norm = register_module("mlm_layer_norm",
                              torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}).eps(1e-12)));
   mlm_bias = register_parameter("mlm_bias", at::zeros({g.vocab_size}));
   ClassificationHeadOptions sentence;

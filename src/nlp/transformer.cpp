@@ -181,8 +181,8 @@ Seq2SeqTransformerImpl::Seq2SeqTransformerImpl(const Seq2SeqTransformerOptions& 
           register_module("decoder_layer_" + std::to_string(i), TransformerDecoderBlock(block)));
   }
   if (options.norm_first) {
-    encoder_norm = register_module("encoder_norm", make_norm(d, options.norm_epsilon));
-    decoder_norm = register_module("decoder_norm", make_norm(d, options.norm_epsilon));
+    encoder_norm = register_module("encoder_layer_norm", make_norm(d, options.norm_epsilon));
+    decoder_norm = register_module("decoder_layer_norm", make_norm(d, options.norm_epsilon));
   }
 }
 

@@ -9,11 +9,13 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "garden/nlp/bert_encoder.h"
+#include "garden/optim/optimizer.h"
 #include "test_util.h"
 
 namespace {
@@ -172,7 +174,7 @@ TEST_P(BertEncoderGradients, MatchFiniteDifferences) {
   std::vector<std::string> names = {"word_embeddings.weight",
                                     "position_embeddings.weight",
                                     "type_embeddings.weight",
-                                    "embedding_norm.weight",
+                                    "embedding_layer_norm.weight",
                                     "embedding_projection.weight",
                                     "layer_0.self_attention.query_key_value.weight",
                                     "layer_1.self_attention.output.bias",
@@ -180,7 +182,7 @@ TEST_P(BertEncoderGradients, MatchFiniteDifferences) {
                                     "layer_1.feed_forward.output.weight",
                                     "layer_0.self_attention_layer_norm.weight",
                                     "layer_1.output_layer_norm.bias"};
-  if (GetParam()) names.push_back("output_norm.weight");
+  if (GetParam()) names.push_back("final_layer_norm.weight");
   auto parameters = encoder->named_parameters();
   const double eps = 1e-6;
   for (const auto& name : names) {
@@ -374,6 +376,52 @@ TEST(ElectraPretrainer, TiedEmbeddingsAreOneParameter) {
   unequal.generator.embedding_size = 4;
   EXPECT_NE(error_of([&] { ElectraPretrainer model(unequal); }).find("tie_embeddings"),
             std::string::npos);
+}
+
+// Model Garden's pretraining AdamW excludes from weight decay the variables
+// whose names match LayerNorm, layer_norm or bias: every layer norm and bias
+// of the pretrainer must be named so, and nothing else.
+TEST(ElectraPretrainer, ModelGardensWeightDecayExclusionsFindEveryLayerNormAndBias) {
+  ElectraPretrainerOptions options = tiny_pretrainer(true);
+  options.discriminator.norm_first = true;  // adds the final layer norm
+  ElectraPretrainer model(options);
+  std::set<std::string> kept;  // layer norm parameters and biases, by name
+  for (const auto& item : model->named_modules()) {
+    const bool norm = item.value()->as<torch::nn::LayerNorm>() != nullptr;
+    for (const auto& param : item.value()->named_parameters(/*recurse=*/false)) {
+      const std::string name = item.key().empty() ? param.key() : item.key() + "." + param.key();
+      if (norm || param.key() == "bias" || name == "mlm_bias") kept.insert(name);
+    }
+  }
+  EXPECT_TRUE(kept.count("discriminator.final_layer_norm.weight"));
+  EXPECT_TRUE(kept.count("generator.embedding_layer_norm.bias"));
+  EXPECT_TRUE(kept.count("mlm_layer_norm.weight"));
+
+  garden::config::OptimizationConfig config;
+  config.optimizer.type = "adamw";
+  config.optimizer.adamw.weight_decay_rate = 0.5;
+  config.optimizer.adamw.exclude_from_weight_decay =
+      std::vector<std::string>{"LayerNorm", "layer_norm", "bias"};
+  config.learning_rate.type = "constant";
+  config.learning_rate.constant.learning_rate = 0.1;
+  std::vector<garden::optim::NamedParameter> parameters;
+  std::map<std::string, at::Tensor> before;
+  for (const auto& item : model->named_parameters()) {
+    parameters.push_back({item.key(), item.value()});
+    before[item.key()] = item.value().detach().clone();
+    // Zero gradients: Adam moves nothing, so only the decay (1 - 0.1 * 0.5) shows.
+    item.value().mutable_grad() = torch::zeros_like(item.value());
+  }
+  auto optimizer = garden::optim::make_optimizer(config, parameters);
+  optimizer->step();
+  int64_t decayed = 0;
+  for (const auto& item : model->named_parameters()) {
+    const at::Tensor expected =
+        kept.count(item.key()) ? before[item.key()] : before[item.key()] * 0.95;
+    EXPECT_TRUE(torch::allclose(item.value(), expected, 1e-6, 0)) << item.key();
+    decayed += !kept.count(item.key());
+  }
+  EXPECT_GT(decayed, 10);
 }
 
 TEST(ElectraPretrainer, MaskedLmLogitsByHand) {
