@@ -2,12 +2,16 @@
 # ELECTRA quality per wall-clock time against the PyTorch peer (issue 11):
 # ../shared/bench/peer_electra_quality.py trains the tiny ELECTRA for BUDGET
 # seconds on ../shared/data/man-en, then Garden's electra/tiny trains for the
-# same BUDGET on the same text with the same SentencePiece model (the peer's),
-# one after the other on this machine. Both are scored on the same 1,024
-# validation sequences (bench/electra_peer_valid.py writes the peer's masked
-# validation batches as TFRecords for Garden).
+# same BUDGET on the same data, one after the other on this machine.
+# bench/electra_peer_data.py writes the peer's own sequences as TFRecords
+# for Garden: its training stream (its SentencePiece model, packing and
+# 15 % masking, four passes) and its 1,024 masked validation sequences, so
+# both train on the same sequences and are scored on the same inputs.
 #
-#   bash bench/electra_quality.sh [BUDGET_SECONDS=1800] [OUT=runs/electra_quality] [EVAL_STEPS=600]
+#   bash bench/electra_quality.sh [BUDGET_SECONDS=1800] [OUT=runs/electra_quality] [EVAL_STEPS=600] [PART=all]
+#
+# PART: all, or peer (the peer's run alone) or garden (the rest, after a
+# peer run into the same OUT).
 #
 # Writes OUT/peer.jsonl, OUT/garden/train.log and, via
 # bench/electra_curve.py, OUT/curve.md and OUT/curve.svg. Needs
@@ -17,27 +21,28 @@ cd "$(dirname "$0")/.."
 budget=${1:-1800}
 out=${2:-runs/electra_quality}
 eval_steps=${3:-600}
+part=${4:-all}
 shared=$(cd .. && pwd)/shared
 data=$shared/data/man-en
 mkdir -p "$out"
 
-echo "== peer: $budget s"
-/usr/bin/python3 "$shared/bench/peer_electra_quality.py" "$budget" --eval 300 --threads 1 \
-  | tee "$out/peer.jsonl"
-cp /tmp/peer_electra_sp.model "$out/sp.model"
+if [ "$part" = all ] || [ "$part" = peer ]; then
+  echo "== peer: $budget s"
+  /usr/bin/python3 "$shared/bench/peer_electra_quality.py" "$budget" --eval 300 --threads 1 \
+    | tee "$out/peer.jsonl"
+  cp /tmp/peer_electra_sp.model "$out/sp.model"
+fi
+[ "$part" = peer ] && exit 0
 
-echo "== Garden's data (the peer's SentencePiece model)"
-build/garden create_pretraining_data --input_file="$data/train.txt" \
-  --output_file="$out/train-0.tfrecord,$out/train-1.tfrecord" --sp_model_file="$out/sp.model" \
-  --max_seq_length=128 --max_predictions_per_seq=20 --masked_lm_prob=0.15 --dupe_factor=5 \
-  --short_seq_prob=0.1 --random_seed=12345
-/usr/bin/python3 bench/electra_peer_valid.py "$out/sp.model" "$data/valid.txt" "$out/valid.tfrecord"
+echo "== Garden's data: the peer's sequences"
+/usr/bin/python3 bench/electra_peer_data.py --train 4 "$out/sp.model" "$data/train.txt" "$out/train.tfrecord"
+/usr/bin/python3 bench/electra_peer_data.py "$out/sp.model" "$data/valid.txt" "$out/valid.tfrecord"
 
 echo "== Garden: $budget s"
 rm -rf "$out/garden"
 set +e
 timeout --signal=INT "$budget" build/garden train --experiment=electra/tiny --model_dir="$out/garden" \
-  --params_override="task.train_data.input_path=$out/train-*.tfrecord,task.validation_data.input_path=$out/valid.tfrecord,task.validation_data.use_v2_feature_names=true,trainer.train_steps=1000000,trainer.validation_interval=$eval_steps,trainer.checkpoint_interval=$eval_steps,trainer.validation_steps=-1,runtime.seed=1"
+  --params_override="task.train_data.input_path=$out/train.tfrecord,task.train_data.use_v2_feature_names=true,task.validation_data.input_path=$out/valid.tfrecord,task.validation_data.use_v2_feature_names=true,trainer.train_steps=1000000,trainer.validation_interval=$eval_steps,trainer.checkpoint_interval=$eval_steps,trainer.validation_steps=-1,runtime.seed=1"
 set -e
 # The checkpoint saved when the budget ran out, scored as the peer's last
 # evaluation is (the peer's clock includes its evaluations; so does Garden's).

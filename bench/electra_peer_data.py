@@ -1,18 +1,25 @@
 #!/usr/bin/env python3
-"""Writes the validation sequences of ../shared/bench/peer_electra_quality.py as
-BERT pretraining TFRecords, so that Garden's electra/tiny is scored on exactly
-the inputs the peer is scored on.
+"""Writes the sequences of ../shared/bench/peer_electra_quality.py as BERT
+pretraining TFRecords, so that Garden's electra/tiny trains on the data the
+peer trains on and is scored on exactly the inputs the peer is scored on.
 
-The peer packs each document of valid.txt into sequences of at most 128
-SentencePiece pieces ([CLS] ... [SEP]), keeps the first 1,024, and masks them
-in batches of 32 with random.Random(1234 + first index of the batch): 15 % of
-the pieces (at least 1, at most 20), 80 % [MASK], 10 % a random piece, 10 %
-kept. This script repeats those steps with the same model and seeds and
-writes each sequence as a tf.Example with Model Garden's v2 feature names
+The peer packs each document into sequences of at most 128 SentencePiece
+pieces ([CLS] ... [SEP], one segment) and masks 15 % of the pieces (at least
+1, at most 20): 80 % [MASK], 10 % a random piece, 10 % kept.
+
+  valid: the first 1,024 sequences of VALID_TXT, masked in batches of 32 with
+         random.Random(1234 + first index of the batch), as the peer scores.
+  --train EPOCHS: the peer's training stream for EPOCHS passes over TRAIN_TXT:
+         random.Random(0) shuffles the sequences each pass and masks each
+         batch of 32 in turn, as the peer's loop does (the trailing partial
+         batch of a pass is dropped, as there).
+
+Each sequence becomes a tf.Example with Model Garden's v2 feature names
 (input_word_ids, input_mask, input_type_ids, masked_lm_positions,
 masked_lm_ids, masked_lm_weights).
 
-Usage: /usr/bin/python3 electra_peer_valid.py SP_MODEL VALID_TXT OUT.tfrecord
+Usage: /usr/bin/python3 electra_peer_data.py SP_MODEL VALID_TXT OUT.tfrecord
+       /usr/bin/python3 electra_peer_data.py --train EPOCHS SP_MODEL TRAIN_TXT OUT.tfrecord
 Needs python3-sentencepiece; writes TFRecord and tf.Example bytes itself
 (no TensorFlow).
 """
@@ -129,21 +136,42 @@ def write_record(out, data):
               struct.pack("<I", masked_crc(data)))
 
 
+def write_rows(out, rows):
+    for ids, inmask, pos, orig, w in rows:
+        write_record(out, example({
+            "input_word_ids": int64_feature(ids), "input_mask": int64_feature(inmask),
+            "input_type_ids": int64_feature([0] * T),
+            "masked_lm_positions": int64_feature(pos), "masked_lm_ids": int64_feature(orig),
+            "masked_lm_weights": float_feature(w)}))
+
+
 def main():
-    if len(sys.argv) != 4:
+    args = sys.argv[1:]
+    epochs = 0
+    if args[:1] == ["--train"] and len(args) == 5:
+        epochs, args = int(args[1]), args[2:]
+    if len(args) != 3:
         sys.exit(__doc__)
-    sp = spm.SentencePieceProcessor(model_file=sys.argv[1])
-    valid = sequences(sp, sys.argv[2])[:1024]
+    sp = spm.SentencePieceProcessor(model_file=args[0])
     vocab = sp.get_piece_size()
-    with open(sys.argv[3], "wb") as out:
-        for i in range(0, len(valid), B):
-            for ids, inmask, pos, orig, w in mask(valid[i:i + B], random.Random(1234 + i), vocab):
-                write_record(out, example({
-                    "input_word_ids": int64_feature(ids), "input_mask": int64_feature(inmask),
-                    "input_type_ids": int64_feature([0] * T),
-                    "masked_lm_positions": int64_feature(pos), "masked_lm_ids": int64_feature(orig),
-                    "masked_lm_weights": float_feature(w)}))
-    print(f"{len(valid)} sequences -> {sys.argv[3]}")
+    seqs = sequences(sp, args[1])
+    written = 0
+    with open(args[2], "wb") as out:
+        if epochs:
+            rng = random.Random(0)
+            for _ in range(epochs):
+                order = list(range(len(seqs)))
+                rng.shuffle(order)
+                for i in range(0, len(order) - B + 1, B):
+                    rows = mask([seqs[j] for j in order[i:i + B]], rng, vocab)
+                    write_rows(out, rows)
+                    written += len(rows)
+        else:
+            seqs = seqs[:1024]
+            for i in range(0, len(seqs), B):
+                write_rows(out, mask(seqs[i:i + B], random.Random(1234 + i), vocab))
+            written = len(seqs)
+    print(f"{written} sequences -> {args[2]}")
 
 
 if __name__ == "__main__":
