@@ -76,6 +76,19 @@ void Task::initialize(Model& model) {
   if (!file) throw Error("task.init_checkpoint '" + path + "' holds no checkpoint");
   const CheckpointData data = read_checkpoint_file(*file);
   InitCheckpointMapping mapping{params_->init_checkpoint_modules, params_->init_checkpoint_rename};
+  // Model Garden's checkpoint_items: a selected module the checkpoint does
+  // not hold under its own name, but names as an item of its model, is read
+  // from the item's module (an ELECTRA run's "encoder" is its discriminator).
+  // The user's renames come first.
+  const nlohmann::json items = data.meta.value("checkpoint_items", nlohmann::json::object());
+  for (const auto& module : mapping.modules) {
+    if (!items.is_object() || !items.contains(module) || !items.at(module).is_string()) continue;
+    const std::string source = items.at(module).get<std::string>();
+    const bool held = std::any_of(data.tensors.begin(), data.tensors.end(), [&](const auto& item) {
+      return item.first.rfind("model/" + module + ".", 0) == 0;
+    });
+    if (!held && source != module) mapping.rename.emplace(source + ".", module + ".");
+  }
   const auto tensors = map_init_checkpoint(data.tensors, mapping);
   const auto in_modules = [&](const std::string& name) {
     if (mapping.modules.empty() || mapping.modules == std::vector<std::string>{"all"}) return true;
@@ -187,8 +200,7 @@ void register_task_factory(std::type_index config_type, const std::string& name,
 
 std::vector<std::string> registered_tasks() { return task_registry().names(); }
 
-TaskPtr get_task(std::shared_ptr<const config::TaskConfig> params,
-                 const std::string& logging_dir) {
+TaskPtr get_task(std::shared_ptr<const config::TaskConfig> params, const std::string& logging_dir) {
   if (!params) throw Error("no task config");
   for (const auto& name : task_registry().names()) {
     const TaskEntry& entry = task_registry().get(name);

@@ -267,6 +267,7 @@ CheckpointData Trainer::checkpoint_state() const {
   }
   if (train_dataset_) meta["train_data"] = train_dataset_->state();
   meta["task"] = task_->checkpoint_metadata();
+  meta["checkpoint_items"] = task_->checkpoint_items();
   meta["params"] = params_yaml_;
   data.meta = std::move(meta);
   return data;

@@ -282,6 +282,30 @@ TEST_F(StepTest, InitCheckpointRestoresARenamedSubModuleOnly) {
     const std::string what = e.what();
     EXPECT_NE(what.find("init_checkpoint_modules names 'encoder'"), std::string::npos) << what;
   }
+  // The checkpoint names its discriminator.encoder as the item "encoder"
+  // (Model Garden's checkpoint_items): the encoder restores without a rename.
+  garden::CheckpointData with_items = other;
+  with_items.meta["checkpoint_items"] = {{"encoder", "discriminator.encoder"}};
+  const std::string items_path = (root_ / "electra-items-ckpt").string();
+  garden::write_checkpoint_file(items_path, with_items);
+  auto by_item =
+      experiment("task.init_checkpoint=" + items_path + ",task.init_checkpoint_modules=encoder");
+  auto task3 = garden::get_task(by_item->task);
+  auto model3 = task3->build_model();
+  const auto head3 = model3->named_parameters()["head.weight"].clone();
+  task3->initialize(*model3);
+  EXPECT_TRUE(torch::equal(model3->named_parameters()["encoder.weight"], weight));
+  EXPECT_TRUE(torch::equal(model3->named_parameters()["encoder.bias"], bias));
+  EXPECT_TRUE(torch::equal(model3->named_parameters()["head.weight"], head3));
+  // A checkpoint that holds "encoder." itself is read as it is.
+  with_items.tensors["model/encoder.weight"] = torch::zeros({4, 3});
+  with_items.tensors["model/encoder.bias"] = torch::zeros({4});
+  garden::write_checkpoint_file(items_path, with_items);
+  auto task4 = garden::get_task(by_item->task);
+  auto model4 = task4->build_model();
+  task4->initialize(*model4);
+  EXPECT_EQ(model4->named_parameters()["encoder.weight"].abs().sum().item<double>(), 0.0);
+
   // The mapping alone, as a function.
   const auto mapped = garden::map_init_checkpoint(
       other.tensors, {{}, {{"discriminator.", ""}, {"discriminator.encoder.", "encoder."}}});

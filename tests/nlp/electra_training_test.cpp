@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "garden/cli/builtins.h"
 #include "garden/config/yaml_io.h"
 #include "garden/core/checkpoint.h"
@@ -146,6 +148,10 @@ TEST_F(ElectraTrainingTest, TheDiscriminatorRestoresAloneIntoAnotherModel) {
   options.mode = "train";
   garden::run_experiment(experiment, options);
   const auto checkpoint = garden::read_checkpoint_file((dir_ / "short" / "ckpt-20").string());
+  // Model Garden's checkpoint_items: the checkpoint names the discriminator
+  // as the "encoder" item, which init_checkpoint_modules: encoder restores
+  // without a rename (Task::initialize, tests/core/step_test.cpp).
+  EXPECT_EQ(checkpoint.meta.at("checkpoint_items"), (nlohmann::json{{"encoder", "discriminator"}}));
 
   // A fine-tuning model that holds the discriminator's encoder as "encoder".
   struct Classifier : torch::nn::Module {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -100,8 +101,9 @@ class Task {
   // Restores task_config().init_checkpoint into `model` by parameter name,
   // through task.init_checkpoint_rename (checkpoint prefix -> model prefix)
   // and limited to task.init_checkpoint_modules (empty or "all": the whole
-  // model). Missing and unexpected names are logged; a selected module that
-  // restores nothing is an error.
+  // model). A module the checkpoint lacks but lists among its
+  // checkpoint_items is read from the item's module. Missing and unexpected
+  // names are logged; a selected module that restores nothing is an error.
   virtual void initialize(Model& model);
 
   // Model Garden's Task.create_optimizer. Keras optimizers find their
@@ -110,6 +112,13 @@ class Task {
   static std::unique_ptr<optim::Optimizer> create_optimizer(
       const config::OptimizationConfig& optimizer_config, const config::RuntimeConfig& runtime,
       const std::optional<config::DifferentialPrivacyConfig>& dp_config, Model& model);
+
+  // Model Garden's model.checkpoint_items: named parts of the model another
+  // task may restore alone, item name -> module of this model (ELECTRA:
+  // "encoder" -> "discriminator"). Saved in every checkpoint's metadata;
+  // a task whose init_checkpoint_modules names an item restores it from that
+  // module without an init_checkpoint_rename.
+  virtual std::map<std::string, std::string> checkpoint_items() const { return {}; }
 
   // Task state that must travel with the model (vocabularies, class names,
   // statistics): saved in every checkpoint and given back on restore.

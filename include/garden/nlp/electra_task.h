@@ -3,6 +3,7 @@
 // on BERT pretraining data.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,11 @@ class ElectraPretrainTask : public Task {
                   MetricList& metrics) override;
   Logs validation_step(const Batch& inputs, Model& model, MetricList& metrics) override;
   std::vector<std::string> loss_part_names() const override;
+  // Model Garden's ElectraPretrainer.checkpoint_items: the discriminator is
+  // the "encoder" a fine-tuning task restores.
+  std::map<std::string, std::string> checkpoint_items() const override {
+    return {{"encoder", "discriminator"}};
+  }
 
   const ElectraPretrainConfig& config() const { return config_; }
 
