@@ -1,12 +1,16 @@
 // What the peer benchmarks share: finding a peer script in ../shared/bench/,
-// running it for its JSON line, and the statistics of alternating rounds.
+// running it for its JSON line, the statistics of alternating rounds, and
+// the step benchmarks' flags and summary line.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -58,6 +62,98 @@ inline double median(std::vector<double> v) {
 inline double rounded(double x, int digits) {
   const double scale = std::pow(10.0, digits);
   return std::round(x * scale) / scale;
+}
+
+// The options every step benchmark takes: --threads --steps --warmup --batch
+// --length --rounds --peer --profile, and --preset when `presets` is not
+// empty. `o` holds the defaults; `usage_line` is printed after a problem.
+struct StepOptions {
+  std::string preset;
+  int threads = 1;
+  int steps = 5;
+  int warmup = 2;
+  int64_t batch = 0;
+  int64_t length = 0;
+  int rounds = 3;
+  std::string peer;
+  bool profile = false;
+};
+
+[[noreturn]] inline void usage(const std::string& problem, const std::string& usage_line) {
+  std::cerr << problem << "\nusage: " << usage_line << "\n";
+  std::exit(2);
+}
+
+inline StepOptions parse_step_options(int argc, char** argv, StepOptions o,
+                                      const std::vector<std::string>& presets,
+                                      const std::string& usage_line) {
+  const auto fail = [&](const std::string& problem) { usage(problem, usage_line); };
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--profile") {
+      o.profile = true;
+      continue;
+    }
+    if (i + 1 >= argc) fail(flag + " needs a value");
+    const std::string value = argv[++i];
+    try {
+      if (flag == "--preset" && !presets.empty())
+        o.preset = value;
+      else if (flag == "--threads")
+        o.threads = std::stoi(value);
+      else if (flag == "--steps")
+        o.steps = std::stoi(value);
+      else if (flag == "--warmup")
+        o.warmup = std::stoi(value);
+      else if (flag == "--batch")
+        o.batch = std::stoll(value);
+      else if (flag == "--length")
+        o.length = std::stoll(value);
+      else if (flag == "--rounds")
+        o.rounds = std::stoi(value);
+      else if (flag == "--peer")
+        o.peer = value;
+      else
+        fail("unknown flag " + flag);
+    } catch (const std::logic_error&) {
+      fail(flag + " expects a number, got '" + value + "'");
+    }
+  }
+  if (!presets.empty() && std::find(presets.begin(), presets.end(), o.preset) == presets.end())
+    fail("--preset must be one of the presets, got '" + o.preset + "'");
+  if (o.threads < 1 || o.steps < 1 || o.warmup < 0 || o.batch < 1 || o.length < 1 || o.rounds < 1)
+    fail("threads, steps, batch, length and rounds must be positive, warmup >= 0");
+  return o;
+}
+
+// The last JSON line of a step benchmark: the options, both parameter
+// counts, and the medians of the alternating rounds (`tokens` per step).
+inline nlohmann::json step_summary(const std::string& bench, const StepOptions& o,
+                                   int64_t garden_params, const nlohmann::json& peer_info,
+                                   double tokens, const std::vector<double>& peer_ms,
+                                   const std::vector<double>& garden_ms,
+                                   const std::vector<double>& ratios) {
+  std::vector<double> rounded_ratios;
+  for (double x : ratios) rounded_ratios.push_back(rounded(x, 3));
+  return {
+      {"bench", bench},
+      {"preset", o.preset},
+      {"threads", o.threads},
+      {"batch", o.batch},
+      {"length", o.length},
+      {"steps", o.steps},
+      {"warmup", o.warmup},
+      {"rounds", o.rounds},
+      {"garden_params", garden_params},
+      {"peer_params", peer_info.value("params", int64_t{0})},
+      {"peer_torch", peer_info.value("torch", std::string())},
+      {"peer_step_ms_median", rounded(median(peer_ms), 1)},
+      {"garden_step_ms_median", rounded(median(garden_ms), 1)},
+      {"peer_tokens_per_s_median", rounded(tokens / median(peer_ms) * 1000.0, 1)},
+      {"garden_tokens_per_s_median", rounded(tokens / median(garden_ms) * 1000.0, 1)},
+      {"ratio_median", rounded(median(ratios), 3)},
+      {"ratios", rounded_ratios},
+  };
 }
 
 }  // namespace garden_bench

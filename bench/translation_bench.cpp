@@ -51,56 +51,17 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-struct Options {
-  int threads = 1;
-  int steps = 5;
-  int warmup = 2;
-  int64_t batch = 64;
-  int64_t length = 32;
-  int rounds = 3;
-  std::string peer;
-  bool profile = false;
-};
-
-[[noreturn]] void usage(const std::string& problem) {
-  std::cerr << problem << "\nusage: translation_bench [--threads N] [--steps S] [--warmup W] "
-            << "[--batch B] [--length T] [--rounds R] [--peer PATH] [--profile]\n";
-  std::exit(2);
-}
+using Options = garden_bench::StepOptions;
+const char* const kUsage =
+    "translation_bench [--threads N] [--steps S] [--warmup W] [--batch B] [--length T] [--rounds "
+    "R] [--peer PATH] [--profile]";
 
 Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--profile") {
-      o.profile = true;
-      continue;
-    }
-    if (i + 1 >= argc) usage(flag + " needs a value");
-    const std::string value = argv[++i];
-    try {
-      if (flag == "--threads")
-        o.threads = std::stoi(value);
-      else if (flag == "--steps")
-        o.steps = std::stoi(value);
-      else if (flag == "--warmup")
-        o.warmup = std::stoi(value);
-      else if (flag == "--batch")
-        o.batch = std::stoll(value);
-      else if (flag == "--length")
-        o.length = std::stoll(value);
-      else if (flag == "--rounds")
-        o.rounds = std::stoi(value);
-      else if (flag == "--peer")
-        o.peer = value;
-      else
-        usage("unknown flag " + flag);
-    } catch (const std::logic_error&) {
-      usage(flag + " expects a number, got '" + value + "'");
-    }
-  }
-  if (o.threads < 1 || o.steps < 1 || o.warmup < 0 || o.batch < 1 || o.length < 1 || o.rounds < 1)
-    usage("threads, steps, batch, length and rounds must be positive, warmup >= 0");
+  Options defaults;
+  defaults.preset = "tiny";
+  defaults.batch = 64;
+  defaults.length = 32;
+  const Options o = garden_bench::parse_step_options(argc, argv, defaults, {}, kUsage);
   return o;
 }
 
@@ -289,32 +250,9 @@ int main(int argc, char** argv) {
                 tokens / g * 1000.0, p / g);
     std::fflush(stdout);
   }
-  const nlohmann::json summary = {
-      {"bench", "translation_step"},
-      {"preset", "tiny"},
-      {"threads", o.threads},
-      {"batch", o.batch},
-      {"length", o.length},
-      {"steps", o.steps},
-      {"warmup", o.warmup},
-      {"rounds", o.rounds},
-      {"garden_params", garden.parameter_count()},
-      {"peer_params", peer_info.value("params", int64_t{0})},
-      {"peer_torch", peer_info.value("torch", std::string())},
-      {"peer_step_ms_median", garden_bench::rounded(garden_bench::median(peer_ms), 1)},
-      {"garden_step_ms_median", garden_bench::rounded(garden_bench::median(garden_ms), 1)},
-      {"peer_tokens_per_s_median",
-       garden_bench::rounded(tokens / garden_bench::median(peer_ms) * 1000.0, 1)},
-      {"garden_tokens_per_s_median",
-       garden_bench::rounded(tokens / garden_bench::median(garden_ms) * 1000.0, 1)},
-      {"ratio_median", garden_bench::rounded(garden_bench::median(ratios), 3)},
-      {"ratios",
-       [&] {
-         std::vector<double> r;
-         for (double x : ratios) r.push_back(garden_bench::rounded(x, 3));
-         return r;
-       }()},
-  };
+  const nlohmann::json summary =
+      garden_bench::step_summary("translation_step", o, garden.parameter_count(), peer_info, tokens,
+                                 peer_ms, garden_ms, ratios);
   std::cout << summary.dump() << "\n";
   return 0;
 }
