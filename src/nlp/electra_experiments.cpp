@@ -10,10 +10,6 @@ namespace garden::nlp {
 
 namespace {
 
-// Model Garden's pretraining trainer (official/nlp/configs/
-// pretraining_experiments.py): AdamW with weight decay 0.01 except on layer
-// norms and biases, polynomial decay from 1e-4 to 0 over the training,
-// polynomial warmup.
 // BERT's and ELECTRA's AdamW: weight decay 0.01, not on layer norms and biases.
 void pretraining_adamw(config::OptimizationConfig& opt) {
   opt.optimizer.type = "adamw";
@@ -22,6 +18,9 @@ void pretraining_adamw(config::OptimizationConfig& opt) {
       std::vector<std::string>{"LayerNorm", "layer_norm", "bias"};
 }
 
+// Model Garden's pretraining trainer (official/nlp/configs/
+// pretraining_experiments.py): that AdamW, polynomial decay from
+// `learning_rate` to 0 over the training, polynomial warmup.
 void pretraining_trainer(config::ExperimentConfig& experiment, double learning_rate,
                          int64_t warmup_steps) {
   auto& trainer = experiment.trainer;
