@@ -16,6 +16,7 @@
 #include "garden/base/logging.h"
 #include "garden/cli/bleu_command.h"
 #include "garden/cli/builtins.h"
+#include "garden/cli/launch_command.h"
 #include "garden/cli/pretraining_data_command.h"
 #include "garden/cli/spm_command.h"
 #include "garden/cli/tfrecord_command.h"
@@ -26,6 +27,7 @@
 #include "garden/core/checkpoint.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
+#include "garden/distribute/cluster.h"
 #include "garden/optim/lr_schedule.h"
 
 namespace garden {
@@ -80,12 +82,29 @@ int run_train(const ExperimentFlags& flags, const std::string& mode, const std::
   if (std::filesystem::exists(model_dir, ec) && !std::filesystem::is_directory(model_dir, ec))
     throw Error("--model_dir '" + model_dir + "' is a file, not a directory");
   auto params = resolve_experiment(flags.experiment, flags.config_files, flags.params_override);
-  finalize_config(*params);
+  // The cluster this process belongs to (TF_CONFIG, torchrun, SLURM,
+  // OpenMPI, runtime.worker_hosts), joined before the seed is drawn.
+  const auto cluster =
+      distribute::resolve_cluster(distribute::process_environment(), params->runtime);
   RunOptions options;
   options.mode = mode;
+  if (cluster.is_evaluator() && mode != "continuous_eval") {
+    log_info() << "TF_CONFIG makes this process the evaluator: running continuous_eval";
+    options.mode = "continuous_eval";
+  }
+  if (cluster.distributed()) {
+    log_info() << "multi_worker_mirrored: " << cluster.describe() << " of " << cluster.world_size
+               << " (from " << cluster.source << "), rendezvous at " << cluster.master_addr << ":"
+               << cluster.master_port;
+    options.process_group = distribute::ProcessGroup::connect(
+        cluster, params->runtime.device,
+        std::chrono::seconds(params->runtime.collective_timeout_seconds));
+  }
+  finalize_config(*params, options.process_group.get());
   options.model_dir = model_dir;
-  options.interactive = stderr_is_terminal();
+  options.interactive = stderr_is_terminal() && cluster.is_chief();
   const Logs logs = run_experiment(params, options);
+  if (!cluster.is_chief() && !cluster.is_evaluator()) return 0;  // the chief reports
   namespace fs = std::filesystem;
   const bool trained = mode.rfind("train", 0) == 0;
   std::cout << "\nmodel_dir:   " << fs::absolute(model_dir).string() << "\n";
@@ -170,6 +189,16 @@ int print_learning_rates(const ExperimentFlags& flags, const std::string& range)
 int run_main(int argc, char** argv) { return run_main(argc, argv, {}); }
 
 int run_main(int argc, char** argv, const std::function<void()>& register_extras) {
+  // launch starts other garden processes and passes them the rest of the
+  // command line untouched, so it is parsed on its own.
+  if (argc > 1 && std::string(argv[1]) == "launch") {
+    try {
+      return run_launch(argc, argv);
+    } catch (const std::exception& e) {
+      std::cerr << "garden launch: error: " << one_line(e.what()) << "\n";
+      return 1;
+    }
+  }
   try {
     register_builtins();
     if (register_extras) {
@@ -191,6 +220,10 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
         ->required();
 
     app.add_subcommand("experiments", "List the registered experiments");
+    // Listed for --help; `garden launch ...` is handled before parsing.
+    app.add_subcommand("launch",
+                       "Start the processes of a multi-worker run: launch --nproc_per_node=N "
+                       "-- train ... (see garden launch --help)");
 
     ExperimentFlags config_flags;
     auto* config_command =

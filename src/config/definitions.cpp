@@ -85,8 +85,9 @@ void DifferentialPrivacyConfig::validate() const {
 
 void RuntimeConfig::visit(Visitor& v) {
   v("distribution_strategy", distribution_strategy,
-    "off, one_device or mirrored: one replica on runtime.device (multi-worker strategies are "
-    "not implemented yet).");
+    "off or one_device: one process; mirrored or multi_worker_mirrored: synchronous data "
+    "parallel over the processes TF_CONFIG, torchrun, SLURM or OpenMPI describe (one process "
+    "when none does).");
   v("enable_xla", enable_xla, "Accepted for Model Garden compatibility; LibTorch has no XLA.");
   v("gpu_thread_mode", gpu_thread_mode,
     "Accepted for Model Garden compatibility (TensorFlow's GPU threads).");
@@ -97,10 +98,13 @@ void RuntimeConfig::visit(Visitor& v) {
   v("tpu", tpu, "Accepted for Model Garden compatibility; Garden has no TPU support.");
   v("num_gpus", num_gpus,
     "0, or 1 with runtime.device cuda[:N]; Garden uses the one device runtime.device names.");
-  v("worker_hosts", worker_hosts, "Multi-worker training is not implemented yet: must be null.");
-  v("task_index", task_index, "Multi-worker training is not implemented yet: must be -1.");
-  v("all_reduce_alg", all_reduce_alg, "Accepted for Model Garden compatibility (one replica).");
-  v("num_packs", num_packs, "Accepted for Model Garden compatibility (one replica).");
+  v("worker_hosts", worker_hosts,
+    "Comma-separated host:port of every worker, the first the chief (or use TF_CONFIG).");
+  v("task_index", task_index, "This process's index in worker_hosts; -1 when none.");
+  v("all_reduce_alg", all_reduce_alg,
+    "Accepted for Model Garden compatibility; Gloo and NCCL choose their own algorithm.");
+  v("num_packs", num_packs,
+    "Accepted for Model Garden compatibility; gradients are packed by bucket_cap_mb.");
   v("mixed_precision_dtype", mixed_precision_dtype, "null, float32, bfloat16 or float16.");
   v("loss_scale", loss_scale,
     "Loss scale for float16 (only): a positive number or 'dynamic'; null is dynamic.");
@@ -123,6 +127,12 @@ void RuntimeConfig::visit(Visitor& v) {
   v("seed", seed,
     "Seed of parameter initialization, dropout and data order; null draws one and records it "
     "in params.yaml.");
+  v("bucket_cap_mb", bucket_cap_mb,
+    "Multi-worker: megabytes of gradients per all-reduce bucket (started as backward fills "
+    "it).");
+  v("collective_timeout_seconds", collective_timeout_seconds,
+    "Multi-worker: seconds a worker waits for the others (rendezvous, all-reduce) before it "
+    "stops, naming the ranks that stopped answering.");
 }
 
 namespace {
@@ -142,17 +152,16 @@ bool is_loss_scale(const std::string& text) {
 }  // namespace
 
 void RuntimeConfig::validate() const {
-  static const std::set<std::string> single_device = {"", "off", "one_device", "mirrored"};
-  if (distribution_strategy == "multi_worker_mirrored" ||
-      distribution_strategy == "parameter_server")
+  static const std::set<std::string> strategies = {"", "off", "one_device", "mirrored",
+                                                   "multi_worker_mirrored"};
+  if (distribution_strategy == "parameter_server")
     refuse("distribution_strategy",
-           "'" + distribution_strategy +
-               "' is not supported yet (multi-worker training is not implemented); use "
-               "one_device, or mirrored (one replica on runtime.device)");
-  if (!single_device.count(distribution_strategy))
+           "'parameter_server' is not implemented yet; use multi_worker_mirrored (synchronous "
+           "data parallel)");
+  if (!strategies.count(distribution_strategy))
     refuse("distribution_strategy", "'" + distribution_strategy +
-                                        "' is not one of off, one_device, mirrored (Garden trains "
-                                        "one replica on runtime.device)");
+                                        "' is not one of off, one_device, mirrored, "
+                                        "multi_worker_mirrored");
   if (!is_cuda_device(device) && device != "cpu")
     refuse("device", "'" + device + "' is not one of cpu, cuda, cuda:N");
   check_range("num_gpus", num_gpus, Range::at_least(0));
@@ -164,12 +173,12 @@ void RuntimeConfig::validate() const {
     refuse("num_gpus", "1 asks for a GPU but runtime.device is '" + device +
                            "'; Garden chooses the device with runtime.device: set "
                            "runtime.device=cuda (or num_gpus=0 for the CPU)");
-  if (worker_hosts && !worker_hosts->empty())
-    refuse("worker_hosts",
-           "'" + *worker_hosts + "': multi-worker training is not implemented yet; leave it null");
-  if (task_index != -1)
+  check_range("task_index", task_index, Range::at_least(-1));
+  if (task_index >= 0 && !(worker_hosts && !worker_hosts->empty()))
     refuse("task_index", std::to_string(task_index) +
-                             ": multi-worker training is not implemented yet; leave it at -1");
+                             " is an index into runtime.worker_hosts, which is not set");
+  check_range("bucket_cap_mb", bucket_cap_mb, Range::above(0));
+  check_range("collective_timeout_seconds", collective_timeout_seconds, Range::at_least(1));
   if (mixed_precision_dtype && *mixed_precision_dtype != "float32" &&
       *mixed_precision_dtype != "bfloat16" && *mixed_precision_dtype != "float16")
     refuse("mixed_precision_dtype",
@@ -210,8 +219,9 @@ std::vector<IgnoredKey> RuntimeConfig::ignored_keys() const {
   note_ignored(out, "per_gpu_thread_count", per_gpu_thread_count, d.per_gpu_thread_count,
                "TensorFlow's GPU threads");
   note_ignored(out, "tpu", tpu, d.tpu, "no TPU support");
-  note_ignored(out, "all_reduce_alg", all_reduce_alg, d.all_reduce_alg, "one replica");
-  note_ignored(out, "num_packs", num_packs, d.num_packs, "one replica");
+  note_ignored(out, "all_reduce_alg", all_reduce_alg, d.all_reduce_alg,
+               "Gloo and NCCL choose their own algorithm");
+  note_ignored(out, "num_packs", num_packs, d.num_packs, "gradients are packed by bucket_cap_mb");
   note_ignored(out, "run_eagerly", run_eagerly, d.run_eagerly, "LibTorch is always eager");
   note_ignored(out, "batchnorm_spatial_persistent", batchnorm_spatial_persistent,
                d.batchnorm_spatial_persistent, "a cuDNN mode of TensorFlow");

@@ -108,8 +108,11 @@ std::optional<std::string> Controller::restore_checkpoint(const std::optional<st
 std::optional<std::string> Controller::save_checkpoint() {
   if (!checkpoint_manager_ || !trainer_) return std::nullopt;
   const int64_t step = trainer_->global_step();
-  const std::string path = checkpoint_manager_->save(trainer_->checkpoint_state(), step);
+  // Every worker takes part (their input positions go in); the chief writes.
+  const CheckpointData data = trainer_->checkpoint_state_of_all_workers();
   last_checkpoint_step_ = step;
+  if (!trainer_->is_chief()) return std::nullopt;
+  const std::string path = checkpoint_manager_->save(data, step);
   log_info() << "saved checkpoint " << path;
   return path;
 }
@@ -135,9 +138,10 @@ void Controller::train(int64_t steps, bool checkpoint_at_completion) {
   Progress progress(current, overall, options_.interactive);
   struct StopRequested {};
   const bool watch_signals = options_.checkpoint_on_preemption;
-  trainer_->set_step_observer([&progress, watch_signals](int64_t step) {
+  trainer_->set_step_observer([&progress, watch_signals, this](int64_t step) {
     progress.update(step);
-    if (watch_signals && PreemptionWatcher::pending()) throw StopRequested{};
+    // Over several workers, agreed by all at this step.
+    if (watch_signals && trainer_->stop_requested()) throw StopRequested{};
   });
   struct ObserverReset {
     Trainer* trainer;
@@ -215,10 +219,15 @@ void Controller::stop_for_preemption() {
   const int signal = PreemptionWatcher::pending();
   const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
   const int64_t step = trainer_->global_step();
-  std::string message = std::string("received ") + name + " at step " + std::to_string(step);
+  std::string message = signal == 0 ? "another worker received a stop signal; stopping at step " +
+                                          std::to_string(step)
+                                    : std::string("received ") + name + " at step " +
+                                          std::to_string(step);
   if (const auto path = checkpoint_manager_ ? save_checkpoint() : std::nullopt)
     message += "; saved " + *path + "; run the same command to resume";
-  throw Preempted(message, signal);
+  else if (!trainer_->is_chief() && checkpoint_manager_)
+    message += "; the chief saved the checkpoint; run the same command to resume";
+  throw Preempted(message, signal ? signal : SIGTERM);
 }
 
 Logs Controller::evaluate(int64_t steps) {

@@ -12,8 +12,15 @@
 
 namespace garden {
 
-void finalize_config(config::ExperimentConfig& params) {
+void finalize_config(config::ExperimentConfig& params, distribute::ProcessGroup* process_group) {
   if (params.locked()) return;
+  if (process_group && !params.runtime.seed) {
+    // Every worker has the same config: the chief draws the seed for all
+    // (below 2^31, exact in a double).
+    const double mine =
+        process_group->is_chief() ? static_cast<double>(std::random_device{}() & 0x7fffffff) : 0.0;
+    params.runtime.seed = static_cast<int64_t>(process_group->sum({mine}, "the chief's seed")[0]);
+  }
   if (!params.runtime.seed) {
     std::random_device device;
     params.runtime.seed = static_cast<int64_t>(device() & 0x7fffffff);

@@ -145,10 +145,16 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
   const auto& trainer_config = params->trainer;
 
   apply_runtime(params->runtime);
+  const auto& group = options.process_group;
+  const bool chief = !group || group->is_chief();
 
+  // The chief builds first: what the task makes in model_dir (a trained
+  // tokenizer) is there when the other workers build theirs.
+  if (group && !chief) group->barrier("waiting for the chief to build the task");
   TaskPtr task = get_task(params->task, options.model_dir);
   ModelPtr model = task->build_model();
   model->to(torch::Device(params->runtime.device));
+  if (group && chief) group->barrier("the chief's task build");
   // Evaluation modes make the optimizer too (when one is configured): its
   // EMA averages are what an EMA run evaluates.
   std::shared_ptr<optim::Optimizer> optimizer;
@@ -156,11 +162,12 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
     optimizer = Task::create_optimizer(trainer_config.optimizer_config, params->runtime,
                                        params->task->differential_privacy_config, *model);
   std::shared_ptr<BestCheckpointExporter> exporter;
-  if (evaluates && !trainer_config.best_checkpoint_export_subdir.empty())
+  if (chief && evaluates && !trainer_config.best_checkpoint_export_subdir.empty())
     exporter = std::make_shared<BestCheckpointExporter>(
         (fs::path(options.model_dir) / trainer_config.best_checkpoint_export_subdir).string(),
         trainer_config.best_checkpoint_eval_metric, trainer_config.best_checkpoint_metric_comp);
-  Trainer trainer(params, task, model, optimizer, trains, evaluates, nullptr, nullptr, exporter);
+  Trainer trainer(params, task, model, optimizer, trains, evaluates, nullptr, nullptr, exporter,
+                  group);
   if (exporter) check_best_checkpoint_metric(exporter->metric(), trainer, *task);
   if (evaluates) trainer.check_validation_data();
 
@@ -169,9 +176,12 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
   controller_options.steps_per_loop = trainer_config.steps_per_loop;
   controller_options.summary_interval = trainer_config.summary_interval;
   controller_options.checkpoint_interval = trainer_config.checkpoint_interval;
-  controller_options.summary_dir = (fs::path(options.model_dir) / "train").string();
-  controller_options.eval_summary_dir =
-      (fs::path(options.model_dir) / trainer_config.validation_summary_subdir).string();
+  // Only the chief writes summaries.
+  if (chief) {
+    controller_options.summary_dir = (fs::path(options.model_dir) / "train").string();
+    controller_options.eval_summary_dir =
+        (fs::path(options.model_dir) / trainer_config.validation_summary_subdir).string();
+  }
   controller_options.interactive = options.interactive;
   if (trains) {
     controller_options.recovery = RecoveryOptions{trainer_config.loss_upper_bound,
@@ -191,7 +201,7 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
   // Model Garden's EMACheckpointing: after each evaluation, the averaged
   // weights go to model_dir/ema_checkpoints.
   std::unique_ptr<CheckpointManager> ema_checkpoints;
-  if (trains && evaluates && optimizer && optimizer->ema()) {
+  if (chief && trains && evaluates && optimizer && optimizer->ema()) {
     ema_checkpoints = std::make_unique<CheckpointManager>(
         (fs::path(options.model_dir) / "ema_checkpoints").string(), trainer_config.max_to_keep);
     if (run_dir)
@@ -209,7 +219,15 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
   std::optional<std::string> restored;
   if (mode != "continuous_eval")
     restored = restore(controller, checkpoints, *params, *task, /*resuming_training=*/trains);
-  if (trains) write_params_yaml(*params, options.model_dir);
+  if (group) {
+    // The chief's weights for every worker; each worker's own dropout
+    // stream unless the checkpoint gave it back.
+    std::vector<at::Tensor> weights;
+    for (const auto& [name, tensor] : model_state(*model)) weights.push_back(tensor.detach());
+    group->broadcast(weights, 0, "the chief's initial weights");
+    if (!restored) torch::manual_seed(static_cast<uint64_t>(*params->runtime.seed + group->rank()));
+  }
+  if (trains && chief) write_params_yaml(*params, options.model_dir);
 
   Logs logs;
   if (mode == "continuous_eval") {
@@ -238,6 +256,14 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
   return logs;
 }
 
+Logs run_modes(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& options,
+              RunDirectory* run_dir) {
+  Logs logs = run(std::move(params), options, run_dir);
+  // The chief's store serves the others until every worker is done.
+  if (options.process_group) options.process_group->barrier("the end of the run");
+  return logs;
+}
+
 }  // namespace
 
 Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& options) {
@@ -255,10 +281,12 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params, const RunO
   // A training run owns its model_dir: locked, logged from the first line,
   // and rolled back when it fails before its first checkpoint.
   const bool trains = mode == "train" || mode == "train_and_eval" || mode == "train_and_post_eval";
+  // Over several workers, the chief alone owns model_dir.
   std::optional<RunDirectory> run_dir;
-  if (trains) run_dir.emplace(options.model_dir);
+  if (trains && (!options.process_group || options.process_group->is_chief()))
+    run_dir.emplace(options.model_dir);
   try {
-    Logs logs = run(std::move(params), options, run_dir ? &*run_dir : nullptr);
+    Logs logs = run_modes(std::move(params), options, run_dir ? &*run_dir : nullptr);
     if (run_dir) run_dir->commit();
     return logs;
   } catch (const Preempted& e) {

@@ -6,20 +6,25 @@
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
 #include "garden/config/yaml_io.h"
+#include "garden/core/actions.h"
+#include "garden/distribute/gradient_sync.h"
+#include "garden/distribute/input.h"
 
 namespace garden {
 
 Trainer::Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr task,
                  ModelPtr model, std::shared_ptr<optim::Optimizer> optimizer, bool train,
                  bool evaluate, DatasetPtr train_dataset, DatasetPtr validation_dataset,
-                 std::shared_ptr<CheckpointExporter> checkpoint_exporter)
+                 std::shared_ptr<CheckpointExporter> checkpoint_exporter,
+                 distribute::ProcessGroupPtr process_group)
     : config_(std::move(config)),
       task_(std::move(task)),
       model_(std::move(model)),
       optimizer_(std::move(optimizer)),
       train_dataset_(std::move(train_dataset)),
       validation_dataset_(std::move(validation_dataset)),
-      checkpoint_exporter_(std::move(checkpoint_exporter)) {
+      checkpoint_exporter_(std::move(checkpoint_exporter)),
+      group_(std::move(process_group)) {
   if (!config_ || !task_ || !model_) throw Error("Trainer needs a config, a task and a model");
   device_ = at::Device(config_->runtime.device);
   task_->set_mixed_precision(config_->runtime.mixed_precision_dtype, device_);
@@ -27,6 +32,30 @@ Trainer::Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr
     return task_->build_inputs(params, context);
   };
   if (optimizer_) minimizer_ = std::make_unique<Minimizer>(*optimizer_);
+  if (group_ && optimizer_ && train) {
+    // Synchronous data parallel: the loss is each worker's share of the
+    // global mean, and the gradients are summed over the workers while
+    // backward runs.
+    std::vector<at::Tensor> parameters;
+    for (const auto& parameter : optimizer_->parameters()) parameters.push_back(parameter.tensor);
+    const auto bucket_bytes =
+        static_cast<int64_t>(config_->runtime.bucket_cap_mb * 1024.0 * 1024.0);
+    gradient_sync_ = std::make_unique<distribute::GradientSync>(group_, parameters, bucket_bytes);
+    minimizer_->add_gradient_hook([this](std::vector<at::Tensor>& gradients) {
+      gradient_sync_->finish(gradients, "the gradient all-reduce at step " +
+                                            std::to_string(global_step_ + 1));
+    });
+    minimizer_->set_count_reducer([this](const std::vector<at::Tensor>& counts) {
+      std::vector<at::Tensor> stacked = {
+          torch::stack(counts).to(torch::kFloat64).to(counts.front().device())};
+      group_->all_reduce(stacked, distribute::ReduceOp::kSum,
+                         "the loss counts at step " + std::to_string(global_step_ + 1));
+      std::vector<at::Tensor> global;
+      for (std::size_t i = 0; i < counts.size(); ++i)
+        global.push_back(stacked[0][static_cast<int64_t>(i)].to(counts[i].scalar_type()));
+      return global;
+    });
+  }
   // The config the run resolved travels in every checkpoint (the config
   // itself does not change after it is locked).
   params_yaml_ = config::to_yaml_string(const_cast<config::ExperimentConfig&>(*config_));
@@ -43,10 +72,24 @@ Trainer::Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr
   }
 }
 
+Trainer::~Trainer() = default;
+
 DatasetPtr Trainer::distribute_dataset(const DatasetFn& dataset_fn,
                                        const config::DataConfig& params) {
   // One process is one input pipeline and one replica.
-  return dataset_fn(params, InputContext{});
+  if (!group_) return dataset_fn(params, InputContext{});
+  if (!params.sharding)
+    return distribute::split_batches(dataset_fn(params, InputContext{}), group_->rank(),
+                                     group_->size());
+  InputContext context;
+  context.num_input_pipelines = group_->size();
+  context.input_pipeline_id = group_->rank();
+  context.num_replicas_in_sync = group_->size();
+  return dataset_fn(params, context);
+}
+
+bool Trainer::stop_requested() const {
+  return group_ ? stop_agreed_ : PreemptionWatcher::pending() != 0;
 }
 
 void Trainer::init_async() {}
@@ -64,6 +107,18 @@ Batch Trainer::to_device(const Batch& batch) const {
 Batch Trainer::next_train_inputs() {
   if (!train_dataset_) throw Error("this Trainer has no training data");
   auto batch = train_dataset_->next();
+  if (group_) {
+    // The end of the data and a stop signal are decided by all workers.
+    const auto agreed =
+        group_->sum({batch ? 0.0 : 1.0, PreemptionWatcher::pending() ? 1.0 : 0.0},
+                    "the step agreement at step " + std::to_string(global_step_ + 1));
+    stop_agreed_ = agreed[1] > 0;
+    if (agreed[0] > 0)
+      throw Error("the training data ended on " + std::to_string(static_cast<int64_t>(agreed[0])) +
+                  " of " + std::to_string(group_->size()) +
+                  " workers at step " + std::to_string(global_step_ + 1) +
+                  "; set task.train_data.is_training: true so it repeats");
+  }
   if (!batch) throw Error("the training data ended; set task.train_data.is_training: true so it repeats");
   return to_device(*batch);
 }
@@ -71,8 +126,10 @@ Batch Trainer::next_train_inputs() {
 void Trainer::check_validation_data() {
   if (!validation_dataset_) return;
   validation_dataset_->reset();
-  const bool has_batch = validation_dataset_->next().has_value();
+  bool has_batch = validation_dataset_->next().has_value();
   validation_dataset_->reset();
+  // Over several workers, a shard may be empty; the whole set may not.
+  if (group_) has_batch = group_->sum({has_batch ? 1.0 : 0.0}, "the validation data check")[0] > 0;
   if (!has_batch) {
     const std::string& path = config_->task->validation_data_config().input_path;
     throw Error("the validation data " +
@@ -116,6 +173,26 @@ void Trainer::ScalarFolder::add(const LogValue& value, bool weighted) {
   }
 }
 
+nlohmann::json Trainer::ScalarFolder::state() const {
+  return {{"plain_total", plain_total_}, {"plain_count", plain_count_}, {"terms", terms_},
+          {"weighted", weighted_}};
+}
+
+void Trainer::ScalarFolder::merge(const nlohmann::json& state) {
+  plain_total_ += state.at("plain_total").get<double>();
+  plain_count_ += state.at("plain_count").get<int64_t>();
+  const auto terms = state.at("terms").get<std::vector<std::array<double, 3>>>();
+  if (!terms.empty() && terms_.empty()) terms_.resize(terms.size(), {0.0, 0.0, 0.0});
+  if (!terms.empty() && terms.size() != terms_.size())
+    throw Error("workers report a loss of different numbers of parts");
+  for (std::size_t i = 0; i < terms.size(); ++i) {
+    terms_[i][0] += terms[i][0];
+    terms_[i][1] += terms[i][1];
+    terms_[i][2] = terms[i][2];
+  }
+  weighted_ = weighted_ || state.at("weighted").get<bool>();
+}
+
 double Trainer::ScalarFolder::result() const {
   if (!weighted_) return plain_count_ > 0 ? plain_total_ / static_cast<double>(plain_count_) : 0.0;
   double total = 0.0;
@@ -129,13 +206,31 @@ void Trainer::train_step(const Batch& inputs) {
   const Logs logs = task_->train_step(inputs, *model_, minimizer(), train_metrics_);
   const auto it = logs.find(task_->loss());
   if (it == logs.end()) throw Error("task train_step returned no '" + std::string(task_->loss()) + "'");
+  if (group_) loop_steps_.emplace_back();
   for (const auto& [key, value] : logs) {
     if (!is_scalar(value)) continue;
     const double number = to_double(value);
     if (key == task_->loss()) last_train_loss_ = number;
-    train_scalars_[key].add(number, /*weighted=*/false);
+    if (!group_) {
+      train_scalars_[key].add(number, /*weighted=*/false);
+      continue;
+    }
+    // The step's global value needs every worker's terms: kept until the
+    // loop ends (an Average term by term, anything else as a mean).
+    auto& terms = loop_steps_.back()[key];
+    if (const auto* average = std::get_if<Average>(&value)) {
+      for (const auto& term : average->terms) {
+        const double count = to_double(term.count);
+        terms.push_back({to_double(term.value) * count, count, term.weight});
+      }
+    } else {
+      terms.push_back({number, 1.0, 1.0});
+    }
   }
-  examples_seen_ += task_->num_examples(inputs);
+  if (group_)
+    loop_examples_ += task_->num_examples(inputs);
+  else
+    examples_seen_ += task_->num_examples(inputs);
   ++global_step_;
   if (step_observer_) step_observer_(global_step_);
 }
@@ -161,8 +256,111 @@ void Trainer::train_loop_begin() {
   // Metrics are reset at the end of each loop, so a loop's logs cover it alone.
 }
 
+void Trainer::fold_worker_scalars() {
+  std::vector<double> flat;
+  for (const auto& step : loop_steps_)
+    for (const auto& [key, terms] : step)
+      for (const auto& term : terms) {
+        flat.push_back(term[0]);
+        flat.push_back(term[1]);
+      }
+  flat.push_back(static_cast<double>(loop_examples_));
+  // The length itself, so workers that logged different scalars are found.
+  const double length = static_cast<double>(flat.size() + 1);
+  flat.push_back(length);
+  const auto sums = group_->sum(flat, "the training logs at step " + std::to_string(global_step_));
+  if (sums.back() != length * static_cast<double>(group_->size()))
+    throw Error("the workers' training steps logged different scalars; they cannot be reduced");
+  std::size_t at = 0;
+  for (const auto& step : loop_steps_)
+    for (const auto& [key, terms] : step) {
+      double value = 0.0;
+      for (const auto& term : terms) {
+        value += term[2] * (sums[at + 1] > 0 ? sums[at] / sums[at + 1] : 0.0);
+        at += 2;
+      }
+      train_scalars_[key].add(value, /*weighted=*/false);
+    }
+  examples_seen_ += static_cast<int64_t>(sums[at]);
+  loop_steps_.clear();
+  loop_examples_ = 0;
+}
+
+void Trainer::reduce_metrics(MetricList& metrics, const std::string& what) {
+  if (!group_) return;
+  // One all-reduce per kind of reduction, over every metric's variables.
+  for (const auto op : {Reduction::kSum, Reduction::kMax, Reduction::kMin}) {
+    std::vector<at::Tensor> values;
+    for (const auto& metric : metrics)
+      for (const auto& variable : metric->variables())
+        if (variable.reduction == op) values.push_back(variable.value.to(torch::kCPU, torch::kFloat64).reshape({-1}));
+    if (values.empty()) continue;
+    std::vector<at::Tensor> flat = {torch::cat(values)};
+    group_->all_reduce(flat,
+                       op == Reduction::kSum   ? distribute::ReduceOp::kSum
+                       : op == Reduction::kMax ? distribute::ReduceOp::kMax
+                                               : distribute::ReduceOp::kMin,
+                       what);
+    int64_t at = 0;
+    for (const auto& metric : metrics) {
+      std::vector<at::Tensor> state;
+      bool changed = false;
+      for (const auto& variable : metric->variables()) {
+        if (variable.reduction != op) {
+          state.push_back(variable.value);
+          continue;
+        }
+        const int64_t n = variable.value.numel();
+        state.push_back(flat[0].narrow(0, at, n).view(variable.value.sizes()).to(variable.value.device()));
+        at += n;
+        changed = true;
+      }
+      if (changed) metric->set_state(state);
+    }
+  }
+}
+
+Logs Trainer::gather_aggregated_logs(const Logs& local) {
+  // Host-side lists (decoded ids, strings) are concatenated in rank order.
+  nlohmann::json mine = nlohmann::json::object();
+  for (const auto& [key, value] : local) {
+    if (const auto* rows = std::get_if<std::vector<std::vector<int64_t>>>(&value))
+      mine[key] = {{"rows", *rows}};
+    else if (const auto* texts = std::get_if<std::vector<std::string>>(&value))
+      mine[key] = {{"texts", *texts}};
+    else
+      throw Error("the task's aggregated log '" + key +
+                  "' is not a list of strings or of id rows, so it cannot be gathered from "
+                  "every worker");
+  }
+  Logs merged;
+  for (const auto& text : group_->all_gather(mine.dump(), "the validation outputs")) {
+    const nlohmann::json worker = nlohmann::json::parse(text);
+    for (const auto& [key, entry] : worker.items()) {
+      if (entry.contains("rows")) {
+        auto [slot, inserted] = merged.try_emplace(key, std::vector<std::vector<int64_t>>{});
+        auto& all = std::get<std::vector<std::vector<int64_t>>>(slot->second);
+        for (const auto& row : entry.at("rows")) all.push_back(row.get<std::vector<int64_t>>());
+      } else {
+        auto [slot, inserted] = merged.try_emplace(key, std::vector<std::string>{});
+        auto& all = std::get<std::vector<std::string>>(slot->second);
+        for (const auto& t : entry.at("texts")) all.push_back(t.get<std::string>());
+      }
+    }
+  }
+  return merged;
+}
+
 Logs Trainer::train_loop_end() {
   Logs logs;
+  if (group_) {
+    fold_worker_scalars();
+    reduce_metrics(train_metrics_, "the training metrics at step " + std::to_string(global_step_));
+    if (gradient_sync_) {
+      const auto [seconds, steps] = gradient_sync_->take_wait();
+      if (steps > 0) logs["all_reduce_wait_ms"] = 1000.0 * seconds / static_cast<double>(steps);
+    }
+  }
   for (auto& metric : train_metrics_) {
     logs[metric->name()] = metric->result();
     metric->reset();
@@ -197,6 +395,21 @@ void Trainer::swap_back_ema() {
 
 Logs Trainer::eval_end(const Logs& aggregated_logs) {
   swap_back_ema();
+  Logs aggregated = aggregated_logs;
+  if (group_) {
+    // Every worker evaluated its shard: fold them all.
+    nlohmann::json mine = {{"batches", eval_batches_}, {"scalars", nlohmann::json::object()}};
+    for (const auto& [key, folder] : eval_scalars_) mine["scalars"][key] = folder.state();
+    eval_batches_ = 0;
+    eval_scalars_.clear();
+    for (const auto& text : group_->all_gather(mine.dump(), "the validation logs")) {
+      const auto worker = nlohmann::json::parse(text);
+      eval_batches_ += worker.at("batches").get<int64_t>();
+      for (const auto& [key, state] : worker.at("scalars").items()) eval_scalars_[key].merge(state);
+    }
+    reduce_metrics(validation_metrics_, "the validation metrics");
+    aggregated = gather_aggregated_logs(aggregated_logs);
+  }
   if (eval_batches_ == 0) {
     const std::string& path = config_->task->validation_data_config().input_path;
     throw Error("the validation data " +
@@ -208,7 +421,7 @@ Logs Trainer::eval_end(const Logs& aggregated_logs) {
   for (auto& metric : validation_metrics_) logs[metric->name()] = metric->result();
   for (const auto& [key, folder] : eval_scalars_)
     logs[scalar_name(key, task_->loss(), "validation_loss")] = folder.result();
-  for (auto& [key, value] : task_->reduce_aggregated_logs(aggregated_logs, global_step_))
+  for (auto& [key, value] : task_->reduce_aggregated_logs(aggregated, global_step_))
     logs[key] = value;
   return logs;
 }
@@ -265,7 +478,7 @@ CheckpointData Trainer::checkpoint_state() const {
     std::lock_guard<std::mutex> lock(generator.mutex());
     data.tensors["rng/cpu"] = generator.get_state();
   }
-  if (train_dataset_) meta["train_data"] = train_dataset_->state();
+  if (train_dataset_ && !group_) meta["train_data"] = train_dataset_->state();
   meta["task"] = task_->checkpoint_metadata();
   meta["checkpoint_items"] = task_->checkpoint_items();
   meta["params"] = params_yaml_;
@@ -287,13 +500,60 @@ void Trainer::restore_checkpoint_state(const CheckpointData& data, bool restore_
     optimizer_->load_state(slots, data.meta.value("optimizer", nlohmann::json::object()));
   }
   if (!restore_input) return;
-  if (const auto it = data.tensors.find("rng/cpu"); it != data.tensors.end()) {
+  // Each worker's own position and random state (a checkpoint of as many
+  // workers as this run), or the one process's.
+  const int64_t workers = group_ ? group_->size() : 1;
+  const int64_t written_by =
+      data.meta.contains("workers") ? static_cast<int64_t>(data.meta.at("workers").size()) : 1;
+  if (written_by != workers) {
+    log_warning() << "the checkpoint was written by " << written_by << " worker(s), this run has "
+                  << workers << ": the model and optimizer continue, the input starts over "
+                  << "and the random state comes from the seed";
+    return;
+  }
+  std::string rng_key = "rng/cpu";
+  nlohmann::json input_state;
+  if (group_) {
+    rng_key += "/" + std::to_string(group_->rank());
+    input_state = data.meta.at("workers").at(static_cast<std::size_t>(group_->rank())).value(
+        "train_data", nlohmann::json());
+  } else if (data.meta.contains("train_data")) {
+    input_state = data.meta.at("train_data");
+  }
+  if (const auto it = data.tensors.find(rng_key); it != data.tensors.end()) {
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(it->second);
   }
-  if (train_dataset_ && data.meta.contains("train_data"))
-    train_dataset_->restore(data.meta.at("train_data"));
+  if (train_dataset_ && !input_state.is_null()) train_dataset_->restore(input_state);
+}
+
+CheckpointData Trainer::checkpoint_state_of_all_workers() {
+  CheckpointData data = checkpoint_state();
+  if (!group_) return data;
+  nlohmann::json mine = nlohmann::json::object();
+  if (train_dataset_) mine["train_data"] = train_dataset_->state();
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    const at::Tensor state = generator.get_state();
+    mine["rng"] = std::vector<uint8_t>(state.data_ptr<uint8_t>(),
+                                       state.data_ptr<uint8_t>() + state.numel());
+  }
+  nlohmann::json workers = nlohmann::json::array();
+  int64_t rank = 0;
+  for (const auto& text : group_->all_gather(mine.dump(), "the checkpoint's worker states")) {
+    auto worker = nlohmann::json::parse(text);
+    const auto rng = worker.at("rng").get<std::vector<uint8_t>>();
+    data.tensors["rng/cpu/" + std::to_string(rank++)] =
+        torch::from_blob(const_cast<uint8_t*>(rng.data()), {static_cast<int64_t>(rng.size())},
+                         torch::kUInt8)
+            .clone();
+    worker.erase("rng");
+    workers.push_back(std::move(worker));
+  }
+  data.meta["workers"] = std::move(workers);
+  return data;
 }
 
 }  // namespace garden

@@ -56,9 +56,10 @@ struct DifferentialPrivacyConfig : Config {
   void validate() const override;
 };
 
-// Model Garden's RuntimeConfig, plus LibTorch's threads and device. Garden
-// trains on one device, runtime.device: the strategies it accepts (off,
-// one_device, mirrored) all mean one replica there.
+// Model Garden's RuntimeConfig, plus LibTorch's threads and device. Each
+// process trains one replica on runtime.device: off, one_device and
+// mirrored in one process; multi_worker_mirrored (or mirrored) over the
+// processes a cluster describes (garden/distribute/cluster.h).
 struct RuntimeConfig : Config {
   std::string distribution_strategy = "mirrored";
   bool enable_xla = false;
@@ -84,6 +85,9 @@ struct RuntimeConfig : Config {
   int64_t intra_op_parallelism_threads = 0;
   int64_t inter_op_parallelism_threads = 0;
   std::optional<int64_t> seed;
+  // Multi-worker settings (PyTorch's names).
+  double bucket_cap_mb = 4.0;
+  int64_t collective_timeout_seconds = 600;
   // More threads than this are refused: LibTorch starts them all at once,
   // and beyond the cores they only slow it down.
   static constexpr int64_t kMaxThreads = 1024;

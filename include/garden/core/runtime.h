@@ -6,14 +6,17 @@
 #include <vector>
 
 #include "garden/config/definitions.h"
+#include "garden/distribute/process_group.h"
 
 namespace garden {
 
 // Fills in what the config leaves to start-up (runtime.seed and the data
 // seeds, drawn once so params.yaml records them), validates every restriction,
 // logs one warning naming the Model Garden compatibility keys that are set
-// (they have no effect) and locks the config.
-void finalize_config(config::ExperimentConfig& params);
+// (they have no effect) and locks the config. Over several workers the
+// chief draws the seed and every worker takes it.
+void finalize_config(config::ExperimentConfig& params,
+                     distribute::ProcessGroup* process_group = nullptr);
 
 // Sets LibTorch's thread counts and seeds its generator; checks the device.
 void apply_runtime(const config::RuntimeConfig& runtime);

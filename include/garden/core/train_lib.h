@@ -8,6 +8,7 @@
 
 #include "garden/base/types.h"
 #include "garden/config/definitions.h"
+#include "garden/distribute/process_group.h"
 
 namespace garden {
 
@@ -19,6 +20,10 @@ struct RunOptions {
   std::string model_dir;
   bool interactive = false;          // progress bar on stderr
   double continuous_eval_poll_seconds = 1.0;
+  // The workers to train with (multi_worker_mirrored); null: one process.
+  // Only the chief writes model_dir (checkpoints, summaries, params.yaml,
+  // train.log); every worker must see the same model_dir to resume.
+  distribute::ProcessGroupPtr process_group;
 };
 
 // Runs `params` (finalized and locked by finalize_config) in `options.mode`.

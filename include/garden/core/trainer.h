@@ -16,6 +16,11 @@
 #include "garden/core/checkpoint.h"
 #include "garden/core/minimizer.h"
 #include "garden/core/task.h"
+#include "garden/distribute/process_group.h"
+
+namespace garden::distribute {
+class GradientSync;
+}
 
 namespace garden {
 
@@ -47,7 +52,9 @@ class Trainer {
   Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr task, ModelPtr model,
           std::shared_ptr<optim::Optimizer> optimizer, bool train = true, bool evaluate = true,
           DatasetPtr train_dataset = nullptr, DatasetPtr validation_dataset = nullptr,
-          std::shared_ptr<CheckpointExporter> checkpoint_exporter = nullptr);
+          std::shared_ptr<CheckpointExporter> checkpoint_exporter = nullptr,
+          distribute::ProcessGroupPtr process_group = nullptr);
+  ~Trainer();
 
   // Orbit's AbstractTrainer.train: begin, num_steps steps, end.
   Logs train(int64_t num_steps);
@@ -84,7 +91,10 @@ class Trainer {
 
   // Restores task_config().init_checkpoint (task.initialize).
   void initialize();
-  // Builds a dataset for this process's input pipeline.
+  // Builds a dataset for this process's input pipeline: the whole input in
+  // one process; over several workers, this worker's shard (by file, or by
+  // record when there are fewer files than workers) with sharding: true,
+  // or its rows of every global batch with sharding: false.
   DatasetPtr distribute_dataset(const DatasetFn& dataset_fn, const config::DataConfig& params);
   // Asynchronous (parameter-server) training; in one process: nothing to do.
   void init_async();
@@ -108,6 +118,12 @@ class Trainer {
   const at::Device& device() const { return device_; }
   // The loss of the last training step (for recovery checks).
   double last_train_loss() const { return last_train_loss_; }
+  // The workers this Trainer trains with (null: one process).
+  const distribute::ProcessGroupPtr& process_group() const { return group_; }
+  bool is_chief() const { return !group_ || group_->is_chief(); }
+  // Whether some worker received SIGTERM / SIGINT before the last training
+  // step, agreed by all of them at that step (one process: this one).
+  bool stop_requested() const;
   // Called after every training step with the new global step (progress).
   void set_step_observer(std::function<void(int64_t)> observer) {
     step_observer_ = std::move(observer);
@@ -121,6 +137,10 @@ class Trainer {
   // With restore_input false the random state and the input position are
   // kept (recovery from a diverged loss moves on to new data).
   void restore_checkpoint_state(const CheckpointData& data, bool restore_input = true);
+  // checkpoint_state() plus, over several workers, every worker's input
+  // position and random state (meta "workers", tensors "rng/cpu/<rank>"):
+  // a collective every worker calls at the same step.
+  CheckpointData checkpoint_state_of_all_workers();
 
  private:
   Batch to_device(const Batch& batch) const;
@@ -133,6 +153,9 @@ class Trainer {
     void add(const LogValue& value, bool weighted);
     double result() const;
     void reset() { *this = ScalarFolder(); }
+    // The sums, to fold another worker's folder in with merge().
+    nlohmann::json state() const;
+    void merge(const nlohmann::json& state);
 
    private:
     double plain_total_ = 0.0;
@@ -162,6 +185,17 @@ class Trainer {
   MetricList validation_metrics_;
   std::function<void(int64_t)> step_observer_;
   bool ema_swapped_ = false;
+
+  // Over several workers: each step's scalar terms (value * count, count,
+  // weight), folded into train_scalars_ over every worker at the loop's end.
+  void fold_worker_scalars();
+  void reduce_metrics(MetricList& metrics, const std::string& what);
+  Logs gather_aggregated_logs(const Logs& local);
+  distribute::ProcessGroupPtr group_;
+  std::unique_ptr<distribute::GradientSync> gradient_sync_;
+  std::vector<std::map<std::string, std::vector<std::array<double, 3>>>> loop_steps_;
+  int64_t loop_examples_ = 0;
+  bool stop_agreed_ = false;
 };
 
 }  // namespace garden

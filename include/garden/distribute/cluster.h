@@ -1,0 +1,67 @@
+// Which process this is in which cluster: one function reads every form a
+// user may give (TF_CONFIG, torchrun's variables, SLURM, OpenMPI, or Model
+// Garden's runtime.worker_hosts / task_index) and says it the same way.
+//
+//   auto cluster = resolve_cluster(process_environment(), params->runtime);
+//   if (cluster.distributed()) ... connect a ProcessGroup ...
+//
+// The training replicas are numbered 0..world_size-1; rank 0 is the chief
+// (TF_CONFIG's chief, or worker 0 when there is none). An evaluator task is
+// not a replica: it evaluates the chief's checkpoints (continuous_eval).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "garden/config/definitions.h"
+
+namespace garden::distribute {
+
+using Environment = std::map<std::string, std::string>;
+
+// This process's environment variables.
+Environment process_environment();
+
+struct Cluster {
+  // Where the description came from: "none", "TF_CONFIG", "torchrun",
+  // "SLURM", "OpenMPI" or "runtime.worker_hosts".
+  std::string source = "none";
+  // The strategy in effect: one_device (one process) or
+  // multi_worker_mirrored.
+  std::string strategy = "one_device";
+  // chief, worker or evaluator (TF_CONFIG's task type; master is chief).
+  std::string task_type = "chief";
+  int64_t task_index = 0;
+  // Among the training replicas; -1 for an evaluator.
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  int64_t local_rank = 0;
+  // The chief's address: its TCPStore listens there.
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  // The address this process's Gloo connections bind to; empty means the
+  // machine's host name (or GLOO_SOCKET_IFNAME's interface).
+  std::string own_host;
+
+  bool distributed() const { return world_size > 1; }
+  bool is_chief() const { return rank == 0; }
+  bool is_evaluator() const { return task_type == "evaluator"; }
+  // "rank 1 (worker 0)": how messages name a process.
+  std::string describe() const;
+};
+
+// Reads the cluster from `env` and `runtime`. Precedence: TF_CONFIG,
+// torchrun (RANK / WORLD_SIZE), SLURM (SLURM_PROCID / SLURM_NTASKS), OpenMPI
+// (OMPI_COMM_WORLD_RANK / SIZE), runtime.worker_hosts. A malformed or
+// contradictory description throws garden::Error naming the variable and why.
+// Several processes with distribution_strategy off or one_device, or
+// parameter-server tasks, are refused; mirrored (the default) with several
+// processes means multi_worker_mirrored.
+Cluster resolve_cluster(const Environment& env, const config::RuntimeConfig& runtime);
+
+// "node[01-04,07],other" -> "node01": the first host of a SLURM node list.
+std::string first_slurm_host(const std::string& nodelist);
+
+}  // namespace garden::distribute

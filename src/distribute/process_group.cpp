@@ -1,0 +1,348 @@
+#include "garden/distribute/process_group.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef GARDEN_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "garden/base/error.h"
+#include "garden/base/logging.h"
+
+namespace garden::distribute {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr auto kHeartbeatPeriod = std::chrono::milliseconds(500);
+
+std::string message_of(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
+// One line of a library message: the first line, without Gloo's
+// "[file.cc:123] " prefix.
+std::string first_line(std::string text) {
+  text = text.substr(0, text.find('\n'));
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find("] ");
+    if (close != std::string::npos) text = text.substr(close + 2);
+  }
+  return text;
+}
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
+    default:
+      return c10d::ReduceOp::SUM;
+  }
+}
+
+struct WorkHolder {
+  c10::intrusive_ptr<c10d::Work> work;
+};
+}  // namespace
+
+struct ProcessGroup::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  c10::intrusive_ptr<c10d::TCPStore> heartbeat_store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+#ifdef GARDEN_WITH_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;
+#endif
+  c10::Device device{c10::kCPU};
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
+    c10d::AllreduceOptions options;
+    options.reduceOp = to_c10d(op);
+#ifdef GARDEN_WITH_NCCL
+    if (nccl) return nccl->allreduce(tensors, options);
+#endif
+    return gloo->allreduce(tensors, options);
+  }
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, int64_t root) {
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+#ifdef GARDEN_WITH_NCCL
+    if (nccl) return nccl->broadcast(tensors, options);
+#endif
+    return gloo->broadcast(tensors, options);
+  }
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& out,
+                                           std::vector<at::Tensor>& in) {
+#ifdef GARDEN_WITH_NCCL
+    if (nccl) return nccl->allgather(out, in);
+#endif
+    return gloo->allgather(out, in);
+  }
+  c10::intrusive_ptr<c10d::Work> barrier() {
+#ifdef GARDEN_WITH_NCCL
+    if (nccl) return nccl->barrier();
+#endif
+    return gloo->barrier();
+  }
+};
+
+ProcessGroup::ProcessGroup(const Cluster& cluster, std::chrono::milliseconds timeout)
+    : cluster_(cluster), timeout_(timeout), impl_(std::make_unique<Impl>()) {}
+
+namespace {
+
+c10::intrusive_ptr<c10d::TCPStore> open_store(const Cluster& cluster, bool server,
+                                              std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(cluster.master_port);
+  options.isServer = server;
+  options.numWorkers = static_cast<std::size_t>(cluster.world_size);
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(cluster.master_addr, options);
+}
+
+std::string address(const Cluster& cluster) {
+  return cluster.master_addr + ":" + std::to_string(cluster.master_port);
+}
+
+}  // namespace
+
+ProcessGroupPtr ProcessGroup::connect(const Cluster& cluster, const std::string& device,
+                                      std::chrono::milliseconds timeout) {
+  if (!cluster.distributed()) throw Error("a ProcessGroup needs more than one process");
+  std::shared_ptr<ProcessGroup> group(new ProcessGroup(cluster, timeout));
+  Impl& impl = *group->impl_;
+  impl.device = c10::Device(device);
+  const auto deadline = Clock::now() + timeout;
+  // The chief serves the store; a port still held by a run that is ending
+  // is retried until the deadline.
+  for (int attempt = 0;; ++attempt) {
+    try {
+      impl.store = open_store(cluster, cluster.is_chief(), timeout);
+      break;
+    } catch (const std::exception& e) {
+      const std::string why = first_line(message_of(e));
+      if (Clock::now() + std::chrono::seconds(1) < deadline) {
+        if (attempt == 0)
+          log_warning() << (cluster.is_chief() ? "cannot serve the rendezvous at "
+                                               : "waiting for the chief at ")
+                        << address(cluster) << " (" << why << "); retrying";
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        continue;
+      }
+      if (cluster.is_chief())
+        throw Error("the chief cannot serve the rendezvous at " + address(cluster) + ": " + why +
+                    " (is another run still using the port? set MASTER_PORT or the chief's "
+                    "TF_CONFIG port to a free one)");
+      throw Error("no chief answered at " + address(cluster) + " within " +
+                  std::to_string(timeout.count() / 1000) + " s (" + why +
+                  "); start the chief (rank 0), or check MASTER_ADDR / MASTER_PORT");
+    }
+  }
+  try {
+    // A fresh namespace per run of the chief's store is not needed: the
+    // store lives as long as the chief.
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("garden", impl.store);
+#ifdef GARDEN_WITH_NCCL
+    if (impl.device.is_cuda()) {
+      auto options = c10d::ProcessGroupNCCL::Options::create();
+      options->timeout = timeout;
+      impl.nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+          prefixed, static_cast<int>(cluster.rank), static_cast<int>(cluster.world_size), options);
+    }
+    if (!impl.nccl) {
+#else
+    if (impl.device.is_cuda())
+      throw Error("runtime.device is '" + device +
+                  "' but this Garden was built without NCCL; multi-worker CUDA training needs a "
+                  "LibTorch with CUDA (see docs/gpu.md)");
+    {
+#endif
+      auto options = c10d::ProcessGroupGloo::Options::create();
+      options->timeout = timeout;
+      const char* interface = std::getenv("GLOO_SOCKET_IFNAME");
+      if (!cluster.own_host.empty())
+        options->devices.push_back(
+            c10d::ProcessGroupGloo::createDeviceForHostname(cluster.own_host));
+      else if (interface && *interface)
+        options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
+      else
+        options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      impl.gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          prefixed, static_cast<int>(cluster.rank), static_cast<int>(cluster.world_size), options);
+    }
+    impl.heartbeat_store = open_store(cluster, /*server=*/false, timeout);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error("joining the " + std::to_string(cluster.world_size) + " processes at " +
+                address(cluster) + " failed for " + cluster.describe() + ": " +
+                first_line(message_of(e)));
+  }
+  group->heartbeat_ = std::thread([raw = group.get()] { raw->heartbeat_loop(); });
+  return group;
+}
+
+ProcessGroup::~ProcessGroup() {
+  stopping_ = true;
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+void ProcessGroup::heartbeat_loop() {
+  const std::string key = "garden/alive/" + std::to_string(rank());
+  while (!stopping_) {
+    try {
+      impl_->heartbeat_store->add(key, 1);
+    } catch (...) {
+      return;  // the chief's store is gone: the collectives will say so
+    }
+    for (auto slept = std::chrono::milliseconds(0); slept < kHeartbeatPeriod && !stopping_;
+         slept += std::chrono::milliseconds(50))
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void ProcessGroup::fail(const std::string& what, const std::string& cause) const {
+  // Ranks whose heartbeat does not move over a few periods have stopped.
+  std::vector<int64_t> first(static_cast<std::size_t>(size()), -1);
+  std::string stopped;
+  try {
+    auto probe = open_store(cluster_, /*server=*/false, std::chrono::milliseconds(3000));
+    for (int64_t r = 0; r < size(); ++r)
+      first[static_cast<std::size_t>(r)] = probe->add("garden/alive/" + std::to_string(r), 0);
+    std::this_thread::sleep_for(kHeartbeatPeriod * 5);
+    for (int64_t r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      if (probe->add("garden/alive/" + std::to_string(r), 0) == first[static_cast<std::size_t>(r)])
+        stopped += (stopped.empty() ? "rank " : ", rank ") + std::to_string(r);
+    }
+  } catch (...) {
+    if (!is_chief()) stopped = "rank 0 (the chief; its rendezvous store is gone)";
+  }
+  std::string message = what + " failed on " + cluster_.describe() + ": ";
+  if (!stopped.empty())
+    message += stopped + " stopped answering (" + cause + ")";
+  else
+    message += cause;
+  message += "; every worker stops: run the same command to resume from the last checkpoint";
+  throw Error(message);
+}
+
+namespace {
+template <class Fn>
+auto guarded(const ProcessGroup& group, const std::string& what, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    group.fail(what, first_line(message_of(e)));
+  }
+}
+}  // namespace
+
+void ProcessGroup::all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op,
+                              const std::string& what) {
+  guarded(*this, what, [&] {
+    for (auto& tensor : tensors) {
+      std::vector<at::Tensor> one = {tensor};
+      impl_->allreduce(one, op)->wait(timeout_);
+    }
+    return 0;
+  });
+}
+
+std::vector<double> ProcessGroup::sum(const std::vector<double>& values, const std::string& what) {
+  if (values.empty()) return {};
+  at::Tensor tensor = torch::tensor(values, torch::kFloat64).to(impl_->device);
+  std::vector<at::Tensor> tensors = {tensor};
+  all_reduce(tensors, ReduceOp::kSum, what);
+  tensor = tensors[0].cpu().contiguous();
+  const double* data = tensor.data_ptr<double>();
+  return std::vector<double>(data, data + tensor.numel());
+}
+
+ProcessGroup::Pending ProcessGroup::all_reduce_async(at::Tensor tensor, const std::string& what) {
+  Pending pending;
+  pending.group_ = this;
+  pending.what_ = what;
+  auto holder = std::make_shared<WorkHolder>();
+  guarded(*this, what, [&] {
+    std::vector<at::Tensor> one = {std::move(tensor)};
+    holder->work = impl_->allreduce(one, ReduceOp::kSum);
+    return 0;
+  });
+  pending.work_ = holder;
+  return pending;
+}
+
+double ProcessGroup::Pending::wait() {
+  if (!work_) return 0.0;
+  const auto start = Clock::now();
+  auto* holder = static_cast<WorkHolder*>(work_.get());
+  guarded(*group_, what_, [&] {
+    holder->work->wait(group_->timeout_);
+    return 0;
+  });
+  work_.reset();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int64_t root,
+                             const std::string& what) {
+  guarded(*this, what, [&] {
+    for (auto& tensor : tensors) {
+      std::vector<at::Tensor> one = {tensor};
+      impl_->broadcast(one, root)->wait(timeout_);
+    }
+    return 0;
+  });
+}
+
+std::vector<std::string> ProcessGroup::all_gather(const std::string& text,
+                                                  const std::string& what) {
+  // Lengths first, then every text padded to the longest.
+  const auto lengths = sum(
+      [&] {
+        std::vector<double> mine(static_cast<std::size_t>(size()), 0.0);
+        mine[static_cast<std::size_t>(rank())] = static_cast<double>(text.size());
+        return mine;
+      }(),
+      what);
+  int64_t longest = 1;
+  for (double length : lengths) longest = std::max(longest, static_cast<int64_t>(length));
+  at::Tensor mine = torch::zeros({longest}, torch::kUInt8);
+  std::memcpy(mine.data_ptr<uint8_t>(), text.data(), text.size());
+  mine = mine.to(impl_->device);
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int64_t r = 0; r < size(); ++r) out[0].push_back(torch::empty_like(mine));
+  std::vector<at::Tensor> in = {mine};
+  guarded(*this, what, [&] {
+    impl_->allgather(out, in)->wait(timeout_);
+    return 0;
+  });
+  std::vector<std::string> texts;
+  for (int64_t r = 0; r < size(); ++r) {
+    const at::Tensor bytes = out[0][static_cast<std::size_t>(r)].cpu();
+    texts.emplace_back(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
+                       static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]));
+  }
+  return texts;
+}
+
+void ProcessGroup::barrier(const std::string& what) {
+  guarded(*this, what, [&] {
+    impl_->barrier()->wait(timeout_);
+    return 0;
+  });
+}
+
+}  // namespace garden::distribute

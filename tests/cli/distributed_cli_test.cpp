@@ -1,0 +1,267 @@
+// Multi-worker training, end to end with real processes on loopback: N
+// workers with global batch B end with the weights of one process with B,
+// a killed worker's run resumes exactly, workers on distinct loopback
+// addresses act as separate hosts, and every failure is one clear line.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "cli/cli_fixture.h"
+#include "garden/core/checkpoint.h"
+
+namespace fs = std::filesystem;
+using garden_test::CliFixture;
+using garden_test::CliRun;
+
+namespace {
+
+// A port nothing listens on now (the kernel's choice for port 0).
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+std::map<std::string, at::Tensor> final_weights(const std::string& model_dir) {
+  const auto latest = garden::latest_checkpoint(model_dir);
+  if (!latest) return {};
+  std::map<std::string, at::Tensor> weights;
+  for (const auto& [name, tensor] : garden::read_checkpoint_file(*latest).tensors)
+    if (name.rfind("model/", 0) == 0) weights[name] = tensor;
+  return weights;
+}
+
+// Every weight of `a` equals `b`'s within float tolerance (exactly with 0).
+void expect_same_weights(const std::string& a, const std::string& b, double tolerance) {
+  const auto wa = final_weights(a), wb = final_weights(b);
+  ASSERT_FALSE(wa.empty()) << "no checkpoint in " << a;
+  ASSERT_EQ(wa.size(), wb.size());
+  for (const auto& [name, tensor] : wa) {
+    ASSERT_TRUE(wb.count(name)) << name;
+    const double difference = (tensor - wb.at(name)).abs().max().item<double>();
+    const double scale = tensor.abs().max().item<double>();
+    EXPECT_LE(difference, tolerance * std::max(1.0, scale)) << name;
+  }
+}
+
+class DistributedCliTest : public CliFixture {
+ protected:
+  // Runs `script` in bash with the garden binary as $GARDEN; killed after
+  // 240 s.
+  CliRun shell(const std::string& script) const {
+    garden_test::spit(dir_ / "script.sh", script);
+    const auto out = dir_ / "script.out", err = dir_ / "script.err";
+    const std::string command = "GARDEN='" + std::string(GARDEN_CLI_PATH) +
+                                "' /usr/bin/timeout 240 bash '" + (dir_ / "script.sh").string() +
+                                "' >'" + out.string() + "' 2>'" + err.string() + "'";
+    const int raw = std::system(command.c_str());
+    CliRun run;
+    run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    run.out = garden_test::slurp(out);
+    run.err = garden_test::slurp(err);
+    return run;
+  }
+
+  // `garden train` of tabular/iris with `overrides`, as one process or via
+  // `garden launch` with `workers` processes.
+  CliRun iris(const std::string& model_dir, int workers, const std::string& overrides,
+              const std::string& extra_launch = "") const {
+    const std::string train = "train --experiment=tabular/iris --mode=train --model_dir='" +
+                              model_dir + "' --params_override='" + overrides + "'";
+    if (workers == 1) return garden(train);
+    return garden("launch --nproc_per_node=" + std::to_string(workers) +
+                  " --master_port=" + std::to_string(free_port()) + " " + extra_launch + " -- " +
+                  train + ",runtime.distribution_strategy=multi_worker_mirrored");
+  }
+};
+
+const std::string kIris =
+    "runtime.seed=7,task.model.dropout_rate=0,trainer.train_steps=60,trainer.steps_per_loop=10,"
+    "trainer.checkpoint_interval="
+    "60,task.train_data.sharding=false";
+
+}  // namespace
+
+TEST_F(DistributedCliTest, IrisOnTwoAndFourWorkersEndsWithOneProcesssWeights) {
+  const CliRun one = iris(path("one"), 1, kIris);
+  ASSERT_EQ(one.status, 0) << one.err;
+  for (int workers : {2, 4}) {
+    const std::string model_dir = path("workers" + std::to_string(workers));
+    const CliRun run = iris(model_dir, workers, kIris);
+    ASSERT_EQ(run.status, 0) << run.err;
+    EXPECT_NE(run.err.find("[rank 1] "), std::string::npos) << run.err;
+    EXPECT_NE(run.err.find("multi_worker_mirrored: rank 0 of " + std::to_string(workers)),
+              std::string::npos)
+        << run.err;
+    expect_same_weights(model_dir, path("one"), 1e-5);
+    // The chief alone wrote model_dir, and its logs are over every worker:
+    // training_loss of the last loop equals the one process's.
+    EXPECT_TRUE(fs::exists(fs::path(model_dir) / "params.yaml"));
+    const auto last_loss = [](const std::string& text) {
+      const auto at = text.rfind("training_loss: ");
+      return at == std::string::npos ? -1.0 : std::stod(text.substr(at + 15, 8));
+    };
+    EXPECT_NEAR(last_loss(run.err), last_loss(one.err), 2e-4) << run.err << one.err;
+  }
+}
+
+TEST_F(DistributedCliTest, ShardedInputGivesEachWorkerItsRowsAndTrains) {
+  // sharding: true (Model Garden's default): each worker reads its rows.
+  const CliRun run = iris(path("sharded"), 2, "runtime.seed=3,trainer.train_steps=40,"
+                                               "trainer.steps_per_loop=10");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const auto checkpoint = garden::read_checkpoint_file(*garden::latest_checkpoint(path("sharded")));
+  ASSERT_TRUE(checkpoint.meta.contains("workers"));
+  EXPECT_EQ(checkpoint.meta.at("workers").size(), 2u);
+  EXPECT_TRUE(checkpoint.tensors.count("rng/cpu/0") && checkpoint.tensors.count("rng/cpu/1"));
+  EXPECT_EQ(checkpoint.meta.at("global_step"), 40);
+  // 40 steps of a global batch of 16.
+  EXPECT_EQ(checkpoint.meta.at("examples_seen"), 640);
+}
+
+TEST_F(DistributedCliTest, TranslationOnTwoWorkersEndsWithOneProcesssWeights) {
+  const std::string overrides =
+      "runtime.seed=5,trainer.train_steps=50,trainer.steps_per_loop=25,"
+      "trainer.checkpoint_interval=50,task.train_data.global_batch_size=768,"
+      "task.train_data.sharding=false,task.model.dropout_rate=0,"
+      "task.model.encoder.dropout_rate=0,task.model.encoder.attention_dropout_rate=0,"
+      "task.model.encoder.intermediate_dropout=0,task.model.decoder.dropout_rate=0,"
+      "task.model.decoder.attention_dropout_rate=0,task.model.decoder.intermediate_dropout=0";
+  const std::string train =
+      "train --experiment=wmt_transformer/demo --mode=train --params_override='" + overrides;
+  const CliRun one = garden(train + "' --model_dir='" + path("one") + "'");
+  ASSERT_EQ(one.status, 0) << one.err;
+  const CliRun two = garden("launch --nproc_per_node=2 --master_port=" +
+                            std::to_string(free_port()) + " -- " + train +
+                            ",runtime.distribution_strategy=multi_worker_mirrored' --model_dir='" +
+                            path("two") + "'");
+  ASSERT_EQ(two.status, 0) << two.err;
+  expect_same_weights(path("two"), path("one"), 1e-4);
+}
+
+TEST_F(DistributedCliTest, WorkersOnDistinctLoopbackAddressesActAsHosts) {
+  const CliRun one = iris(path("one"), 1, kIris);
+  ASSERT_EQ(one.status, 0) << one.err;
+  const int port = free_port();
+  std::string script;
+  for (int index : {0, 1}) {
+    const std::string tf_config = "{\"cluster\": {\"chief\": [\"127.0.0.2:" +
+                                  std::to_string(port) + "\"], \"worker\": [\"127.0.0.3:" +
+                                  std::to_string(free_port()) + "\"]}, \"task\": {\"type\": \"" +
+                                  (index == 0 ? "chief" : "worker") + "\", \"index\": 0}}";
+    script += "TF_CONFIG='" + tf_config +
+              "' \"$GARDEN\" train --experiment=tabular/iris --mode=train --model_dir='" +
+              path("hosts") + "' --params_override='" + kIris +
+              ",runtime.distribution_strategy=multi_worker_mirrored' > '" + path("out") +
+              std::to_string(index) + "' 2>&1 &\npid" + std::to_string(index) + "=$!\n";
+  }
+  script += "wait $pid0; s0=$?; wait $pid1; s1=$?; cat '" + path("out0") + "' '" + path("out1") +
+            "'; exit $((s0 + s1))\n";
+  const CliRun run = shell(script);
+  ASSERT_EQ(run.status, 0) << run.out << run.err;
+  EXPECT_NE(run.out.find("rank 1 (worker 0) of 2 (from TF_CONFIG), rendezvous at 127.0.0.2"),
+            std::string::npos)
+      << run.out;
+  expect_same_weights(path("hosts"), path("one"), 1e-5);
+}
+
+TEST_F(DistributedCliTest, AKilledWorkerStopsTheRunAndTheRelaunchResumesExactly) {
+  const std::string overrides =
+      "runtime.seed=11,trainer.train_steps=3000,trainer.steps_per_loop=50,"
+      "trainer.checkpoint_interval=50,trainer.max_to_keep=100,task.train_data.sharding=true";
+  const CliRun uninterrupted = iris(path("uninterrupted"), 2, overrides);
+  ASSERT_EQ(uninterrupted.status, 0) << uninterrupted.err;
+
+  // Kill rank 1 (launch's second child) once the first checkpoint is there.
+  const std::string model_dir = path("killed");
+  const std::string launch = "\"$GARDEN\" launch --nproc_per_node=2 --master_port=" +
+                             std::to_string(free_port()) +
+                             " -- train --experiment=tabular/iris --mode=train --model_dir='" +
+                             model_dir + "' --params_override='" + overrides +
+                             ",runtime.distribution_strategy=multi_worker_mirrored,"
+                             "runtime.collective_timeout_seconds=20'";
+  const CliRun killed = shell(
+      launch + " 2>'" + path("launch.err") + "' &\nlauncher=$!\n"
+      "for i in $(seq 1 3000); do [ -e '" + model_dir + "/ckpt-100' ] && break; sleep 0.01; done\n"
+      "victim=$(pgrep -P $launcher | sort -n | tail -1)\nkill -9 $victim\n"
+      "wait $launcher; status=$?\ncat '" + path("launch.err") + "' >&2\nexit $status\n");
+  EXPECT_NE(killed.status, 0) << killed.err;
+  EXPECT_NE(killed.err.find("garden launch: rank 1 was killed by signal 9"), std::string::npos)
+      << killed.err;
+  const auto interrupted_at = garden::latest_checkpoint(model_dir);
+  ASSERT_TRUE(interrupted_at.has_value());
+  ASSERT_NE(*interrupted_at, model_dir + "/ckpt-3000") << "the kill came too late";
+
+  // The same command again resumes and ends bitwise where the other run did.
+  const CliRun resumed = shell(launch + "\n");
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("restored " + *interrupted_at), std::string::npos) << resumed.err;
+  expect_same_weights(model_dir, path("uninterrupted"), 0.0);
+}
+
+TEST_F(DistributedCliTest, AHungWorkerIsNamedAfterTheTimeout) {
+  // SIGSTOP rank 1 mid-training: rank 0 waits collective_timeout_seconds,
+  // finds rank 1's heartbeat stopped, and says so.
+  const std::string model_dir = path("hung");
+  const CliRun run = shell(
+      "\"$GARDEN\" launch --nproc_per_node=2 --stop_grace_seconds=1 --master_port=" +
+      std::to_string(free_port()) + " -- train --experiment=tabular/iris --mode=train --model_dir='" +
+      model_dir +
+      "' --params_override=runtime.seed=1,trainer.train_steps=100000,trainer.steps_per_loop=50,"
+      "trainer.checkpoint_interval=50,runtime.distribution_strategy=multi_worker_mirrored,"
+      "runtime.collective_timeout_seconds=3 &\nlauncher=$!\n"
+      "for i in $(seq 1 3000); do [ -e '" + model_dir + "/ckpt-50' ] && break; sleep 0.01; done\n"
+      "victim=$(pgrep -P $launcher | sort -n | tail -1)\nkill -STOP $victim\n"
+      "wait $launcher; status=$?\nkill -KILL $victim 2>/dev/null\nexit $status\n");
+  EXPECT_EQ(run.status, 1) << run.err;
+  EXPECT_NE(run.err.find("[rank 0] garden: error: "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("failed on rank 0: rank 1 stopped answering"), std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("garden launch: rank 0 exited with code 1"), std::string::npos) << run.err;
+}
+
+TEST_F(DistributedCliTest, AWorkerWithoutItsChiefStopsWithOneLine) {
+  const int port = free_port();
+  const CliRun run = shell(
+      "RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+      " \"$GARDEN\" train --experiment=tabular/iris --mode=train --model_dir='" + path("m") +
+      "' --params_override=runtime.collective_timeout_seconds=3,"
+      "runtime.distribution_strategy=multi_worker_mirrored\n");
+  EXPECT_EQ(run.status, 1) << run.err;
+  EXPECT_NE(run.err.find("garden: error: no chief answered at 127.0.0.1:" + std::to_string(port) +
+                         " within 3 s"),
+            std::string::npos)
+      << run.err;
+  EXPECT_FALSE(fs::exists(path("m"))) << "a worker that is not the chief wrote model_dir";
+}
+
+TEST_F(DistributedCliTest, LaunchRefusesWhatItCannotDo) {
+  CliRun run = garden("launch --nproc_per_node=2 --ps=1 -- train --experiment=tabular/iris");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_NE(run.err.find("--ps 1: parameter-server training is not implemented yet"),
+            std::string::npos)
+      << run.err;
+  run = garden("launch --nproc_per_node=2");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_NE(run.err.find("no command after '--'"), std::string::npos) << run.err;
+  run = garden("launch --nproc_per_node=0 -- experiments");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_NE(run.err.find("--nproc_per_node"), std::string::npos) << run.err;
+  // A strategy of one process with several is refused by every worker.
+  run = garden("launch --nproc_per_node=2 --master_port=" + std::to_string(free_port()) +
+               " -- train --experiment=tabular/iris --model_dir='" + path("m") +
+               "' --params_override=runtime.distribution_strategy=one_device");
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.err.find("runtime.distribution_strategy"), std::string::npos) << run.err;
+}
