@@ -295,12 +295,13 @@ void Trainer::reduce_metrics(MetricList& metrics, const std::string& what) {
       for (const auto& variable : metric->variables())
         if (variable.reduction == op) values.push_back(variable.value.to(torch::kCPU, torch::kFloat64).reshape({-1}));
     if (values.empty()) continue;
-    std::vector<at::Tensor> flat = {torch::cat(values)};
+    std::vector<at::Tensor> flat = {torch::cat(values).to(group_->device())};
     group_->all_reduce(flat,
                        op == Reduction::kSum   ? distribute::ReduceOp::kSum
                        : op == Reduction::kMax ? distribute::ReduceOp::kMax
                                                : distribute::ReduceOp::kMin,
                        what);
+    flat[0] = flat[0].cpu();
     int64_t at = 0;
     for (const auto& metric : metrics) {
       std::vector<at::Tensor> state;

@@ -121,6 +121,7 @@ ProcessGroupPtr ProcessGroup::connect(const Cluster& cluster, const std::string&
   std::shared_ptr<ProcessGroup> group(new ProcessGroup(cluster, timeout));
   Impl& impl = *group->impl_;
   impl.device = c10::Device(device);
+  group->device_ = impl.device;
   const auto deadline = Clock::now() + timeout;
   // The chief serves the store; a port still held by a run that is ending
   // is retried until the deadline.

@@ -231,6 +231,42 @@ TEST_F(DistributedCliTest, AHungWorkerIsNamedAfterTheTimeout) {
   EXPECT_NE(run.err.find("garden launch: rank 0 exited with code 1"), std::string::npos) << run.err;
 }
 
+TEST_F(DistributedCliTest, AnEvaluatorEvaluatesTheChiefsCheckpointsBesideTheWorkers) {
+  const CliRun run = iris(path("evaluated"), 2,
+                          "runtime.seed=2,trainer.train_steps=60,trainer.steps_per_loop=10,"
+                          "trainer.checkpoint_interval=20,trainer.continuous_eval_timeout=60",
+                          "--evaluator");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.err.find("[evaluator] "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("this process the evaluator: running continuous_eval"), std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("evaluated step 60 >= train_steps 60"), std::string::npos) << run.err;
+  // Its evaluations are written where Model Garden's evaluator writes them.
+  bool events = false;
+  for (const auto& entry : fs::directory_iterator(fs::path(path("evaluated")) / "validation"))
+    events = events || entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  EXPECT_TRUE(events);
+}
+
+TEST_F(DistributedCliTest, ARendezvousPortInUseIsOneLine) {
+  // A first chief holds the port (waiting for its worker); a second chief
+  // on the same port retries, then says what is wrong.
+  const int port = free_port();
+  const std::string chief = "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                            std::to_string(port) +
+                            " \"$GARDEN\" train --experiment=tabular/iris --mode=train "
+                            "--params_override=runtime.collective_timeout_seconds=";
+  const CliRun run = shell(chief + "8,runtime.distribution_strategy=multi_worker_mirrored --model_dir='" +
+                           path("first") + "' 2>/dev/null &\nfirst=$!\nsleep 1\n" + chief +
+                           "3,runtime.distribution_strategy=multi_worker_mirrored --model_dir='" +
+                           path("second") + "'\nstatus=$?\nkill $first\nexit $status\n");
+  EXPECT_EQ(run.status, 1) << run.err;
+  EXPECT_NE(run.err.find("garden: error: the chief cannot serve the rendezvous at 127.0.0.1:" +
+                         std::to_string(port)),
+            std::string::npos)
+      << run.err;
+}
+
 TEST_F(DistributedCliTest, AWorkerWithoutItsChiefStopsWithOneLine) {
   const int port = free_port();
   const CliRun run = shell(

@@ -164,16 +164,18 @@ TEST(ConfigValidationTest, RuntimeKeys) {
       {"tabular/iris", "runtime.device=cudax",
        "runtime.device: 'cudax' is not one of cpu, cuda, cuda:N"},
       {"tabular/iris", "runtime.device=cuda:1", ""},
-      {"tabular/iris", "runtime.worker_hosts='a:1,b:2'",
-       "runtime.worker_hosts: 'a:1,b:2': multi-worker training is not implemented yet"},
+      {"tabular/iris", "runtime.worker_hosts='a:1,b:2',runtime.task_index=1", ""},
       {"tabular/iris", "runtime.task_index=0",
-       "runtime.task_index: 0: multi-worker training is not implemented yet; leave it at -1"},
-      {"tabular/iris", "runtime.distribution_strategy=multi_worker_mirrored",
-       "runtime.distribution_strategy: 'multi_worker_mirrored' is not supported yet (multi-worker "
-       "training is not implemented); use one_device, or mirrored (one replica on "
-       "runtime.device)"},
+       "runtime.task_index: 0 is an index into runtime.worker_hosts, which is not set"},
+      {"tabular/iris", "runtime.worker_hosts='a:1',runtime.task_index=-2",
+       "runtime.task_index: -2 is out of range; must be >= -1"},
+      {"tabular/iris", "runtime.distribution_strategy=multi_worker_mirrored", ""},
       {"tabular/iris", "runtime.distribution_strategy=parameter_server",
-       "runtime.distribution_strategy: 'parameter_server' is not supported yet"},
+       "runtime.distribution_strategy: 'parameter_server' is not implemented yet; use "
+       "multi_worker_mirrored"},
+      {"tabular/iris", "runtime.bucket_cap_mb=0", "runtime.bucket_cap_mb: 0 is out of range"},
+      {"tabular/iris", "runtime.collective_timeout_seconds=0",
+       "runtime.collective_timeout_seconds: 0 is out of range; must be >= 1"},
       {"tabular/iris", "runtime.distribution_strategy=tpu",
        "runtime.distribution_strategy: 'tpu' is not one of off, one_device, mirrored"},
       {"tabular/iris", "runtime.distribution_strategy=mirrored", ""},
@@ -427,7 +429,7 @@ TEST(ConfigValidationTest, CompatibilityKeysGiveOneWarningAtStart) {
             "accepted for Model Garden compatibility, without effect in Garden: "
             "trainer.optimizer_config.optimizer.adam.name (Keras's name for the optimizer; Garden "
             "does not use it), runtime.enable_xla (LibTorch has no XLA), runtime.tpu (no TPU "
-            "support), runtime.num_packs (one replica)");
+            "support), runtime.num_packs (gradients are packed by bucket_cap_mb)");
 
   // finalize_config logs it once, as a warning.
   const auto log = fs::path(::testing::TempDir()) / "garden_config_compatibility.log";

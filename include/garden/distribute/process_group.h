@@ -47,6 +47,9 @@ class ProcessGroup {
   bool is_chief() const { return cluster_.rank == 0; }
   const Cluster& cluster() const { return cluster_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // Where the collectives' tensors must live: the CPU for Gloo, the CUDA
+  // device for NCCL.
+  const c10::Device& device() const { return device_; }
 
   // Reduces `tensors` over every rank, in place (each tensor separately).
   // `what` names the collective in an error ("gradients at step 12").
@@ -88,6 +91,7 @@ class ProcessGroup {
 
   Cluster cluster_;
   std::chrono::milliseconds timeout_;
+  c10::Device device_{c10::kCPU};
   std::unique_ptr<Impl> impl_;
   std::atomic<bool> stopping_{false};
   std::thread heartbeat_;

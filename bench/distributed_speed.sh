@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Multi-worker speed on this machine: wmt_transformer/tiny on the bundled
+# gettext slice, one process against N processes (garden launch, one thread
+# each), the same global batch of tokens, alternated for ROUNDS rounds.
+# Prints, per run, the median steps/s over the loops after the first (equal
+# global batches, so the ratio of steps/s is the ratio of tokens/s) and the
+# mean all_reduce_wait_ms (what a worker still waited for the gradient
+# all-reduce after backward ended).
+#
+#   bash bench/distributed_speed.sh [WORKERS=2] [STEPS=150] [ROUNDS=3]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+garden=${GARDEN:-build/garden}
+workers=${1:-2}
+steps=${2:-150}
+rounds=${3:-3}
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+overrides="task.train_data.input_path=data/translation/en_de_train.tsv"
+overrides+=",task.validation_data.input_path=data/translation/en_de_valid.tsv"
+overrides+=",task.sentencepiece_vocab_size=2000,runtime.seed=1,trainer.train_steps=$steps"
+overrides+=",trainer.steps_per_loop=25,trainer.summary_interval=25,trainer.checkpoint_interval=$steps"
+overrides+=",runtime.intra_op_parallelism_threads=1"
+
+# The median of the steps/s of every loop after the first, and the mean wait.
+summarize() {
+  grep 'train | step' "$1" | grep -v '^\[rank [1-9]' | tail -n +2 |
+    sed -E 's/.*\| ([0-9.]+) steps\/s.*/\1/' | sort -n |
+    awk '{v[NR]=$1} END {m = NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2; printf "%.3f", m}'
+}
+wait_ms() {
+  grep 'rank 0.*all_reduce_wait_ms' "$1" | tail -n +2 |
+    sed -E 's/.*all_reduce_wait_ms: ([0-9.]+).*/\1/' |
+    awk '{s+=$1; n++} END {if (n) printf "%.2f", s/n; else printf "-"}'
+}
+
+for round in $(seq 1 "$rounds"); do
+  rm -rf "$scratch/one" "$scratch/many"
+  "$garden" train --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/one" \
+    --params_override="$overrides" >"$scratch/one.log" 2>&1
+  "$garden" launch --nproc_per_node="$workers" --master_port=$((29700 + round)) -- train \
+    --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/many" \
+    --params_override="$overrides,runtime.distribution_strategy=multi_worker_mirrored" \
+    >"$scratch/many.log" 2>&1
+  one=$(summarize "$scratch/one.log")
+  many=$(summarize "$scratch/many.log")
+  echo "round $round: 1 process $one steps/s | $workers workers $many steps/s" \
+       "| ratio $(awk -v a="$many" -v b="$one" 'BEGIN {printf "%.2f", a / b}')" \
+       "| all_reduce_wait_ms $(wait_ms "$scratch/many.log")"
+done
