@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Multi-worker speed on this machine: wmt_transformer/tiny on the bundled
-# gettext slice, one process against N processes (garden launch, one thread
-# each), the same global batch of tokens, alternated for ROUNDS rounds.
+# gettext slice, the same global batch of tokens, alternated for ROUNDS
+# rounds:
+#   one-thread: one process, one thread (OPENBLAS_NUM_THREADS=1 too)
+#   default:    one process as the experiment ships (one LibTorch thread;
+#               OpenBLAS uses every core for matrix products)
+#   workers:    WORKERS processes from garden launch (one thread each)
 # Prints, per run, the median steps/s over the loops after the first (equal
 # global batches, so the ratio of steps/s is the ratio of tokens/s) and the
 # mean all_reduce_wait_ms (what a worker still waited for the gradient
 # all-reduce after backward ended).
 #
-#   bash bench/distributed_speed.sh [WORKERS=2] [STEPS=150] [ROUNDS=3]
+#   bash bench/distributed_speed.sh [WORKERS=2] [STEPS=100] [ROUNDS=2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 garden=${GARDEN:-build/garden}
 workers=${1:-2}
-steps=${2:-150}
-rounds=${3:-3}
+steps=${2:-100}
+rounds=${3:-2}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 overrides="task.train_data.input_path=data/translation/en_de_train.tsv"
@@ -25,7 +29,7 @@ overrides+=",runtime.intra_op_parallelism_threads=1"
 # The median of the steps/s of every loop after the first, and the mean wait.
 summarize() {
   grep 'train | step' "$1" | grep -v '^\[rank [1-9]' | tail -n +2 |
-    sed -E 's/.*\| ([0-9.]+) steps\/s.*/\1/' | sort -n |
+    sed -E 's/.*steps_per_second: ([0-9.]+).*/\1/' | sort -n |
     awk '{v[NR]=$1} END {m = NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2; printf "%.3f", m}'
 }
 wait_ms() {
@@ -34,17 +38,21 @@ wait_ms() {
     awk '{s+=$1; n++} END {if (n) printf "%.2f", s/n; else printf "-"}'
 }
 
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 for round in $(seq 1 "$rounds"); do
-  rm -rf "$scratch/one" "$scratch/many"
-  "$garden" train --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/one" \
-    --params_override="$overrides" >"$scratch/one.log" 2>&1
+  rm -rf "$scratch"/one "$scratch"/default "$scratch"/many
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$garden" train --experiment=wmt_transformer/tiny \
+    --mode=train --model_dir="$scratch/one" --params_override="$overrides" >"$scratch/one.log" 2>&1
+  "$garden" train --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/default" \
+    --params_override="$overrides" >"$scratch/default.log" 2>&1
   "$garden" launch --nproc_per_node="$workers" --master_port=$((29700 + round)) -- train \
     --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/many" \
     --params_override="$overrides,runtime.distribution_strategy=multi_worker_mirrored" \
     >"$scratch/many.log" 2>&1
   one=$(summarize "$scratch/one.log")
+  default=$(summarize "$scratch/default.log")
   many=$(summarize "$scratch/many.log")
-  echo "round $round: 1 process $one steps/s | $workers workers $many steps/s" \
-       "| ratio $(awk -v a="$many" -v b="$one" 'BEGIN {printf "%.2f", a / b}')" \
+  echo "round $round: one-thread $one | default $default | $workers workers $many steps/s" \
+       "| workers / one-thread $(ratio "$many" "$one") | workers / default $(ratio "$many" "$default")" \
        "| all_reduce_wait_ms $(wait_ms "$scratch/many.log")"
 done

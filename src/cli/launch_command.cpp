@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -195,6 +196,23 @@ int run_launch(int argc, char** argv) {
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
 
+  // As torchrun does: processes sharing a machine share its cores, so each
+  // gets its part for OpenMP and OpenBLAS (whose own threads LibTorch's
+  // intra_op_parallelism_threads does not limit) unless the user chose.
+  std::vector<std::pair<std::string, std::string>> threads;
+  if (!std::getenv("OMP_NUM_THREADS") && !std::getenv("OPENBLAS_NUM_THREADS")) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const int64_t cores =
+        sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    const int64_t processes = flags.nproc_per_node + (flags.evaluator && flags.node_rank == 0);
+    const std::string each = std::to_string(std::max<int64_t>(1, cores / processes));
+    threads = {{"OMP_NUM_THREADS", each}, {"OPENBLAS_NUM_THREADS", each}};
+    std::cerr << "garden launch: " << processes << " processes on " << cores
+              << " cores: OMP_NUM_THREADS=" << each << " and OPENBLAS_NUM_THREADS=" << each
+              << " for each (set them to choose)\n";
+  }
+
   std::vector<Child> children;
   const auto stop_all = [&](int signal) {
     for (auto& child : children)
@@ -203,14 +221,15 @@ int run_launch(int argc, char** argv) {
   try {
     for (int64_t local = 0; local < flags.nproc_per_node; ++local) {
       const int64_t rank = flags.node_rank * flags.nproc_per_node + local;
-      children.push_back(spawn("rank " + std::to_string(rank), "[rank " + std::to_string(rank) + "] ",
-                               {{"RANK", std::to_string(rank)},
-                                {"WORLD_SIZE", std::to_string(world)},
-                                {"LOCAL_RANK", std::to_string(local)},
-                                {"LOCAL_WORLD_SIZE", std::to_string(flags.nproc_per_node)},
-                                {"MASTER_ADDR", flags.master_addr},
-                                {"MASTER_PORT", std::to_string(flags.master_port)}},
-                               unset, command));
+      auto env = threads;
+      env.insert(env.end(), {{"RANK", std::to_string(rank)},
+                             {"WORLD_SIZE", std::to_string(world)},
+                             {"LOCAL_RANK", std::to_string(local)},
+                             {"LOCAL_WORLD_SIZE", std::to_string(flags.nproc_per_node)},
+                             {"MASTER_ADDR", flags.master_addr},
+                             {"MASTER_PORT", std::to_string(flags.master_port)}});
+      children.push_back(spawn("rank " + std::to_string(rank),
+                               "[rank " + std::to_string(rank) + "] ", env, unset, command));
     }
     if (flags.evaluator && flags.node_rank == 0) {
       const std::string address = flags.master_addr + ":" + std::to_string(flags.master_port);
@@ -219,8 +238,9 @@ int run_launch(int argc, char** argv) {
       std::vector<std::string> unset_all = unset;
       for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
         unset_all.push_back(name);
-      children.push_back(spawn("the evaluator", "[evaluator] ", {{"TF_CONFIG", tf_config}},
-                               unset_all, command));
+      auto env = threads;
+      env.emplace_back("TF_CONFIG", tf_config);
+      children.push_back(spawn("the evaluator", "[evaluator] ", env, unset_all, command));
     }
   } catch (const std::exception& e) {
     stop_all(SIGKILL);

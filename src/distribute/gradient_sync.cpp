@@ -13,8 +13,11 @@ GradientSync::GradientSync(ProcessGroupPtr group, std::vector<at::Tensor> parame
   slot_.resize(parameters_.size());
   seen_.assign(parameters_.size(), false);
   // Last parameter first; a new bucket at the size limit or a new dtype.
+  // The first bucket holds at most 1 MiB, as in PyTorch's DDP, so that
+  // communication starts early in backward.
   Bucket current;
   int64_t bytes = 0;
+  const int64_t first_bucket_bytes = std::min<int64_t>(bucket_bytes, int64_t{1} << 20);
   const auto close = [&] {
     if (current.members.empty()) return;
     buckets_.push_back(std::move(current));
@@ -28,7 +31,7 @@ GradientSync::GradientSync(ProcessGroupPtr group, std::vector<at::Tensor> parame
       close();
     current.members.push_back(i);
     bytes += p.numel() * static_cast<int64_t>(p.element_size());
-    if (bytes >= bucket_bytes) close();
+    if (bytes >= (buckets_.empty() ? first_bucket_bytes : bucket_bytes)) close();
   }
   close();
   for (std::size_t b = 0; b < buckets_.size(); ++b) {

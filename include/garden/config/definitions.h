@@ -86,7 +86,7 @@ struct RuntimeConfig : Config {
   int64_t inter_op_parallelism_threads = 0;
   std::optional<int64_t> seed;
   // Multi-worker settings (PyTorch's names).
-  double bucket_cap_mb = 4.0;
+  double bucket_cap_mb = 25.0;
   int64_t collective_timeout_seconds = 600;
   // More threads than this are refused: LibTorch starts them all at once,
   // and beyond the cores they only slow it down.

@@ -2,7 +2,8 @@
 // backward pass (what PyTorch's DistributedDataParallel does in Python).
 //
 // The parameters are grouped, last first (the order backward reaches them),
-// into buckets of about `bucket_bytes`. An autograd hook on each parameter
+// into buckets of about `bucket_bytes` (the first of at most 1 MiB, as in
+// PyTorch's DDP). An autograd hook on each parameter
 // copies its gradient into its bucket as soon as backward has it; a full
 // bucket starts its all-reduce at once, in bucket order on every rank, while
 // backward goes on with the layers below. finish() starts what is left
