@@ -269,7 +269,10 @@ int run_launch(int argc, char** argv) {
         owners.emplace_back(&child, false);
       }
     }
-    if (!fds.empty()) poll(fds.data(), fds.size(), 100);
+    if (!fds.empty())
+      poll(fds.data(), fds.size(), 100);
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     for (std::size_t i = 0; i < fds.size(); ++i) {
       if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       auto& [child, is_out] = owners[i];
