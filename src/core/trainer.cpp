@@ -80,7 +80,7 @@ DatasetPtr Trainer::distribute_dataset(const DatasetFn& dataset_fn,
   if (!group_) return dataset_fn(params, InputContext{});
   if (!params.sharding)
     return distribute::split_batches(dataset_fn(params, InputContext{}), group_->rank(),
-                                     group_->size());
+                                     group_->size(), params.is_training.value_or(false));
   InputContext context;
   context.num_input_pipelines = group_->size();
   context.input_pipeline_id = group_->rank();

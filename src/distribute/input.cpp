@@ -12,14 +12,15 @@ namespace {
 
 class SplitBatches : public Dataset {
  public:
-  SplitBatches(DatasetPtr global, int64_t rank, int64_t size)
-      : global_(std::move(global)), rank_(rank), size_(size) {}
+  SplitBatches(DatasetPtr global, int64_t rank, int64_t size, bool training)
+      : global_(std::move(global)), rank_(rank), size_(size), training_(training) {}
 
   std::optional<Batch> next() override {
     auto batch = global_->next();
     if (!batch || batch->empty()) return batch;
     const int64_t rows = batch->begin()->second.dim() > 0 ? batch->begin()->second.size(0) : 0;
-    if (rows < size_)
+    if (!training_ && rows <= rank_) return next();
+    if (training_ && rows < size_)
       throw Error("a global batch of " + std::to_string(rows) + " rows cannot be split over " +
                   std::to_string(size_) +
                   " workers (sharding: false); use a larger global_batch_size");
@@ -40,13 +41,14 @@ class SplitBatches : public Dataset {
  private:
   DatasetPtr global_;
   int64_t rank_, size_;
+  bool training_;
 };
 
 }  // namespace
 
-DatasetPtr split_batches(DatasetPtr global, int64_t rank, int64_t size) {
+DatasetPtr split_batches(DatasetPtr global, int64_t rank, int64_t size, bool training) {
   if (size <= 1) return global;
-  return std::make_shared<SplitBatches>(std::move(global), rank, size);
+  return std::make_shared<SplitBatches>(std::move(global), rank, size, training);
 }
 
 }  // namespace garden::distribute

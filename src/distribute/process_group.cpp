@@ -149,8 +149,8 @@ ProcessGroupPtr ProcessGroup::connect(const Cluster& cluster, const std::string&
     }
   }
   try {
-    // A fresh namespace per run of the chief's store is not needed: the
-    // store lives as long as the chief.
+    // Gloo's rendezvous keys under their own prefix, apart from the
+    // heartbeats.
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("garden", impl.store);
 #ifdef GARDEN_WITH_NCCL
     if (impl.device.is_cuda()) {
@@ -180,7 +180,10 @@ ProcessGroupPtr ProcessGroup::connect(const Cluster& cluster, const std::string&
       impl.gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
           prefixed, static_cast<int>(cluster.rank), static_cast<int>(cluster.world_size), options);
     }
-    impl.heartbeat_store = open_store(cluster, /*server=*/false, timeout);
+    // Short: a heartbeat to a chief that hangs must not keep this process
+    // from exiting.
+    impl.heartbeat_store = open_store(cluster, /*server=*/false,
+                                      std::min(timeout, std::chrono::milliseconds(5000)));
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

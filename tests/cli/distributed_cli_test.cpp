@@ -128,6 +128,34 @@ TEST_F(DistributedCliTest, IrisOnTwoAndFourWorkersEndsWithOneProcesssWeights) {
   }
 }
 
+TEST_F(DistributedCliTest, EvaluationOverFourWorkersReportsWhatOneProcessReports) {
+  // Validation batches of 7 rows: the last one (30 = 4 * 7 + 2) leaves two
+  // of the four workers without a row; the metrics and the loss, reduced
+  // over the workers, still equal one process's.
+  const std::string overrides = kIris +
+                                ",task.validation_data.global_batch_size=7,"
+                                "task.validation_data.sharding=false,trainer.validation_interval=60";
+  const std::string one_dir = path("one"), four_dir = path("four");
+  const CliRun one = garden("train --experiment=tabular/iris --mode=train_and_eval --model_dir='" +
+                            one_dir + "' --params_override='" + overrides + "'");
+  ASSERT_EQ(one.status, 0) << one.err;
+  const CliRun four = garden("launch --nproc_per_node=4 --master_port=" +
+                             std::to_string(free_port()) +
+                             " -- train --experiment=tabular/iris --mode=train_and_eval "
+                             "--model_dir='" + four_dir + "' --params_override='" + overrides +
+                             ",runtime.distribution_strategy=multi_worker_mirrored'");
+  ASSERT_EQ(four.status, 0) << four.err;
+  // "evaluation:  accuracy 0.9667, validation_loss 0.1234"
+  const auto value = [](const std::string& out, const std::string& key) {
+    const auto at = out.find(key + " ", out.find("evaluation:"));
+    return at == std::string::npos ? -1.0 : std::stod(out.substr(at + key.size() + 1));
+  };
+  for (const std::string key : {"accuracy", "validation_loss"}) {
+    EXPECT_GE(value(one.out, key), 0.0) << one.out;
+    EXPECT_NEAR(value(four.out, key), value(one.out, key), 1e-3) << key << "\n" << four.out;
+  }
+}
+
 TEST_F(DistributedCliTest, ShardedInputGivesEachWorkerItsRowsAndTrains) {
   // sharding: true (Model Garden's default): each worker reads its rows.
   const CliRun run = iris(path("sharded"), 2, "runtime.seed=3,trainer.train_steps=40,"

@@ -11,8 +11,9 @@
 
 namespace garden::distribute {
 
-// Rows rank, rank + size, ... of every batch of `global` (a batch of fewer
-// rows than workers is an error naming both).
-DatasetPtr split_batches(DatasetPtr global, int64_t rank, int64_t size);
+// Rows rank, rank + size, ... of every batch of `global`. A training batch
+// of fewer rows than workers is an error naming both; in evaluation data a
+// worker whose share of a (last, short) batch is empty goes on to the next.
+DatasetPtr split_batches(DatasetPtr global, int64_t rank, int64_t size, bool training);
 
 }  // namespace garden::distribute
