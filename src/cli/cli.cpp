@@ -93,7 +93,7 @@ int run_train(const ExperimentFlags& flags, const std::string& mode, const std::
     options.mode = "continuous_eval";
   }
   if (cluster.distributed()) {
-    log_info() << "multi_worker_mirrored: " << cluster.describe() << " of " << cluster.world_size
+    log_info() << cluster.strategy << ": " << cluster.describe() << " of " << cluster.world_size
                << " (from " << cluster.source << "), rendezvous at " << cluster.master_addr << ":"
                << cluster.master_port;
     options.process_group = distribute::ProcessGroup::connect(

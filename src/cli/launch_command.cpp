@@ -148,7 +148,11 @@ int run_launch(int argc, char** argv) {
   app.add_option("--master_port", flags.master_port, "The port of the chief's rendezvous store")
       ->check(CLI::Range(int64_t{1}, int64_t{65535}))
       ->capture_default_str();
-  app.add_option("--ps", flags.ps, "Parameter-server processes (not implemented yet: 0)")
+  app.add_option("--ps", flags.ps,
+                 "Parameter-server processes: with K > 0, a chief (the coordinator), "
+                 "--nproc_per_node workers and K ps tasks, each given TF_CONFIG "
+                 "(runtime.distribution_strategy=parameter_server)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1024}))
       ->capture_default_str();
   app.add_flag("--evaluator", flags.evaluator,
                "Also start an evaluator process (continuous_eval on the chief's checkpoints)");
@@ -168,9 +172,9 @@ int run_launch(int argc, char** argv) {
     std::cerr << "garden launch: error: " << e.what() << " (see garden launch --help)\n";
     return 2;
   }
-  if (flags.ps != 0) {
-    std::cerr << "garden launch: error: --ps " << flags.ps
-              << ": parameter-server training is not implemented yet\n";
+  if (flags.ps > 0 && flags.nnodes > 1) {
+    std::cerr << "garden launch: error: --ps starts a parameter-server cluster on one machine; "
+                 "on several, give each process its TF_CONFIG (see docs/distributed.md)\n";
     return 2;
   }
   if (flags.node_rank >= flags.nnodes) {
@@ -208,8 +212,10 @@ int run_launch(int argc, char** argv) {
     const int64_t processes = flags.nproc_per_node + (flags.evaluator && flags.node_rank == 0);
     const std::string each = std::to_string(std::max<int64_t>(1, cores / processes));
     threads = {{"OMP_NUM_THREADS", each}, {"OPENBLAS_NUM_THREADS", each}};
-    std::cerr << "garden launch: " << processes << " processes on " << cores
-              << " cores: OMP_NUM_THREADS=" << each << " and OPENBLAS_NUM_THREADS=" << each
+    std::cerr << "garden launch: " << processes << (flags.ps > 0 ? " workers" : " processes")
+              << " on " << cores << " cores"
+              << (flags.ps > 0 ? " (the chief and the ps tasks mostly wait)" : "")
+              << ": OMP_NUM_THREADS=" << each << " and OPENBLAS_NUM_THREADS=" << each
               << " for each (set them to choose)\n";
   }
 
@@ -219,7 +225,37 @@ int run_launch(int argc, char** argv) {
       if (child.running) kill(child.pid, signal);
   };
   try {
-    for (int64_t local = 0; local < flags.nproc_per_node; ++local) {
+    if (flags.ps > 0) {
+      // TF_CONFIG for each: the chief's address is the rendezvous (the
+      // other entries name the hosts; Garden listens on no other port).
+      const std::string address = flags.master_addr + ":" + std::to_string(flags.master_port);
+      const auto list = [&](int64_t n) {
+        std::string text;
+        for (int64_t i = 0; i < n; ++i) text += (i ? ", \"" : "\"") + address + "\"";
+        return "[" + text + "]";
+      };
+      std::string cluster = "{\"chief\": " + list(1) + ", \"worker\": " +
+                            list(flags.nproc_per_node) + ", \"ps\": " + list(flags.ps);
+      if (flags.evaluator) cluster += ", \"evaluator\": " + list(1);
+      cluster += "}";
+      std::vector<std::string> unset_all = unset;
+      for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
+        unset_all.push_back(name);
+      const auto start = [&](const std::string& type, int64_t index, const std::string& name,
+                             const std::string& prefix) {
+        auto env = threads;
+        env.emplace_back("TF_CONFIG", "{\"cluster\": " + cluster + ", \"task\": {\"type\": \"" +
+                                          type + "\", \"index\": " + std::to_string(index) + "}}");
+        children.push_back(spawn(name, prefix, env, unset_all, command));
+      };
+      start("chief", 0, "the chief", "[chief] ");
+      for (int64_t i = 0; i < flags.nproc_per_node; ++i)
+        start("worker", i, "worker " + std::to_string(i), "[worker " + std::to_string(i) + "] ");
+      for (int64_t i = 0; i < flags.ps; ++i)
+        start("ps", i, "ps " + std::to_string(i), "[ps " + std::to_string(i) + "] ");
+      if (flags.evaluator) start("evaluator", 0, "the evaluator", "[evaluator] ");
+    }
+    for (int64_t local = 0; flags.ps == 0 && local < flags.nproc_per_node; ++local) {
       const int64_t rank = flags.node_rank * flags.nproc_per_node + local;
       auto env = threads;
       env.insert(env.end(), {{"RANK", std::to_string(rank)},
@@ -231,7 +267,7 @@ int run_launch(int argc, char** argv) {
       children.push_back(spawn("rank " + std::to_string(rank),
                                "[rank " + std::to_string(rank) + "] ", env, unset, command));
     }
-    if (flags.evaluator && flags.node_rank == 0) {
+    if (flags.ps == 0 && flags.evaluator && flags.node_rank == 0) {
       const std::string address = flags.master_addr + ":" + std::to_string(flags.master_port);
       const std::string tf_config = "{\"cluster\": {\"chief\": [\"" + address +
                                     "\"]}, \"task\": {\"type\": \"evaluator\", \"index\": 0}}";

@@ -153,15 +153,11 @@ bool is_loss_scale(const std::string& text) {
 
 void RuntimeConfig::validate() const {
   static const std::set<std::string> strategies = {"", "off", "one_device", "mirrored",
-                                                   "multi_worker_mirrored"};
-  if (distribution_strategy == "parameter_server")
-    refuse("distribution_strategy",
-           "'parameter_server' is not implemented yet; use multi_worker_mirrored (synchronous "
-           "data parallel)");
+                                                   "multi_worker_mirrored", "parameter_server"};
   if (!strategies.count(distribution_strategy))
     refuse("distribution_strategy", "'" + distribution_strategy +
                                         "' is not one of off, one_device, mirrored, "
-                                        "multi_worker_mirrored");
+                                        "multi_worker_mirrored, parameter_server");
   if (!is_cuda_device(device) && device != "cpu")
     refuse("device", "'" + device + "' is not one of cpu, cuda, cuda:N");
   check_range("num_gpus", num_gpus, Range::at_least(0));
@@ -239,6 +235,8 @@ std::vector<IgnoredKey> RuntimeConfig::ignored_keys() const {
 void TrainerConfig::visit(Visitor& v) {
   v("optimizer_config", optimizer_config, "Optimizer, learning-rate schedule and warmup.");
   v("steps_per_loop", steps_per_loop, "Training steps run between two host-side checks.");
+  v("gradient_accumulation_steps", gradient_accumulation_steps,
+    "Parts each step's batch is split into, one backward each, for one update.");
   v("summary_interval", summary_interval, "Steps between training summaries.");
   v("checkpoint_interval", checkpoint_interval, "Steps between checkpoints.");
   v("max_to_keep", max_to_keep, "Checkpoints kept in model_dir.");
@@ -265,6 +263,7 @@ void TrainerConfig::visit(Visitor& v) {
 
 void TrainerConfig::validate() const {
   check_range("steps_per_loop", steps_per_loop, Range::at_least(1));
+  check_range("gradient_accumulation_steps", gradient_accumulation_steps, Range::at_least(1));
   check_range("summary_interval", summary_interval, Range::at_least(0));
   if (summary_interval > 0 && summary_interval % steps_per_loop != 0)
     refuse("summary_interval", std::to_string(summary_interval) +

@@ -13,6 +13,7 @@
 #include "garden/core/actions.h"
 #include "garden/core/checkpoint.h"
 #include "garden/core/controller.h"
+#include "garden/core/parameter_server.h"
 #include "garden/core/run_directory.h"
 #include "garden/core/runtime.h"
 #include "garden/core/task.h"
@@ -147,6 +148,35 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
   apply_runtime(params->runtime);
   const auto& group = options.process_group;
   const bool chief = !group || group->is_chief();
+  const bool async = group && group->cluster().parameter_server();
+  if (params->runtime.distribution_strategy == "parameter_server" && !async)
+    throw Error("runtime.distribution_strategy is parameter_server but this run has no "
+                "parameter-server cluster: give it TF_CONFIG with chief, worker and ps tasks "
+                "(garden launch --ps=K writes it)");
+  if (async) {
+    // Checked in every process alike, before any of them waits for another.
+    const auto refuse = [](const std::string& what) {
+      throw Error(what + " with runtime.distribution_strategy=parameter_server is not implemented "
+                         "yet");
+    };
+    if (!torch::Device(params->runtime.device).is_cpu())
+      refuse("runtime.device=" + params->runtime.device);
+    if (trainer_config.optimizer_config.ema) refuse("trainer.optimizer_config.ema");
+    if (trainer_config.recovery_max_trials > 0)
+      refuse("trainer.recovery_max_trials=" + std::to_string(trainer_config.recovery_max_trials));
+  }
+  // A stop signal to a worker or ps task waits for the chief: it
+  // checkpoints at the end of its loop and then ends every process.
+  std::optional<PreemptionWatcher> async_watcher;
+  if (async && !chief) async_watcher.emplace();
+  if (async) {
+    if (group->cluster().is_ps()) {
+      // A ps task builds nothing: the chief sends its shard.
+      group->barrier("waiting for the chief to build the task");
+      serve_parameters(*group, trainer_config.optimizer_config);
+      return {};
+    }
+  }
 
   // The chief builds first: what the task makes in model_dir (a trained
   // tokenizer) is there when the other workers build theirs.
@@ -166,8 +196,22 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
     exporter = std::make_shared<BestCheckpointExporter>(
         (fs::path(options.model_dir) / trainer_config.best_checkpoint_export_subdir).string(),
         trainer_config.best_checkpoint_eval_metric, trainer_config.best_checkpoint_metric_comp);
+  std::shared_ptr<ParameterServers> servers;
+  if (async) {
+    if (!optimizer) throw Error("parameter_server training needs trainer.optimizer_config");
+    servers = std::make_shared<ParameterServers>(group, optimizer->parameters());
+  }
+  if (async && !chief) {
+    // A worker computes steps until the chief ends the run, whatever the
+    // mode; it evaluates nothing and writes nothing.
+    Trainer worker(params, task, model, optimizer, /*train=*/true, /*evaluate=*/false, nullptr,
+                   nullptr, nullptr, nullptr, servers);
+    torch::manual_seed(static_cast<uint64_t>(*params->runtime.seed + group->rank()));
+    worker.run_async_worker();
+    return {};
+  }
   Trainer trainer(params, task, model, optimizer, trains, evaluates, nullptr, nullptr, exporter,
-                  group);
+                  async ? nullptr : group, servers);
   if (exporter) check_best_checkpoint_metric(exporter->metric(), trainer, *task);
   if (evaluates) trainer.check_validation_data();
 
@@ -219,13 +263,21 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
   std::optional<std::string> restored;
   if (mode != "continuous_eval")
     restored = restore(controller, checkpoints, *params, *task, /*resuming_training=*/trains);
-  if (group) {
+  if (async) {
+    // The ps tasks start from the chief's (initial or restored) state; a
+    // run that does not train ends the workers and ps tasks at once.
+    if (trains)
+      trainer.init_async();
+    else
+      servers->stop("done");
+  } else if (group) {
     // The chief's weights for every worker; each worker's own dropout
     // stream unless the checkpoint gave it back.
     std::vector<at::Tensor> weights;
     for (const auto& [name, tensor] : model_state(*model)) weights.push_back(tensor.detach());
     group->broadcast(weights, 0, "the chief's initial weights");
-    if (!restored) torch::manual_seed(static_cast<uint64_t>(*params->runtime.seed + group->rank()));
+    if (!restored || !trainer.random_state_restored())
+      torch::manual_seed(static_cast<uint64_t>(*params->runtime.seed + group->rank()));
   }
   if (trains && chief) write_params_yaml(*params, options.model_dir);
 
@@ -240,18 +292,33 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
       throw Error("eval: no checkpoint in '" + options.model_dir + "'; train first");
     return controller.evaluate(trainer_config.validation_steps);
   }
-  if (mode == "train") {
-    controller.train(trainer_config.train_steps);
-  } else if (mode == "train_and_eval") {
-    const bool trained_out = trainer.global_step() >= trainer_config.train_steps;
-    logs = controller.train_and_evaluate(trainer_config.train_steps,
-                                         trainer_config.validation_steps,
-                                         trainer_config.validation_interval);
-    // A finished run asked again still reports where it stands.
-    if (trained_out) logs = controller.evaluate(trainer_config.validation_steps);
-  } else if (mode == "train_and_post_eval") {
-    controller.train(trainer_config.train_steps);
-    logs = controller.evaluate(trainer_config.validation_steps);
+  try {
+    if (mode == "train") {
+      controller.train(trainer_config.train_steps);
+    } else if (mode == "train_and_eval") {
+      const bool trained_out = trainer.global_step() >= trainer_config.train_steps;
+      logs = controller.train_and_evaluate(trainer_config.train_steps,
+                                           trainer_config.validation_steps,
+                                           trainer_config.validation_interval);
+      // A finished run asked again still reports where it stands.
+      if (trained_out) logs = controller.evaluate(trainer_config.validation_steps);
+    } else if (mode == "train_and_post_eval") {
+      controller.train(trainer_config.train_steps);
+      if (servers) servers->stop("done");
+      logs = controller.evaluate(trainer_config.validation_steps);
+    }
+    if (servers) servers->stop("done");
+  } catch (const std::exception& e) {
+    // The workers and ps tasks end too (what they are told must not hide
+    // why the chief stopped).
+    if (servers) {
+      try {
+        servers->stop(dynamic_cast<const Preempted*>(&e) ? std::string("preempted")
+                                                         : std::string("it failed: ") + e.what());
+      } catch (...) {
+      }
+    }
+    throw;
   }
   return logs;
 }

@@ -7,6 +7,7 @@
 #include "garden/base/logging.h"
 #include "garden/config/yaml_io.h"
 #include "garden/core/actions.h"
+#include "garden/core/parameter_server.h"
 #include "garden/distribute/gradient_sync.h"
 #include "garden/distribute/input.h"
 
@@ -16,7 +17,8 @@ Trainer::Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr
                  ModelPtr model, std::shared_ptr<optim::Optimizer> optimizer, bool train,
                  bool evaluate, DatasetPtr train_dataset, DatasetPtr validation_dataset,
                  std::shared_ptr<CheckpointExporter> checkpoint_exporter,
-                 distribute::ProcessGroupPtr process_group)
+                 distribute::ProcessGroupPtr process_group,
+                 std::shared_ptr<ParameterServers> parameter_servers)
     : config_(std::move(config)),
       task_(std::move(task)),
       model_(std::move(model)),
@@ -24,14 +26,21 @@ Trainer::Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr
       train_dataset_(std::move(train_dataset)),
       validation_dataset_(std::move(validation_dataset)),
       checkpoint_exporter_(std::move(checkpoint_exporter)),
-      group_(std::move(process_group)) {
+      group_(std::move(process_group)),
+      servers_(std::move(parameter_servers)) {
   if (!config_ || !task_ || !model_) throw Error("Trainer needs a config, a task and a model");
+  if (group_ && servers_)
+    throw Error("a Trainer trains synchronously over a process group or with parameter servers, "
+                "not both");
   device_ = at::Device(config_->runtime.device);
   task_->set_mixed_precision(config_->runtime.mixed_precision_dtype, device_);
   const auto build = [this](const config::DataConfig& params, const InputContext& context) {
     return task_->build_inputs(params, context);
   };
-  if (optimizer_) minimizer_ = std::make_unique<Minimizer>(*optimizer_);
+  if (optimizer_) {
+    minimizer_ = std::make_unique<Minimizer>(*optimizer_);
+    minimizer_->set_accumulation_steps(config_->trainer.gradient_accumulation_steps);
+  }
   if (group_ && optimizer_ && train) {
     // Synchronous data parallel: the loss is each worker's share of the
     // global mean, and the gradients are summed over the workers while
@@ -41,6 +50,7 @@ Trainer::Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr
     const auto bucket_bytes =
         static_cast<int64_t>(config_->runtime.bucket_cap_mb * 1024.0 * 1024.0);
     gradient_sync_ = std::make_unique<distribute::GradientSync>(group_, parameters, bucket_bytes);
+    minimizer_->set_backward_observer([this](bool last) { gradient_sync_->begin_backward(last); });
     minimizer_->add_gradient_hook([this](std::vector<at::Tensor>& gradients) {
       gradient_sync_->finish(gradients, "the gradient all-reduce at step " +
                                             std::to_string(global_step_ + 1));
@@ -56,12 +66,21 @@ Trainer::Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr
       return global;
     });
   }
+  if (servers_ && !servers_->is_chief() && optimizer_ && train) {
+    // The worker's optimizer transforms the whole gradient (unscale,
+    // clipping, noise); the ps tasks update the weights.
+    minimizer_->set_apply([this] {
+      if (!optimizer_->transform_gradients(pending_push_)) pending_push_.clear();
+    });
+  }
   // The config the run resolved travels in every checkpoint (the config
   // itself does not change after it is locked).
   params_yaml_ = config::to_yaml_string(const_cast<config::ExperimentConfig&>(*config_));
+  // The chief of parameter servers reads no training data: the workers do.
+  const bool reads_train_data = !(servers_ && servers_->is_chief());
   if (train) {
     if (!optimizer_) throw Error("a training Trainer needs an optimizer");
-    if (!train_dataset_)
+    if (!train_dataset_ && reads_train_data)
       train_dataset_ = distribute_dataset(build, config_->task->train_data_config());
     train_metrics_ = task_->build_metrics(/*training=*/true);
   }
@@ -76,6 +95,15 @@ Trainer::~Trainer() = default;
 
 DatasetPtr Trainer::distribute_dataset(const DatasetFn& dataset_fn,
                                        const config::DataConfig& params) {
+  if (servers_ && !servers_->is_chief()) {
+    // Each worker's step is a whole global batch (steps are not split over
+    // workers); with sharding, each worker reads its own shard.
+    if (!params.sharding) return dataset_fn(params, InputContext{});
+    InputContext context;
+    context.num_input_pipelines = servers_->num_workers();
+    context.input_pipeline_id = servers_->worker_index();
+    return dataset_fn(params, context);
+  }
   // One process is one input pipeline and one replica.
   if (!group_) return dataset_fn(params, InputContext{});
   if (!params.sharding)
@@ -89,11 +117,56 @@ DatasetPtr Trainer::distribute_dataset(const DatasetFn& dataset_fn,
 }
 
 bool Trainer::stop_requested() const {
-  return group_ ? stop_agreed_ : PreemptionWatcher::pending() != 0;
+  if (group_) return stop_agreed_;
+  // The coordinator also stops for a signal any worker reported.
+  if (servers_ && servers_->is_chief() && servers_->signal_from_workers() != 0) return true;
+  return PreemptionWatcher::pending() != 0;
 }
 
-void Trainer::init_async() {}
-void Trainer::join() {}
+void Trainer::init_async() {
+  if (servers_ && servers_->is_chief()) servers_->initialize(*optimizer_, global_step_);
+}
+
+void Trainer::join() {
+  if (servers_ && servers_->is_chief()) servers_->join();
+}
+
+Coordinator* Trainer::coordinator_for_async() {
+  return servers_ && servers_->is_chief() ? servers_.get() : nullptr;
+}
+
+void Trainer::run_async_worker() {
+  if (!servers_ || servers_->is_chief()) throw Error("run_async_worker: this is not a ps worker");
+  while (const auto step = servers_->next_step()) {
+    global_step_ = *step - 1;  // the step being computed, for messages
+    servers_->pull();
+    const Batch inputs = next_train_inputs();
+    const Logs logs = run_task_step(inputs);
+    std::map<std::string, double> scalars;
+    for (const auto& [key, value] : logs)
+      if (is_scalar(value)) scalars[key] = to_double(value);
+    servers_->push(pending_push_, scalars, task_->num_examples(inputs));
+    pending_push_.clear();
+    global_step_ = *step;
+  }
+}
+
+void Trainer::wait_for_async_steps(int64_t num_steps) {
+  // The coordinator's loop: schedule the steps, join them, then hold the
+  // weights and optimizer state they made (for checkpoints and evaluation).
+  const int64_t target = global_step_ + num_steps;
+  servers_->schedule(target);
+  const auto progress = servers_->join_steps(target);
+  servers_->pull_state(*optimizer_);
+  for (const auto& [key, sum_steps] : progress.scalars) {
+    const double mean = sum_steps.first / static_cast<double>(std::max<int64_t>(1, sum_steps.second));
+    train_scalars_[key].add(mean, /*weighted=*/false);
+    if (key == task_->loss()) last_train_loss_ = mean;
+  }
+  examples_seen_ += progress.examples;
+  global_step_ = target;
+  if (step_observer_) step_observer_(global_step_);
+}
 
 void Trainer::initialize() { task_->initialize(*model_); }
 
@@ -202,8 +275,86 @@ double Trainer::ScalarFolder::result() const {
 
 // ---- steps ----------------------------------------------------------------------
 
+namespace {
+
+// Gradient accumulation: the batch's rows in `parts` near-equal slices.
+std::vector<Batch> split_rows(const Batch& batch, int64_t parts) {
+  int64_t rows = -1;
+  std::string first;
+  for (const auto& [key, tensor] : batch) {
+    if (tensor.dim() == 0)
+      throw Error("trainer.gradient_accumulation_steps splits the batch by rows, but its '" + key +
+                  "' is a scalar");
+    if (rows < 0) {
+      rows = tensor.size(0);
+      first = key;
+    } else if (tensor.size(0) != rows) {
+      throw Error("trainer.gradient_accumulation_steps splits the batch by rows, but its '" + key +
+                  "' has " + std::to_string(tensor.size(0)) + " rows and '" + first + "' " +
+                  std::to_string(rows));
+    }
+  }
+  if (rows < parts)
+    throw Error("trainer.gradient_accumulation_steps=" + std::to_string(parts) +
+                " needs at least as many rows in each batch, but one has " + std::to_string(rows) +
+                "; lower it or raise the batch size");
+  std::vector<Batch> out(static_cast<std::size_t>(parts));
+  for (const auto& [key, tensor] : batch) {
+    const auto slices = at::tensor_split(tensor, parts, 0);
+    for (int64_t i = 0; i < parts; ++i) out[static_cast<std::size_t>(i)][key] = slices[static_cast<std::size_t>(i)];
+  }
+  return out;
+}
+
+// One step's logs from its accumulation parts' logs: an Average term by term
+// over the parts' counts (the whole batch's mean), anything else the mean.
+Logs merge_part_logs(const std::vector<Logs>& parts) {
+  Logs merged;
+  for (const auto& [key, value] : parts.front()) {
+    if (!is_scalar(value)) {
+      merged[key] = value;
+      continue;
+    }
+    if (const auto* first = std::get_if<Average>(&value)) {
+      Average whole;
+      for (std::size_t t = 0; t < first->terms.size(); ++t) {
+        at::Tensor sum = at::zeros({}, at::kDouble);
+        at::Tensor count = at::zeros({}, at::kDouble);
+        for (const auto& logs : parts) {
+          const auto* average = std::get_if<Average>(&logs.at(key));
+          if (!average || average->terms.size() != first->terms.size())
+            throw Error("the accumulation parts of one step logged '" + key + "' differently");
+          const auto& term = average->terms[t];
+          const at::Tensor c = term.count.detach().cpu().to(at::kDouble);
+          sum += term.value.detach().cpu().to(at::kDouble) * c;
+          count += c;
+        }
+        const at::Tensor mean = count.item<double>() > 0 ? sum / count : at::zeros({}, at::kDouble);
+        whole.terms.push_back(AverageTerm{mean.to(at::kFloat), count, first->terms[t].weight});
+      }
+      merged[key] = std::move(whole);
+    } else {
+      double total = 0.0;
+      for (const auto& logs : parts) total += to_double(logs.at(key));
+      merged[key] = total / static_cast<double>(parts.size());
+    }
+  }
+  return merged;
+}
+
+}  // namespace
+
+Logs Trainer::run_task_step(const Batch& inputs) {
+  const int64_t accumulation = config_->trainer.gradient_accumulation_steps;
+  if (accumulation == 1) return task_->train_step(inputs, *model_, minimizer(), train_metrics_);
+  std::vector<Logs> part_logs;
+  for (const Batch& part : split_rows(inputs, accumulation))
+    part_logs.push_back(task_->train_step(part, *model_, minimizer(), train_metrics_));
+  return merge_part_logs(part_logs);
+}
+
 void Trainer::train_step(const Batch& inputs) {
-  const Logs logs = task_->train_step(inputs, *model_, minimizer(), train_metrics_);
+  const Logs logs = run_task_step(inputs);
   const auto it = logs.find(task_->loss());
   if (it == logs.end()) throw Error("task train_step returned no '" + std::string(task_->loss()) + "'");
   if (group_) loop_steps_.emplace_back();
@@ -362,9 +513,13 @@ Logs Trainer::train_loop_end() {
       if (steps > 0) logs["all_reduce_wait_ms"] = 1000.0 * seconds / static_cast<double>(steps);
     }
   }
-  for (auto& metric : train_metrics_) {
-    logs[metric->name()] = metric->result();
-    metric->reset();
+  // The chief of parameter servers computes no metric: the workers' losses
+  // come through ps 0.
+  if (!(servers_ && servers_->is_chief())) {
+    for (auto& metric : train_metrics_) {
+      logs[metric->name()] = metric->result();
+      metric->reset();
+    }
   }
   for (const auto& [key, folder] : train_scalars_)
     logs[scalar_name(key, task_->loss(), "training_loss")] = folder.result();
@@ -428,6 +583,8 @@ Logs Trainer::eval_end(const Logs& aggregated_logs) {
 }
 
 Trainer::LoopFn Trainer::create_train_loop_fn() {
+  if (servers_ && servers_->is_chief())
+    return [this](int64_t num_steps) { wait_for_async_steps(num_steps); };
   return [this](int64_t num_steps) {
     for (int64_t i = 0; i < num_steps; ++i) train_step(next_train_inputs());
   };
@@ -479,7 +636,7 @@ CheckpointData Trainer::checkpoint_state() const {
     std::lock_guard<std::mutex> lock(generator.mutex());
     data.tensors["rng/cpu"] = generator.get_state();
   }
-  if (train_dataset_ && !group_) meta["train_data"] = train_dataset_->state();
+  if (train_dataset_ && !group_ && !servers_) meta["train_data"] = train_dataset_->state();
   meta["task"] = task_->checkpoint_metadata();
   meta["checkpoint_items"] = task_->checkpoint_items();
   meta["params"] = params_yaml_;
@@ -492,6 +649,7 @@ void Trainer::restore_checkpoint_state(const CheckpointData& data, bool restore_
   // other classes") says more than a tensor shape mismatch.
   if (data.meta.contains("task")) task_->restore_checkpoint_metadata(data.meta.at("task"));
   load_model_state(*model_, data.tensors, "model/", /*strict=*/true);
+  random_state_restored_ = false;
   global_step_ = data.meta.value("global_step", int64_t{0});
   examples_seen_ = data.meta.value("examples_seen", int64_t{0});
   if (optimizer_) {
@@ -525,6 +683,7 @@ void Trainer::restore_checkpoint_state(const CheckpointData& data, bool restore_
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(it->second);
+    random_state_restored_ = true;
   }
   if (train_dataset_ && !input_state.is_null()) train_dataset_->restore(input_state);
 }

@@ -112,9 +112,6 @@ Cluster from_tf_config(const std::string& text) {
   if (jobs["chief"].size() > 1)
     throw Error("TF_CONFIG cluster.chief has " + std::to_string(jobs["chief"].size()) +
                 " hosts; there is at most one chief");
-  if (!jobs["ps"].empty())
-    throw Error("TF_CONFIG cluster has ps tasks: parameter_server training is not implemented "
-                "yet; remove them and use runtime.distribution_strategy=multi_worker_mirrored");
   if (!tf.contains("task") || !tf["task"].is_object())
     throw Error("TF_CONFIG has no 'task' object ({\"type\": ..., \"index\": ...})");
   const auto& task = tf["task"];
@@ -126,26 +123,40 @@ Cluster from_tf_config(const std::string& text) {
   if (!index_json.is_number_integer() || index_json.get<int64_t>() < 0)
     throw Error("TF_CONFIG task.index must be a whole number >= 0, not " + index_json.dump());
   const int64_t index = index_json.get<int64_t>();
-  if (type == "ps")
-    throw Error("TF_CONFIG task.type is ps: parameter_server training is not implemented yet");
-  if (type != "chief" && type != "worker" && type != "evaluator")
-    throw Error("TF_CONFIG task.type '" + type + "' is not one of chief, master, worker, evaluator");
+  if (type != "chief" && type != "worker" && type != "ps" && type != "evaluator")
+    throw Error("TF_CONFIG task.type '" + type +
+                "' is not one of chief, master, worker, ps, evaluator");
 
   const auto& chief = jobs["chief"];
   const auto& workers = jobs["worker"];
+  const auto& ps = jobs["ps"];
   Cluster cluster;
   cluster.source = "TF_CONFIG";
   cluster.task_type = type;
   cluster.task_index = index;
-  cluster.world_size = static_cast<int64_t>(chief.size() + workers.size());
-  if (cluster.world_size == 0)
+  cluster.world_size = static_cast<int64_t>(chief.size() + workers.size() + ps.size());
+  if (chief.empty() && workers.empty())
     throw Error("TF_CONFIG cluster has no chief and no worker to train");
+  if (!ps.empty()) {
+    // Parameter servers: the chief coordinates, the workers compute.
+    if (chief.empty())
+      throw Error("TF_CONFIG cluster has ps tasks but no chief: parameter_server training needs "
+                  "a chief to coordinate");
+    if (workers.empty())
+      throw Error("TF_CONFIG cluster has ps tasks but no worker: parameter_server training needs "
+                  "at least one worker to compute");
+    cluster.strategy = "parameter_server";
+    cluster.num_workers = static_cast<int64_t>(workers.size());
+    cluster.num_ps = static_cast<int64_t>(ps.size());
+  }
   if (type != "evaluator") {
-    const auto& mine = type == "chief" ? chief : workers;
+    const auto& mine = type == "chief" ? chief : type == "ps" ? ps : workers;
     if (index >= static_cast<int64_t>(mine.size()))
       throw Error("TF_CONFIG task is " + type + " " + std::to_string(index) + " but cluster." +
                   type + " has " + std::to_string(mine.size()) + " host(s)");
-    cluster.rank = type == "chief" ? 0 : index + static_cast<int64_t>(chief.size());
+    cluster.rank = type == "chief" ? 0
+                   : type == "ps"  ? index + static_cast<int64_t>(chief.size() + workers.size())
+                                   : index + static_cast<int64_t>(chief.size());
     cluster.own_host = split_address(mine[index], "TF_CONFIG cluster." + type + "[" +
                                                       std::to_string(index) + "]")
                            .first;
@@ -298,9 +309,22 @@ Cluster resolve_cluster(const Environment& env, const config::RuntimeConfig& run
   }
 
   const std::string& strategy = runtime.distribution_strategy;
+  if (cluster.parameter_server()) {
+    if (strategy != "parameter_server")
+      throw Error("TF_CONFIG has ps tasks but runtime.distribution_strategy is '" + strategy +
+                  "'; set it to parameter_server, or remove the ps tasks");
+    if (hosts_given)
+      throw Error("runtime.worker_hosts cannot describe parameter servers; give the cluster in "
+                  "TF_CONFIG alone");
+    if (cluster.is_evaluator()) cluster.world_size = 1;
+    return cluster;
+  }
   if (strategy == "parameter_server")
-    throw Error("runtime.distribution_strategy 'parameter_server' is not implemented yet; use "
-                "multi_worker_mirrored");
+    throw Error("runtime.distribution_strategy is parameter_server but " +
+                (cluster.source == "none" ? std::string("no cluster is described")
+                                          : cluster.source + " describes no ps task") +
+                ": parameter_server needs TF_CONFIG with chief, worker and ps tasks (garden "
+                "launch --ps=K writes it)");
   if (cluster.distributed() && !cluster.is_evaluator()) {
     if (strategy == "off" || strategy == "one_device")
       throw Error(cluster.source + " describes " + std::to_string(cluster.world_size) +

@@ -62,13 +62,19 @@ GradientSync::~GradientSync() {
 
 void GradientSync::on_gradient(std::size_t index, const at::Tensor& gradient) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!sync_) return;  // an accumulation part: .grad keeps it until the last
   if (seen_[index]) return;  // a second backward in one step: the first counts
   seen_[index] = true;
   auto& [b, m] = slot_[index];
   Bucket& bucket = buckets_[b];
   const int64_t numel = parameters_[index].numel();
   at::NoGradGuard no_grad;
-  bucket.flat.narrow(0, bucket.offsets[m], numel).copy_(gradient.reshape({-1}));
+  at::Tensor slice = bucket.flat.narrow(0, bucket.offsets[m], numel);
+  slice.copy_(gradient.reshape({-1}));
+  // Earlier accumulation parts' sum, not yet added by autograd (tensor
+  // hooks run before the gradient is accumulated into .grad).
+  if (const at::Tensor& earlier = parameters_[index].grad(); earlier.defined())
+    slice.add_(earlier.reshape({-1}));
   bucket.flat.narrow(0, bucket.flags_offset + static_cast<int64_t>(m), 1).fill_(1);
   ++bucket.ready;
   launch_ready();
@@ -96,9 +102,18 @@ void GradientSync::finish(std::vector<at::Tensor>& gradients, const std::string&
   for (std::size_t b = next_launch_; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];
     for (std::size_t m = 0; m < bucket.members.size(); ++m) {
-      if (seen_[bucket.members[m]]) continue;
-      bucket.flat.narrow(0, bucket.offsets[m], parameters_[bucket.members[m]].numel()).zero_();
-      bucket.flat.narrow(0, bucket.flags_offset + static_cast<int64_t>(m), 1).zero_();
+      const std::size_t i = bucket.members[m];
+      if (seen_[i]) continue;
+      at::Tensor slice = bucket.flat.narrow(0, bucket.offsets[m], parameters_[i].numel());
+      at::Tensor flag = bucket.flat.narrow(0, bucket.flags_offset + static_cast<int64_t>(m), 1);
+      // A gradient only earlier accumulation parts reached counts as one.
+      if (gradients[i].defined()) {
+        slice.copy_(gradients[i].reshape({-1}));
+        flag.fill_(1);
+      } else {
+        slice.zero_();
+        flag.zero_();
+      }
     }
     bucket.ready = bucket.members.size();
   }

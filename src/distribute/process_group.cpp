@@ -349,4 +349,89 @@ void ProcessGroup::barrier(const std::string& what) {
   });
 }
 
+namespace {
+// Tags of a message's three parts: sizes, JSON text, tensor data.
+constexpr int kTagSizes = 0;
+constexpr int kTagText = 1;
+constexpr int kTagData = 2;
+}  // namespace
+
+void ProcessGroup::send(const Message& message, int64_t to, const std::string& what) {
+  if (!impl_->gloo)
+    throw Error(what + ": point-to-point messages need Gloo (runtime.device cpu)");
+  nlohmann::json meta = message.meta;
+  nlohmann::json shapes = nlohmann::json::array();
+  std::vector<at::Tensor> parts;
+  int64_t total = 0;
+  for (const auto& tensor : message.tensors) {
+    if (tensor.scalar_type() != at::kFloat)
+      throw Error(what + ": a message carries float32 tensors, not " +
+                  std::string(c10::toString(tensor.scalar_type())));
+    shapes.push_back(tensor.sizes().vec());
+    parts.push_back(tensor.detach().to(torch::kCPU).reshape({-1}));
+    total += tensor.numel();
+  }
+  meta["_shapes"] = std::move(shapes);
+  const std::string text = meta.dump();
+  at::Tensor sizes = torch::tensor({static_cast<int64_t>(text.size()), total}, torch::kLong);
+  at::Tensor bytes = torch::empty({static_cast<int64_t>(text.size())}, torch::kUInt8);
+  std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
+  guarded(*this, what, [&] {
+    std::vector<at::Tensor> one = {sizes};
+    impl_->gloo->send(one, static_cast<int>(to), kTagSizes)->wait(timeout_);
+    one = {bytes};
+    impl_->gloo->send(one, static_cast<int>(to), kTagText)->wait(timeout_);
+    if (total > 0) {
+      one = {torch::cat(parts).contiguous()};
+      impl_->gloo->send(one, static_cast<int>(to), kTagData)->wait(timeout_);
+    }
+    return 0;
+  });
+}
+
+ProcessGroup::Message ProcessGroup::receive(int64_t from, const std::string& what,
+                                            int64_t* sender) {
+  if (!impl_->gloo)
+    throw Error(what + ": point-to-point messages need Gloo (runtime.device cpu)");
+  at::Tensor sizes = torch::empty({2}, torch::kLong);
+  int64_t source = from;
+  guarded(*this, what, [&] {
+    std::vector<at::Tensor> one = {sizes};
+    if (from < 0) {
+      auto work = impl_->gloo->recvAnysource(one, kTagSizes);
+      work->wait(timeout_);
+      source = work->sourceRank();
+    } else {
+      impl_->gloo->recv(one, static_cast<int>(from), kTagSizes)->wait(timeout_);
+    }
+    return 0;
+  });
+  if (sender) *sender = source;
+  const int64_t text_size = sizes[0].item<int64_t>(), total = sizes[1].item<int64_t>();
+  at::Tensor bytes = torch::empty({text_size}, torch::kUInt8);
+  at::Tensor data = torch::empty({total}, torch::kFloat);
+  guarded(*this, what, [&] {
+    std::vector<at::Tensor> one = {bytes};
+    impl_->gloo->recv(one, static_cast<int>(source), kTagText)->wait(timeout_);
+    if (total > 0) {
+      one = {data};
+      impl_->gloo->recv(one, static_cast<int>(source), kTagData)->wait(timeout_);
+    }
+    return 0;
+  });
+  Message message;
+  message.meta = nlohmann::json::parse(std::string(
+      reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<std::size_t>(text_size)));
+  int64_t offset = 0;
+  for (const auto& shape : message.meta.at("_shapes")) {
+    const auto dims = shape.get<std::vector<int64_t>>();
+    int64_t numel = 1;
+    for (const int64_t d : dims) numel *= d;
+    message.tensors.push_back(data.narrow(0, offset, numel).view(dims));
+    offset += numel;
+  }
+  message.meta.erase("_shapes");
+  return message;
+}
+
 }  // namespace garden::distribute

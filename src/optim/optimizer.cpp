@@ -92,12 +92,18 @@ void Optimizer::clip(std::vector<at::Tensor>& gradients) const {
 }
 
 void Optimizer::step() {
-  torch::NoGradGuard no_grad;
-  if (loss_scaler_ && !loss_scaler_->unscale_and_check(parameters_)) {
+  std::vector<at::Tensor> gradients;
+  if (!transform_gradients(gradients)) {
     skip_step();  // an overflow: no update, and no new average either
     return;
   }
-  std::vector<at::Tensor> gradients;
+  apply_gradients(gradients);
+}
+
+bool Optimizer::transform_gradients(std::vector<at::Tensor>& gradients) {
+  torch::NoGradGuard no_grad;
+  gradients.clear();
+  if (loss_scaler_ && !loss_scaler_->unscale_and_check(parameters_)) return false;
   gradients.reserve(parameters_.size());
   // Aliases of .grad: copied only when something transforms them in place.
   for (auto& p : parameters_) gradients.push_back(p.tensor.grad());
@@ -105,6 +111,14 @@ void Optimizer::step() {
   if (clips() || !transformers_.empty()) own_gradients(gradients);
   if (clips()) clip(gradients);
   for (const auto& transform : transformers_) transform(gradients);
+  return true;
+}
+
+void Optimizer::apply_gradients(const std::vector<at::Tensor>& gradients) {
+  torch::NoGradGuard no_grad;
+  if (gradients.size() != parameters_.size())
+    throw Error("apply_gradients: " + std::to_string(gradients.size()) + " gradients for " +
+                std::to_string(parameters_.size()) + " parameters");
   const double lr = learning_rate();
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     if (!gradients[i].defined()) continue;

@@ -92,6 +92,16 @@ class DistributedCliTest : public CliFixture {
                   " --master_port=" + std::to_string(free_port()) + " " + extra_launch + " -- " +
                   train + ",runtime.distribution_strategy=multi_worker_mirrored");
   }
+
+  // `garden launch --ps`: a chief, `workers` workers and `ps` ps tasks.
+  CliRun launch_ps(const std::string& model_dir, int workers, int ps, const std::string& overrides,
+                   const std::string& mode = "train") const {
+    return garden("launch --nproc_per_node=" + std::to_string(workers) +
+                  " --ps=" + std::to_string(ps) + " --master_port=" + std::to_string(free_port()) +
+                  " -- train --experiment=tabular/iris --mode=" + mode + " --model_dir='" +
+                  model_dir + "' --params_override='" + overrides +
+                  ",runtime.distribution_strategy=parameter_server'");
+  }
 };
 
 // Plain SGD, whose update is proportional to the gradient (Adam's is not),
@@ -196,6 +206,149 @@ TEST_F(DistributedCliTest, TinyTranslationOnTwoAndFourWorkersEndsWithOneProcesss
     ASSERT_EQ(run.status, 0) << run.err;
     expect_same_weights(model_dir, path("one"), 1e-3, 1e-5);
   }
+}
+
+TEST_F(DistributedCliTest, GradientAccumulationOnOneAndTwoWorkersEqualsTheWholeBatch) {
+  // 15 rows a step: one process in 5 + 5 + 5, two workers in 4 + 4 and 4 + 3.
+  const CliRun one = iris(path("one"), 1, kIris);
+  ASSERT_EQ(one.status, 0) << one.err;
+  const CliRun parts = iris(path("one_in3"), 1, kIris + ",trainer.gradient_accumulation_steps=3");
+  ASSERT_EQ(parts.status, 0) << parts.err;
+  expect_same_weights(path("one_in3"), path("one"), 1e-5);
+  const CliRun two = iris(path("two_in2"), 2, kIris + ",trainer.gradient_accumulation_steps=2");
+  ASSERT_EQ(two.status, 0) << two.err;
+  expect_same_weights(path("two_in2"), path("one"), 1e-5);
+
+  // Translation batches hold a varying number of target tokens per row: 10
+  // steps of wmt_transformer/tiny in 2 parts end where the whole batch does.
+  const std::string data = std::string(GARDEN_DATA_DIR) + "/translation/en_de_";
+  const std::string train =
+      "\"$GARDEN\" train --experiment=wmt_transformer/tiny --mode=train "
+      "--params_override='task.train_data.input_path=" + data + "train.tsv,"
+      "task.validation_data.input_path=" + data + "valid.tsv,task.sentencepiece_vocab_size=1000,"
+      "runtime.seed=5,trainer.train_steps=10,trainer.steps_per_loop=10,"
+      "trainer.summary_interval=10,trainer.checkpoint_interval=10,"
+      "task.train_data.global_batch_size=512,task.model.dropout_rate=0,"
+      "task.model.encoder.dropout_rate=0,task.model.encoder.attention_dropout_rate=0,"
+      "task.model.encoder.intermediate_dropout=0,task.model.decoder.dropout_rate=0,"
+      "task.model.decoder.attention_dropout_rate=0,task.model.decoder.intermediate_dropout=0";
+  const CliRun whole = shell(train + "' --model_dir='" + path("tiny") + "'\n");
+  ASSERT_EQ(whole.status, 0) << whole.err;
+  const CliRun halves = shell(train + ",trainer.gradient_accumulation_steps=2' --model_dir='" +
+                              path("tiny_in2") + "'\n");
+  ASSERT_EQ(halves.status, 0) << halves.err;
+  expect_same_weights(path("tiny_in2"), path("tiny"), 1e-3, 1e-5);
+}
+
+TEST_F(DistributedCliTest, ResumingOnAnotherNumberOfWorkersGivesEachItsOwnRandomStream) {
+  // One process writes ckpt-30; two workers continue it. The checkpoint has
+  // no random state for them, so each draws from seed + rank: their dropout
+  // masks (and the states in ckpt-60) differ.
+  const std::string common = "runtime.seed=7,trainer.steps_per_loop=10,trainer.checkpoint_interval=30";
+  const CliRun first = iris(path("run"), 1, common + ",trainer.train_steps=30");
+  ASSERT_EQ(first.status, 0) << first.err;
+  const CliRun second = iris(path("run"), 2, common + ",trainer.train_steps=60");
+  ASSERT_EQ(second.status, 0) << second.err;
+  EXPECT_NE(second.err.find("the checkpoint was written by 1 worker(s), this run has 2"),
+            std::string::npos)
+      << second.err;
+  const auto data = garden::read_checkpoint_file((fs::path(path("run")) / "ckpt-60").string());
+  ASSERT_TRUE(data.tensors.count("rng/cpu/0") && data.tensors.count("rng/cpu/1"));
+  EXPECT_FALSE(torch::equal(data.tensors.at("rng/cpu/0"), data.tensors.at("rng/cpu/1")));
+}
+
+TEST_F(DistributedCliTest, ParameterServersWithOneWorkerUpdateAsOneProcess) {
+  // One worker's steps come one after another, so two ps tasks applying
+  // their shards' updates give one process's weights.
+  const CliRun one = iris(path("one"), 1, kIris);
+  ASSERT_EQ(one.status, 0) << one.err;
+  const CliRun run = launch_ps(path("ps"), 1, 2, kIris);
+  ASSERT_EQ(run.status, 0) << run.err;
+  for (const char* prefix : {"[chief] ", "[worker 0] ", "[ps 0] ", "[ps 1] "})
+    EXPECT_NE(run.err.find(prefix), std::string::npos) << prefix << "\n" << run.err;
+  EXPECT_NE(run.err.find("parameter_server: rank 3 (ps 1) of 4"), std::string::npos) << run.err;
+  expect_same_weights(path("ps"), path("one"), 1e-6);
+  // The chief wrote the run: params.yaml, the event files, checkpoints with
+  // the optimizer's state gathered from both ps tasks.
+  EXPECT_TRUE(fs::exists(fs::path(path("ps")) / "params.yaml"));
+  EXPECT_TRUE(fs::exists(fs::path(path("ps")) / "train"));
+  const auto a = garden::read_checkpoint_file(*garden::latest_checkpoint(path("one")));
+  const auto b = garden::read_checkpoint_file(*garden::latest_checkpoint(path("ps")));
+  EXPECT_EQ(b.meta.at("global_step"), 60);
+  EXPECT_EQ(a.meta.at("optimizer"), b.meta.at("optimizer"));
+  EXPECT_EQ(a.meta.at("examples_seen"), b.meta.at("examples_seen"));
+  const auto last_loss = [](const std::string& text) {
+    const auto at = text.rfind("training_loss: ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + 15, 8));
+  };
+  EXPECT_NEAR(last_loss(run.err), last_loss(one.err), 1e-5) << run.err << one.err;
+}
+
+TEST_F(DistributedCliTest, ParameterServersWithTwoWorkersTrainAsynchronouslyAndResume) {
+  // Adam, the iris default, on two workers that read their own rows.
+  const std::string common = "runtime.seed=3,trainer.steps_per_loop=50,trainer.summary_interval=50,"
+                             "trainer.checkpoint_interval=100,trainer.validation_interval=100";
+  const CliRun run =
+      launch_ps(path("async"), 2, 1, common + ",trainer.train_steps=300", "train_and_eval");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.err.find("[worker 1] "), std::string::npos) << run.err;
+  ASSERT_TRUE(fs::exists(fs::path(path("async")) / "ckpt-300")) << run.err;
+  const auto at = run.out.rfind("accuracy ");
+  ASSERT_NE(at, std::string::npos) << run.out;
+  EXPECT_GE(std::stod(run.out.substr(at + 9, 6)), 0.9) << run.out;
+  // The same command with more steps continues from ckpt-300.
+  const CliRun more =
+      launch_ps(path("async"), 2, 1, common + ",trainer.train_steps=400", "train");
+  ASSERT_EQ(more.status, 0) << more.err;
+  EXPECT_NE(more.err.find("ckpt-300"), std::string::npos) << more.err;
+  const auto data = garden::read_checkpoint_file((fs::path(path("async")) / "ckpt-400").string());
+  EXPECT_EQ(data.meta.at("global_step"), 400);
+  EXPECT_EQ(data.meta.at("optimizer").at("iterations"), 400);
+}
+
+TEST_F(DistributedCliTest, ParameterServersStopAllWhenAWorkerGetsSigtermAndResume) {
+  // SIGTERM to worker 0 alone: it reports the signal with its gradients, the
+  // chief checkpoints at the end of its loop and ends every process.
+  const std::string model_dir = path("signal");
+  const std::string launch = "\"$GARDEN\" launch --nproc_per_node=2 --ps=1 --master_port=" +
+                             std::to_string(free_port()) +
+                             " -- train --experiment=tabular/iris --mode=train --model_dir='" +
+                             model_dir + "' --params_override='runtime.seed=2,"
+                             "trainer.steps_per_loop=50,trainer.summary_interval=50,"
+                             "trainer.checkpoint_interval=100000,"
+                             "runtime.distribution_strategy=parameter_server,";
+  const CliRun stopped = shell(
+      launch + "trainer.train_steps=1000000' 2>'" + path("launch.err") + "' &\nlauncher=$!\n"
+      "for i in $(seq 1 3000); do [ -e '" + model_dir + "/train' ] && break; sleep 0.01; done\n"
+      "sleep 0.5\nworker=$(pgrep -P $launcher | sort -n | sed -n 2p)\nkill -TERM $worker\n"
+      "wait $launcher; status=$?\ncat '" + path("launch.err") + "' >&2\nexit $status\n");
+  EXPECT_NE(stopped.status, 0) << stopped.err;
+  EXPECT_NE(stopped.err.find("another worker received a stop signal"), std::string::npos)
+      << stopped.err;
+  EXPECT_NE(stopped.err.find("[ps 0] garden: ps 0: the chief checkpointed after a stop signal"),
+            std::string::npos)
+      << stopped.err;
+  const auto checkpoint = garden::latest_checkpoint(model_dir);
+  ASSERT_TRUE(checkpoint.has_value()) << stopped.err;
+  const int64_t step = garden::read_checkpoint_file(*checkpoint).meta.at("global_step");
+  EXPECT_EQ(step % 50, 0) << "the checkpoint is at the end of a loop";
+  // The same command, with a reachable end, continues from there.
+  const CliRun resumed =
+      shell(launch + "trainer.train_steps=" + std::to_string(step + 100) + "'\n");
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("restored " + *checkpoint), std::string::npos) << resumed.err;
+  EXPECT_TRUE(fs::exists(fs::path(model_dir) / ("ckpt-" + std::to_string(step + 100))));
+}
+
+TEST_F(DistributedCliTest, ParameterServersRefuseWhatTheyCannotDoYet) {
+  const CliRun run = launch_ps(path("ema"), 1, 1,
+                               kIris + ",trainer.optimizer_config.ema={average_decay: 0.99}");
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.err.find("trainer.optimizer_config.ema with "
+                         "runtime.distribution_strategy=parameter_server is not implemented yet"),
+            std::string::npos)
+      << run.err;
+  EXPECT_FALSE(fs::exists(fs::path(path("ema")) / "params.yaml")) << run.err;
 }
 
 TEST_F(DistributedCliTest, WorkersOnDistinctLoopbackAddressesActAsHosts) {
@@ -331,9 +484,10 @@ TEST_F(DistributedCliTest, AWorkerWithoutItsChiefStopsWithOneLine) {
 }
 
 TEST_F(DistributedCliTest, LaunchRefusesWhatItCannotDo) {
-  CliRun run = garden("launch --nproc_per_node=2 --ps=1 -- train --experiment=tabular/iris");
+  CliRun run = garden(
+      "launch --nproc_per_node=2 --nnodes=2 --ps=1 -- train --experiment=tabular/iris");
   EXPECT_EQ(run.status, 2);
-  EXPECT_NE(run.err.find("--ps 1: parameter-server training is not implemented yet"),
+  EXPECT_NE(run.err.find("--ps starts a parameter-server cluster on one machine"),
             std::string::npos)
       << run.err;
   run = garden("launch --nproc_per_node=2");

@@ -170,9 +170,7 @@ TEST(ConfigValidationTest, RuntimeKeys) {
       {"tabular/iris", "runtime.worker_hosts='a:1',runtime.task_index=-2",
        "runtime.task_index: -2 is out of range; must be >= -1"},
       {"tabular/iris", "runtime.distribution_strategy=multi_worker_mirrored", ""},
-      {"tabular/iris", "runtime.distribution_strategy=parameter_server",
-       "runtime.distribution_strategy: 'parameter_server' is not implemented yet; use "
-       "multi_worker_mirrored"},
+      {"tabular/iris", "runtime.distribution_strategy=parameter_server", ""},
       {"tabular/iris", "runtime.bucket_cap_mb=0", "runtime.bucket_cap_mb: 0 is out of range"},
       {"tabular/iris", "runtime.collective_timeout_seconds=0",
        "runtime.collective_timeout_seconds: 0 is out of range; must be >= 1"},

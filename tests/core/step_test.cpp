@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 
 #include "event_files.h"
@@ -401,6 +402,59 @@ TEST_F(StepTest, AUserRegisteredOptimizerAndScheduleAreConfiguredAndUsed) {
   const garden::config::OptimizationConfig copy = resolved->trainer.optimizer_config;
   EXPECT_EQ(garden::config::to_yaml_string(const_cast<garden::config::OptimizationConfig&>(copy)),
             garden::config::to_yaml_string(resolved->trainer.optimizer_config));
+}
+
+// The model's weights in model_dir's checkpoint at `step`.
+std::map<std::string, at::Tensor> weights_at(const fs::path& model_dir, int step) {
+  std::map<std::string, at::Tensor> out;
+  for (auto& [name, tensor] :
+       garden::read_checkpoint_file((model_dir / ("ckpt-" + std::to_string(step))).string()).tensors)
+    if (name.rfind("model/", 0) == 0) out[name] = tensor;
+  return out;
+}
+
+TEST_F(StepTest, GradientAccumulationGivesTheUpdateOfTheWholeBatch) {
+  // Batches of 8 rows. One loss part split 4+4 or 3+3+2 (the uneven split
+  // needs the rescale by the step's true count: a mean of the parts' means
+  // would differ), and three parts split 4+4 or 2+2+2+2.
+  struct Case {
+    bool three_parts;
+    int parts;
+  };
+  for (const Case c : {Case{false, 2}, Case{false, 3}, Case{true, 2}, Case{true, 4}}) {
+    const std::string common = std::string("task.three_parts=") + (c.three_parts ? "true" : "false");
+    const std::string whole = "whole" + std::to_string(c.three_parts);
+    if (!fs::exists(root_ / whole)) run("train", whole, common);
+    const std::string dir = whole + "_in" + std::to_string(c.parts);
+    run("train", dir, common + ",trainer.gradient_accumulation_steps=" + std::to_string(c.parts));
+    const auto a = weights_at(root_ / whole, 40), b = weights_at(root_ / dir, 40);
+    ASSERT_EQ(a.size(), 4u);
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [name, tensor] : a)
+      EXPECT_TRUE(torch::allclose(tensor, b.at(name), 1e-5, 1e-6))
+          << dir << " " << name << " differs by " << (tensor - b.at(name)).abs().max().item<double>();
+    // The logged loss is the whole batch's, not a mean of the parts'.
+    using garden_test::events::scalars_in;
+    const auto expected = scalars_in(root_ / whole / "train").at("training_loss");
+    const auto logged = scalars_in(root_ / dir / "train").at("training_loss");
+    ASSERT_EQ(logged.size(), 4u) << dir;
+    for (const auto& [step, loss] : expected)
+      EXPECT_NEAR(logged.at(step), loss, 1e-5 * std::max(1.0f, loss)) << dir << " step " << step;
+  }
+}
+
+TEST_F(StepTest, GradientAccumulationNeedsARowForEveryPart) {
+  try {
+    run("train", "too_many", "trainer.gradient_accumulation_steps=9");
+    FAIL() << "nine parts of an 8-row batch were accepted";
+  } catch (const garden::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "trainer.gradient_accumulation_steps=9 needs at least as many rows in each batch, "
+                  "but one has 8"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(experiment("trainer.gradient_accumulation_steps=0"), garden::config::ConfigError);
 }
 
 }  // namespace

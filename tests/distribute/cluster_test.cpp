@@ -108,8 +108,9 @@ TEST(ClusterTest, MalformedTfConfigNamesWhatIsWrong) {
                 .find("job 'chiefs'"),
             std::string::npos);
   EXPECT_NE(error_of({{"TF_CONFIG",
-                       R"({"cluster": {"worker": ["a:1"], "ps": ["p:1"]}, "task": {"type": "worker", "index": 0}})"}})
-                .find("parameter_server training is not implemented yet"),
+                       R"({"cluster": {"worker": ["a:1"], "ps": ["p:1"]}, "task": {"type": "worker", "index": 0}})"}},
+                     runtime("parameter_server"))
+                .find("TF_CONFIG cluster has ps tasks but no chief"),
             std::string::npos);
   EXPECT_NE(error_of({{"TF_CONFIG",
                        R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": -1}})"}})
@@ -224,6 +225,54 @@ TEST(ClusterTest, ContradictionsAreRefused) {
   EXPECT_EQ(error_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}, runtime("one_device")),
             "torchrun describes 2 training processes but runtime.distribution_strategy is "
             "'one_device' (one process); use multi_worker_mirrored");
-  EXPECT_NE(error_of({}, runtime("parameter_server")).find("not implemented yet"),
+  EXPECT_EQ(error_of({}, runtime("parameter_server")),
+            "runtime.distribution_strategy is parameter_server but no cluster is described: "
+            "parameter_server needs TF_CONFIG with chief, worker and ps tasks (garden launch "
+            "--ps=K writes it)");
+  EXPECT_NE(error_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}},
+                     runtime("parameter_server"))
+                .find("but torchrun describes no ps task"),
+            std::string::npos);
+}
+
+TEST(ClusterTest, TfConfigPsTasksMakeAParameterServerCluster) {
+  // chief 0, workers 1..2, ps 3..4.
+  const std::string cluster = R"("cluster": {"chief": ["c:5000"], "worker": ["w:1", "w:2"],
+      "ps": ["p:1", "p:2"], "evaluator": ["e:1"]})";
+  const auto at = [&](const std::string& type, int index) {
+    return gd::resolve_cluster(
+        {{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": ")" + type + R"(", "index": )" +
+                           std::to_string(index) + "}}"}},
+        runtime("parameter_server"));
+  };
+  const auto ps = at("ps", 1);
+  EXPECT_EQ(ps.strategy, "parameter_server");
+  EXPECT_TRUE(ps.is_ps());
+  EXPECT_EQ(ps.rank, 4);
+  EXPECT_EQ(ps.world_size, 5);
+  EXPECT_EQ(ps.num_workers, 2);
+  EXPECT_EQ(ps.num_ps, 2);
+  EXPECT_EQ(ps.master_addr, "c");
+  EXPECT_EQ(ps.master_port, 5000);
+  EXPECT_EQ(ps.own_host, "p");
+  EXPECT_EQ(ps.describe(), "rank 4 (ps 1)");
+  EXPECT_EQ(at("chief", 0).rank, 0);
+  EXPECT_EQ(at("worker", 1).rank, 2);
+  EXPECT_FALSE(at("worker", 1).is_ps());
+  EXPECT_TRUE(at("evaluator", 0).is_evaluator());
+  EXPECT_EQ(at("evaluator", 0).world_size, 1);
+  // ps tasks ask for parameter_server, and a worker to compute.
+  EXPECT_EQ(error_of({{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": "ps", "index": 0}})"}},
+                     runtime("multi_worker_mirrored")),
+            "TF_CONFIG has ps tasks but runtime.distribution_strategy is 'multi_worker_mirrored'; "
+            "set it to parameter_server, or remove the ps tasks");
+  EXPECT_NE(error_of({{"TF_CONFIG", R"({"cluster": {"chief": ["c:1"], "ps": ["p:1"]},
+                                       "task": {"type": "ps", "index": 0}})"}},
+                     runtime("parameter_server"))
+                .find("ps tasks but no worker"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"TF_CONFIG", "{" + cluster + R"(, "task": {"type": "ps", "index": 2}})"}},
+                     runtime("parameter_server"))
+                .find("task is ps 2 but cluster.ps has 2 host(s)"),
             std::string::npos);
 }

@@ -100,6 +100,9 @@ struct RuntimeConfig : Config {
 struct TrainerConfig : Config {
   OptimizationConfig optimizer_config;
   int64_t steps_per_loop = 1000;
+  // Each step's batch is split into this many parts by rows, one forward and
+  // backward each, and the summed gradients make one update.
+  int64_t gradient_accumulation_steps = 1;
   int64_t summary_interval = 1000;
   int64_t checkpoint_interval = 1000;
   int64_t max_to_keep = 5;

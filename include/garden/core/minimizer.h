@@ -13,6 +13,15 @@
 //     4. the optimizer's step: unscale (skip on overflow), clip, transform,
 //        update, EMA
 //
+// Gradient accumulation (set_accumulation_steps(k)): minimize() is called
+// once per part of the step's batch; the gradients add up, and the hooks
+// and the optimizer run after the k-th call. Each part's loss is divided by
+// k times the first part's (global) count; after the k-th backward the
+// gradients are rescaled by that estimate over the step's true count, so a
+// loss of one part (or of parts whose counts keep one ratio) gets the update
+// of the whole batch. Parts whose counts change in different ratios keep the
+// estimate (the rescale would need one backward per part).
+//
 // A task's train_step computes its Losses (under Task::autocast) and calls
 // minimize(); a task that needs a step of its own calls it too, and never
 // repeats the sequence.
@@ -36,6 +45,10 @@ class Minimizer {
   // Turns this process's counts (one scalar per loss part) into the global
   // ones, e.g. by an all-reduce sum.
   using CountReducer = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+  // Called before each backward with whether the optimizer steps after it
+  // (with accumulation, only the last part's backward): a gradient
+  // all-reduce runs in that backward only.
+  using BackwardObserver = std::function<void(bool last)>;
 
   explicit Minimizer(optim::Optimizer& optimizer) : optimizer_(optimizer) {}
 
@@ -43,6 +56,13 @@ class Minimizer {
 
   void add_gradient_hook(GradientHook hook) { hooks_.push_back(std::move(hook)); }
   void set_count_reducer(CountReducer reducer) { count_reducer_ = std::move(reducer); }
+  void set_backward_observer(BackwardObserver observer) { observer_ = std::move(observer); }
+  // Runs instead of the optimizer's step (a parameter-server worker sends
+  // its gradients to the servers, which update the weights).
+  void set_apply(std::function<void()> apply) { apply_ = std::move(apply); }
+  // Parts per step (>= 1); changed only between steps.
+  void set_accumulation_steps(int64_t steps);
+  int64_t accumulation_steps() const { return steps_; }
 
   optim::Optimizer& optimizer() { return optimizer_; }
 
@@ -50,6 +70,12 @@ class Minimizer {
   optim::Optimizer& optimizer_;
   std::vector<GradientHook> hooks_;
   CountReducer count_reducer_;
+  BackwardObserver observer_;
+  std::function<void()> apply_;
+  int64_t steps_ = 1;
+  int64_t done_ = 0;              // parts of this step already backward
+  std::vector<double> estimate_;  // per loss part: k * the first part's count
+  std::vector<double> total_;     // per loss part: the step's count so far
 };
 
 }  // namespace garden

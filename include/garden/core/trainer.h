@@ -25,6 +25,7 @@ class GradientSync;
 namespace garden {
 
 class Trainer;
+class ParameterServers;
 
 // Called after each evaluation with its logs (best-checkpoint export).
 class CheckpointExporter {
@@ -53,7 +54,8 @@ class Trainer {
           std::shared_ptr<optim::Optimizer> optimizer, bool train = true, bool evaluate = true,
           DatasetPtr train_dataset = nullptr, DatasetPtr validation_dataset = nullptr,
           std::shared_ptr<CheckpointExporter> checkpoint_exporter = nullptr,
-          distribute::ProcessGroupPtr process_group = nullptr);
+          distribute::ProcessGroupPtr process_group = nullptr,
+          std::shared_ptr<ParameterServers> parameter_servers = nullptr);
   ~Trainer();
 
   // Orbit's AbstractTrainer.train: begin, num_steps steps, end.
@@ -96,10 +98,17 @@ class Trainer {
   // record when there are fewer files than workers) with sharding: true,
   // or its rows of every global batch with sharding: false.
   DatasetPtr distribute_dataset(const DatasetFn& dataset_fn, const config::DataConfig& params);
-  // Asynchronous (parameter-server) training; in one process: nothing to do.
+  // Asynchronous (parameter-server) training, Model Garden's names. On the
+  // chief: init_async sends the ps tasks the weights and the optimizer state
+  // (after a restore), join waits for every scheduled step, and
+  // coordinator_for_async is the ParameterServers. In one process, or with
+  // synchronous workers: nothing to do, and no coordinator.
   void init_async();
   void join();
-  Coordinator* coordinator_for_async() { return nullptr; }
+  Coordinator* coordinator_for_async();
+  // A parameter-server worker's whole run: steps from ps 0 until the chief
+  // ends the run.
+  void run_async_worker();
 
   int64_t global_step() const { return global_step_; }
   int64_t examples_seen() const { return examples_seen_; }
@@ -137,6 +146,9 @@ class Trainer {
   // With restore_input false the random state and the input position are
   // kept (recovery from a diverged loss moves on to new data).
   void restore_checkpoint_state(const CheckpointData& data, bool restore_input = true);
+  // Whether the last restore set this process's random state (false when
+  // the checkpoint was written by another number of workers).
+  bool random_state_restored() const { return random_state_restored_; }
   // checkpoint_state() plus, over several workers, every worker's input
   // position and random state (meta "workers", tensors "rng/cpu/<rank>"):
   // a collective every worker calls at the same step.
@@ -185,6 +197,7 @@ class Trainer {
   MetricList validation_metrics_;
   std::function<void(int64_t)> step_observer_;
   bool ema_swapped_ = false;
+  bool random_state_restored_ = false;
 
   // Over several workers: each step's scalar terms (value * count, count,
   // weight), folded into train_scalars_ over every worker at the loop's end.
@@ -193,6 +206,14 @@ class Trainer {
   Logs gather_aggregated_logs(const Logs& local);
   distribute::ProcessGroupPtr group_;
   std::unique_ptr<distribute::GradientSync> gradient_sync_;
+  // Parameter servers: the chief's train loop waits for the workers' steps;
+  // a worker's optimizer step becomes a push of its gradients.
+  std::shared_ptr<ParameterServers> servers_;
+  std::vector<at::Tensor> pending_push_;
+  // The task's step over `inputs` (in accumulation parts when asked), its
+  // logs merged.
+  Logs run_task_step(const Batch& inputs);
+  void wait_for_async_steps(int64_t num_steps);
   std::vector<std::map<std::string, std::vector<std::array<double, 3>>>> loop_steps_;
   int64_t loop_examples_ = 0;
   bool stop_agreed_ = false;

@@ -8,6 +8,8 @@
 // The training replicas are numbered 0..world_size-1; rank 0 is the chief
 // (TF_CONFIG's chief, or worker 0 when there is none). An evaluator task is
 // not a replica: it evaluates the chief's checkpoints (continuous_eval).
+// With parameter servers (TF_CONFIG's ps tasks), the ranks are the chief
+// (0, the coordinator), the workers (1..num_workers), then the ps tasks.
 #pragma once
 
 #include <cstdint>
@@ -28,10 +30,10 @@ struct Cluster {
   // Where the description came from: "none", "TF_CONFIG", "torchrun",
   // "SLURM", "OpenMPI" or "runtime.worker_hosts".
   std::string source = "none";
-  // The strategy in effect: one_device (one process) or
-  // multi_worker_mirrored.
+  // The strategy in effect: one_device (one process),
+  // multi_worker_mirrored or parameter_server.
   std::string strategy = "one_device";
-  // chief, worker or evaluator (TF_CONFIG's task type; master is chief).
+  // chief, worker, ps or evaluator (TF_CONFIG's task type; master is chief).
   std::string task_type = "chief";
   int64_t task_index = 0;
   // Among the training replicas; -1 for an evaluator.
@@ -45,7 +47,13 @@ struct Cluster {
   // machine's host name (or GLOO_SOCKET_IFNAME's interface).
   std::string own_host;
 
+  // With parameter servers: the workers besides the chief, and the ps tasks.
+  int64_t num_workers = 0;
+  int64_t num_ps = 0;
+
   bool distributed() const { return world_size > 1; }
+  bool parameter_server() const { return strategy == "parameter_server"; }
+  bool is_ps() const { return task_type == "ps"; }
   bool is_chief() const { return rank == 0; }
   bool is_evaluator() const { return task_type == "evaluator"; }
   // "rank 1 (worker 0)": how messages name a process.
@@ -56,9 +64,11 @@ struct Cluster {
 // torchrun (RANK / WORLD_SIZE), SLURM (SLURM_PROCID / SLURM_NTASKS), OpenMPI
 // (OMPI_COMM_WORLD_RANK / SIZE), runtime.worker_hosts. A malformed or
 // contradictory description throws garden::Error naming the variable and why.
-// Several processes with distribution_strategy off or one_device, or
-// parameter-server tasks, are refused; mirrored (the default) with several
-// processes means multi_worker_mirrored.
+// Several processes with distribution_strategy off or one_device are
+// refused; mirrored (the default) with several processes means
+// multi_worker_mirrored. parameter_server needs TF_CONFIG with a chief, at
+// least one worker and ps tasks (garden launch --ps writes it); ps tasks
+// with another strategy are refused.
 Cluster resolve_cluster(const Environment& env, const config::RuntimeConfig& runtime);
 
 // "node[01-04,07],other" -> "node01": the first host of a SLURM node list.

@@ -30,6 +30,11 @@ class GradientSync {
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
 
+  // Before each backward. With `sync` false (a gradient accumulation part
+  // that is not the last) the hooks do nothing; the backward that syncs
+  // adds what earlier parts left in each parameter's .grad.
+  void begin_backward(bool sync) { sync_ = sync; }
+
   // After backward: `gradients` (one per parameter, in the constructor's
   // order; undefined where there is none) become the sums over every rank.
   void finish(std::vector<at::Tensor>& gradients, const std::string& what);
@@ -61,6 +66,7 @@ class GradientSync {
   std::size_t next_launch_ = 0;
   std::mutex mutex_;
   std::string what_ = "gradients";
+  bool sync_ = true;
   double wait_seconds_ = 0.0;
   int64_t wait_steps_ = 0;
 };

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
 
 #include "garden/distribute/cluster.h"
 
@@ -79,6 +80,18 @@ class ProcessGroup {
   // Every rank's text, in rank order.
   std::vector<std::string> all_gather(const std::string& text, const std::string& what);
   void barrier(const std::string& what);
+
+  // Point-to-point messages between two ranks (parameter servers' requests
+  // and replies; Gloo only): a JSON header and float32 tensors of any shape.
+  // Messages between two ranks arrive in the order they were sent.
+  struct Message {
+    nlohmann::json meta = nlohmann::json::object();
+    std::vector<at::Tensor> tensors;
+  };
+  void send(const Message& message, int64_t to, const std::string& what);
+  // From rank `from`, or from whichever rank sends first when `from` is -1
+  // (then *sender says which).
+  Message receive(int64_t from, const std::string& what, int64_t* sender = nullptr);
 
   // Turns a failed collective into one line naming the ranks that stopped
   // answering (from their heartbeats), and throws it.

@@ -47,6 +47,15 @@ class Optimizer {
   // then the gradient transformers), applies one update at learning_rate(),
   // and counts the iteration. Parameters without a gradient are left alone.
   void step();
+  // step() in two halves, for parameter servers (a worker transforms the
+  // whole model's gradients; the server that holds a parameter updates it).
+  // transform_gradients: unscale (false on an overflow: skip_step() instead),
+  // the optimizer's own pre-clipping, clipvalue, clipnorm, global_clipnorm
+  // and the transformers, into `gradients` (one per parameter, undefined
+  // where there is none). apply_gradients: the update at learning_rate() of
+  // every defined entry, the iteration count and the EMA.
+  bool transform_gradients(std::vector<at::Tensor>& gradients);
+  void apply_gradients(const std::vector<at::Tensor>& gradients);
   // Counts an iteration without updating anything: what Keras's
   // LossScaleOptimizer does when the gradients overflow (see LossScaler), so
   // the learning-rate schedule still advances.
