@@ -16,6 +16,7 @@
 #include "garden/base/logging.h"
 #include "garden/cli/bleu_command.h"
 #include "garden/cli/builtins.h"
+#include "garden/cli/fx_command.h"
 #include "garden/cli/launch_command.h"
 #include "garden/cli/pretraining_data_command.h"
 #include "garden/cli/spm_command.h"
@@ -199,6 +200,8 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
       return 1;
     }
   }
+  // fx takes TensorFX's command line (--hidden-layers:1 20), parsed its own way.
+  if (argc > 1 && std::string(argv[1]) == "fx") return run_fx(argc, argv, register_extras);
   try {
     register_builtins();
     if (register_extras) {
@@ -224,6 +227,9 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
     app.add_subcommand("launch",
                        "Start the processes of a multi-worker run: launch --nproc_per_node=N "
                        "-- train ... (see garden launch --help)");
+    app.add_subcommand("fx",
+                       "TensorFX's training API: fx train --model NAME [TensorFX arguments], "
+                       "fx predict --model DIR (see garden fx --help)");
 
     ExperimentFlags config_flags;
     auto* config_command =
