@@ -464,10 +464,11 @@ std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet&
     log_warning() << "--log-level-tensorflow " << args.log_level_tensorflow
                   << " has no effect: Garden has no TensorFlow log";
   const fs::path root(output);
+  // The data is read and checked first: bad input leaves no job directory.
+  auto graphs = builder.build_graph_interfaces(dataset, config_);
   fs::create_directories(root / "checkpoints");
   write_file_atomically((root / "job.yaml").string(), job_yaml(args, config_));
 
-  auto graphs = builder.build_graph_interfaces(dataset, config_);
   auto& training = graphs.training;
   auto& evaluation = graphs.evaluation;
   torch::nn::Module& module = builder.module();

@@ -427,9 +427,12 @@ TEST_F(FxCliTest, ASecondRunResumesFromTheCheckpointAndBadInputIsOneLine) {
   run = run_garden(common + "--hidden-layerz:1 3", dir_);
   EXPECT_EQ(run.err, "garden fx: error: unknown argument --hidden-layerz:1 (see --help)\n");
   std::ofstream(dir_ / "bad.csv") << "setosa,5.1,3.5,1.4,0.2\nsetosa,5.1,three,1.4,0.2\n";
-  run = run_garden(common + "--data-train '" + (dir_ / "bad.csv").string() + "'", dir_);
+  run = run_garden(common + "--data-train '" + (dir_ / "bad.csv").string() + "' --output '" +
+                       (dir_ / "fresh").string() + "'",
+                   dir_);
   EXPECT_EQ(run.err, "garden fx: error: " + (dir_ / "bad.csv").string() +
                          " line 2, field 'sepal_width': 'three' is not a real number\n");
+  EXPECT_FALSE(fs::exists(dir_ / "fresh")) << "bad data leaves no job directory";
   std::ofstream(dir_ / "label.csv") << "setosa,5.1,3.5,1.4,0.2\ndaisy,5.1,3.5,1.4,0.2\n";
   run = run_garden(common + "--data-train '" + (dir_ / "label.csv").string() + "' --output '" +
                        (dir_ / "other").string() + "'",
