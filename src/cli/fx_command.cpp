@@ -99,6 +99,8 @@ int train(std::vector<std::string> args) {
   auto builder = type.build(parsed);
   fx::ModelTrainer trainer;
   trainer.train(*builder, dataset, parsed->output);
+  // In a cluster, the master reports; the workers and ps tasks wrote nothing.
+  if (!trainer.config().master()) return 0;
   std::cout << "job directory: " << parsed->output << "\nmodel:         " << parsed->output
             << "/model (garden fx predict --model " << parsed->output << "/model)\n";
   return 0;

@@ -146,16 +146,13 @@ EvaluationValue FeedForwardClassification::build_evaluation(const Transformed& i
   return value;
 }
 
-std::shared_ptr<optim::Optimizer> FeedForwardClassification::build_optimizer() {
+config::OptimizationConfig FeedForwardClassification::build_optimizer_config() {
   // tf.train.GradientDescentOptimizer(learning_rate).
   config::OptimizationConfig config;
   config.optimizer.type = "sgd";
   config.learning_rate.type = "constant";
   config.learning_rate.constant.learning_rate = ff_args().learning_rate;
-  std::vector<optim::NamedParameter> parameters;
-  for (const auto& item : module_->named_parameters(/*recurse=*/true))
-    parameters.push_back({item.key(), item.value()});
-  return optim::make_optimizer(config, parameters);
+  return config;
 }
 
 // ---- registry -----------------------------------------------------------------------------

@@ -15,8 +15,11 @@
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
 #include "garden/core/checkpoint.h"
+#include "garden/core/parameter_server.h"
 #include "garden/core/summary_writer.h"
 #include "garden/core/task.h"
+#include "garden/distribute/cluster.h"
+#include "garden/distribute/process_group.h"
 #include "garden/fx/prediction.h"
 
 namespace fs = std::filesystem;
@@ -230,8 +233,8 @@ Configuration::Configuration(nlohmann::json task, nlohmann::json cluster, nlohma
   if (!task_.is_object() || !task_.contains("type") || !task_["type"].is_string())
     throw Error("TF_CONFIG task must be {\"type\": ..., \"index\": ...}");
   const std::string type = task_["type"].get<std::string>();
-  if (type != "master" && type != "worker" && type != "ps")
-    throw Error("TF_CONFIG task.type '" + type + "' is not one of master, worker, ps");
+  if (type != "master" && type != "chief" && type != "worker" && type != "ps")
+    throw Error("TF_CONFIG task.type '" + type + "' is not one of master, chief, worker, ps");
   if (!task_.contains("index")) task_["index"] = 0;
   if (!task_["index"].is_number_integer() || task_["index"].get<int64_t>() < 0)
     throw Error("TF_CONFIG task.index must be a whole number >= 0");
@@ -270,19 +273,63 @@ std::string Configuration::device() const {
   return "/job:" + task_type() + "/task:" + std::to_string(task_index());
 }
 
-void Configuration::create_server() const {
-  if (distributed())
-    throw Error("TF_CONFIG describes a cluster (" + cluster_.dump() +
-                "): distributed garden fx training is not implemented yet; unset TF_CONFIG to "
-                "train in one process");
+distribute::Cluster Configuration::resolve() const {
+  if (!distributed()) return distribute::Cluster{};
+  const auto count = [&](const char* job) -> std::size_t {
+    const auto it = cluster_.find(job);
+    return it != cluster_.end() && it->is_array() ? it->size() : 0;
+  };
+  if (count("ps") == 0)
+    throw Error("TF_CONFIG describes a cluster without ps tasks (" + cluster_.dump() +
+                "): distributed garden fx training keeps the variables on parameter servers; "
+                "add \"ps\" tasks, or unset TF_CONFIG to train in one process");
+  config::RuntimeConfig runtime;
+  runtime.distribution_strategy = "parameter_server";
+  auto env = distribute::process_environment();
+  env["TF_CONFIG"] = env_.dump();
+  // Only TF_CONFIG describes a TensorFX cluster.
+  for (const char* name : {"RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+                           "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"})
+    env.erase(name);
+  return distribute::resolve_cluster(env, runtime);
+}
+
+std::shared_ptr<distribute::ProcessGroup> Configuration::create_server() const {
+  const distribute::Cluster cluster = resolve();
+  if (!cluster.distributed()) return nullptr;
+  log_info() << "parameter_server: " << cluster.describe() << " of " << cluster.world_size << " ("
+             << device() << "), rendezvous at " << cluster.master_addr << ":"
+             << cluster.master_port;
+  return distribute::ProcessGroup::connect(
+      cluster, "cpu", std::chrono::seconds(config::RuntimeConfig{}.collective_timeout_seconds));
 }
 
 std::string Configuration::create_device_setter(const ModelArguments&) const {
-  create_server();
-  return "";  // one process: no placement across tasks
+  const distribute::Cluster cluster = resolve();
+  if (!cluster.distributed()) return "";  // one process: no placement across tasks
+  return "variables: /job:ps (" + std::to_string(cluster.num_ps) +
+         " tasks, sharded by size); operations: " + device();
 }
 
 // ---- InputReader -------------------------------------------------------------------------
+
+namespace {
+// The given rows of `all`, in that order.
+Transformed take_rows(const Transformed& all, const std::vector<int64_t>& rows) {
+  const at::Tensor index = torch::tensor(rows, torch::kLong);
+  Transformed out;
+  out.rows = static_cast<int64_t>(rows.size());
+  for (const auto& [name, tensor] : all.tensors) out.tensors[name] = tensor.index_select(0, index);
+  for (const auto& [name, values] : all.strings) {
+    auto& strings = out.strings[name];
+    const std::size_t width = all.rows ? values.size() / static_cast<std::size_t>(all.rows) : 0;
+    for (const int64_t r : rows)
+      for (std::size_t j = 0; j < width; ++j)
+        strings.push_back(values[static_cast<std::size_t>(r) * width + j]);
+  }
+  return out;
+}
+}  // namespace
 
 InputReader::InputReader(Transformed all, int64_t batch, int64_t epochs, bool shuffle,
                          uint64_t seed)
@@ -302,6 +349,12 @@ void InputReader::reorder() {
   }
 }
 
+InputReader InputReader::shard(int64_t index, int64_t count, int64_t epochs, uint64_t seed) const {
+  std::vector<int64_t> rows;
+  for (int64_t r = index; r < all_.rows; r += count) rows.push_back(r);
+  return InputReader(take_rows(all_, rows), batch_, epochs, shuffle_, seed);
+}
+
 void InputReader::seek(int64_t epoch, int64_t position) {
   epoch_ = epoch;
   position_ = position;
@@ -319,19 +372,7 @@ std::optional<Transformed> InputReader::next() {
   const int64_t count = std::min(batch_, all_.rows - position_);
   std::vector<int64_t> rows(order_.begin() + position_, order_.begin() + position_ + count);
   position_ += count;
-  const at::Tensor index = torch::tensor(rows, torch::kLong);
-  Transformed batch;
-  batch.rows = count;
-  for (const auto& [name, tensor] : all_.tensors)
-    batch.tensors[name] = tensor.index_select(0, index);
-  for (const auto& [name, values] : all_.strings) {
-    auto& out = batch.strings[name];
-    const std::size_t width = values.size() / static_cast<std::size_t>(all_.rows);
-    for (const int64_t r : rows)
-      for (std::size_t j = 0; j < width; ++j)
-        out.push_back(values[static_cast<std::size_t>(r) * width + j]);
-  }
-  return batch;
+  return take_rows(all_, rows);
 }
 
 // ---- ModelBuilder -------------------------------------------------------------------------
@@ -379,18 +420,30 @@ ModelBuilder::Interfaces ModelBuilder::build_graph_interfaces(const DataSet& dat
   return {build_training_graph(), build_evaluation_graph(), build_prediction_graph()};
 }
 
+std::shared_ptr<optim::Optimizer> ModelBuilder::build_optimizer() {
+  std::vector<optim::NamedParameter> parameters;
+  for (const auto& item : module().named_parameters(/*recurse=*/true))
+    parameters.push_back({item.key(), item.value()});
+  return optim::make_optimizer(build_optimizer_config(), parameters);
+}
+
 TrainingGraph ModelBuilder::build_training_graph() {
   auto optimizer = build_optimizer();
   TrainingGraph graph{build_input("train", args_->batch_size, args_->epochs, /*shuffle=*/true),
-                      optimizer, nullptr};
-  graph.train_op = [this, optimizer](const Transformed& inputs, int64_t global_steps) {
+                      optimizer, nullptr, nullptr};
+  graph.gradient_op = [this, optimizer](const Transformed& inputs, int64_t global_steps) {
     module().train();
     const Values inferences = build_inference(inputs, /*training=*/true);
     const at::Tensor loss = build_training(global_steps, inputs, inferences);
     optimizer->zero_grad();
     loss.backward();
-    optimizer->step();
     return loss.item<double>();
+  };
+  graph.train_op = [gradient_op = graph.gradient_op, optimizer](const Transformed& inputs,
+                                                                int64_t global_steps) {
+    const double loss = gradient_op(inputs, global_steps);
+    optimizer->step();
+    return loss;
   };
   return graph;
 }
@@ -447,10 +500,43 @@ std::string job_yaml(const ModelArguments& args, const Configuration& config) {
 
 }  // namespace
 
+namespace {
+
+// A worker of a distributed run: steps from ps 0, gradients of its shard's
+// batches pushed to the ps tasks, until the master ends the run.
+void run_worker(ParameterServers& servers, TrainingGraph& training, int64_t num_workers) {
+  const int64_t index = servers.worker_index();
+  // Its own random stream (dropout): LibTorch's default seed plus its index.
+  torch::manual_seed(67280421310721ull + static_cast<uint64_t>(index));
+  std::optional<InputReader> input;
+  while (const auto step = servers.next_step()) {
+    if (!input) {
+      // Its own order, different after a resume (worker 0 of one starting
+      // at step 0 reads as one process does).
+      input.emplace(training.input.shard(index, num_workers, /*epochs=*/0,
+                                         static_cast<uint64_t>(index + num_workers * (*step - 1))));
+    }
+    servers.pull();
+    const auto batch = input->next();
+    if (!batch)
+      throw Error("worker " + std::to_string(index) +
+                  " has no training rows: the training data has " +
+                  std::to_string(training.input.rows()) + " rows for " +
+                  std::to_string(num_workers) + " workers");
+    const double loss = training.gradient_op(*batch, *step - 1);
+    std::vector<at::Tensor> gradients;
+    if (!training.optimizer->transform_gradients(gradients)) gradients.clear();
+    servers.push(gradients, {{"loss", loss}}, batch->rows);
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet& dataset,
                                            const std::string& output) {
   if (output.empty()) throw Error("--output (or --job-dir) is required: the job directory");
-  config_.create_server();
+  // A cluster that cannot be trained on is one line before anything else.
+  const distribute::Cluster cluster = config_.resolve();
   const ModelArguments& args = builder.args();
   // --log-level: WARN and above hide the progress lines (warnings and
   // errors still show); the log file keeps everything.
@@ -465,12 +551,32 @@ std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet&
                   << " has no effect: Garden has no TensorFlow log";
   const fs::path root(output);
   // The data is read and checked first: bad input leaves no job directory.
+  if (cluster.is_ps()) {
+    // A ps task holds the weights the master sends and applies the
+    // workers' gradients with the model's optimizer.
+    builder.prepare(dataset);
+    const config::OptimizationConfig optimizer_config = builder.build_optimizer_config();
+    const auto group = config_.create_server();
+    group->barrier("the cluster's start");
+    serve_parameters(*group, optimizer_config);
+    return nullptr;
+  }
   auto graphs = builder.build_graph_interfaces(dataset, config_);
-  fs::create_directories(root / "checkpoints");
-  write_file_atomically((root / "job.yaml").string(), job_yaml(args, config_));
-
   auto& training = graphs.training;
   auto& evaluation = graphs.evaluation;
+  std::shared_ptr<ParameterServers> servers;
+  if (cluster.distributed()) {
+    const auto group = config_.create_server();
+    group->barrier("the cluster's start");
+    servers = std::make_shared<ParameterServers>(group, training.optimizer->parameters());
+    if (!cluster.is_chief()) {
+      run_worker(*servers, training, cluster.num_workers);
+      return nullptr;
+    }
+  }
+
+  fs::create_directories(root / "checkpoints");
+  write_file_atomically((root / "job.yaml").string(), job_yaml(args, config_));
   torch::nn::Module& module = builder.module();
 
   CheckpointManager checkpoints((root / "checkpoints").string(), 5, "model.ckpt");
@@ -519,48 +625,93 @@ std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet&
     }
   };
 
-  const auto start = Clock::now();
-  auto last_save = Clock::now();
-  int64_t saved_at = -1, steps_this_run = 0;
-  double loss_sum = 0.0;
-  int64_t loss_steps = 0;
-  auto interval_start = Clock::now();
-  while (global_steps < args.max_steps) {
-    auto batch = training.input.next();
-    if (!batch) break;  // --epochs passes done
-    const double loss = training.train_op(*batch, global_steps);
-    if (!std::isfinite(loss))
-      throw Error("the training loss is " + std::to_string(loss) + " at step " +
-                  std::to_string(global_steps + 1) + "; lower --learning-rate");
-    ++global_steps;
-    ++steps_this_run;
-    loss_sum += loss;
-    ++loss_steps;
-    if (global_steps % args.log_interval_steps == 0 || global_steps == args.max_steps) {
-      const double seconds = std::chrono::duration<double>(Clock::now() - interval_start).count();
-      const double throughput =
-          static_cast<double>(loss_steps * args.batch_size) / std::max(seconds, 1e-9);
-      const double mean = loss_sum / static_cast<double>(loss_steps);
-      train_summaries.scalars({{"metrics/loss", mean}, {"metrics/throughput", throughput}},
-                              global_steps);
-      train_summaries.flush();
-      log_info() << "Global steps: " << global_steps << "; Duration: "
-                 << static_cast<int64_t>(
-                        std::chrono::duration<double>(Clock::now() - start).count())
-                 << " sec; Throughput: " << std::fixed << std::setprecision(1) << throughput
-                 << " instances/sec; Loss: " << std::setprecision(3) << mean;
-      loss_sum = 0.0;
-      loss_steps = 0;
-      interval_start = Clock::now();
+  // The last step: --max-steps, and with parameter servers also --epochs
+  // passes of all the workers over their shards (one process stops when
+  // its input ends).
+  int64_t limit = args.max_steps;
+  if (servers && args.epochs > 0) {
+    const int64_t rows = training.input.rows(), workers = cluster.num_workers;
+    int64_t batches = 0;
+    for (int64_t w = 0; w < workers; ++w) {
+      const int64_t shard_rows = (rows - w + workers - 1) / workers;
+      batches += (shard_rows + args.batch_size - 1) / args.batch_size;
     }
-    const bool first = steps_this_run == 1;
-    if (first || Clock::now() - last_save >= std::chrono::seconds(args.checkpoint_interval_secs)) {
-      save_and_evaluate();
-      saved_at = global_steps;
-      last_save = Clock::now();
-    }
+    limit = std::min(limit, batches * args.epochs);
   }
-  if (saved_at != global_steps) save_and_evaluate();
+  try {
+    if (servers) servers->initialize(*training.optimizer, global_steps);
+    const auto start = Clock::now();
+    auto last_save = Clock::now();
+    int64_t saved_at = -1, steps_this_run = 0;
+    double loss_sum = 0.0;
+    int64_t loss_steps = 0, examples = 0;
+    auto interval_start = Clock::now();
+    while (global_steps < limit) {
+      int64_t target = global_steps + 1;
+      if (servers) {
+        // The workers run up to the next log line (the first step alone:
+        // its checkpoint and evaluation come right after it).
+        if (steps_this_run > 0)
+          target = std::min(limit,
+                            (global_steps / args.log_interval_steps + 1) * args.log_interval_steps);
+        servers->schedule(target);
+        const auto progress = servers->join_steps(target);
+        servers->pull_state(*training.optimizer);
+        if (const auto it = progress.scalars.find("loss"); it != progress.scalars.end()) {
+          loss_sum += it->second.first;
+          loss_steps += it->second.second;
+        }
+        examples += progress.examples;
+      } else {
+        auto batch = training.input.next();
+        if (!batch) break;  // --epochs passes done
+        const double loss = training.train_op(*batch, global_steps);
+        if (!std::isfinite(loss))
+          throw Error("the training loss is " + std::to_string(loss) + " at step " +
+                      std::to_string(global_steps + 1) + "; lower --learning-rate");
+        loss_sum += loss;
+        ++loss_steps;
+        examples += batch->rows;
+      }
+      if (!std::isfinite(loss_sum))
+        throw Error("the training loss is not finite between steps " +
+                    std::to_string(global_steps + 1) + " and " + std::to_string(target) +
+                    "; lower --learning-rate");
+      steps_this_run += target - global_steps;
+      const bool first = steps_this_run == target - global_steps;
+      global_steps = target;
+      if (global_steps % args.log_interval_steps == 0 || global_steps == limit) {
+        const double seconds = std::chrono::duration<double>(Clock::now() - interval_start).count();
+        const double throughput = static_cast<double>(examples) / std::max(seconds, 1e-9);
+        const double mean = loss_sum / static_cast<double>(std::max<int64_t>(1, loss_steps));
+        train_summaries.scalars({{"metrics/loss", mean}, {"metrics/throughput", throughput}},
+                                global_steps);
+        train_summaries.flush();
+        log_info() << "Global steps: " << global_steps << "; Duration: "
+                   << static_cast<int64_t>(
+                          std::chrono::duration<double>(Clock::now() - start).count())
+                   << " sec; Throughput: " << std::fixed << std::setprecision(1) << throughput
+                   << " instances/sec; Loss: " << std::setprecision(3) << mean;
+        loss_sum = 0.0;
+        loss_steps = examples = 0;
+        interval_start = Clock::now();
+      }
+      if (first ||
+          Clock::now() - last_save >= std::chrono::seconds(args.checkpoint_interval_secs)) {
+        save_and_evaluate();
+        saved_at = global_steps;
+        last_save = Clock::now();
+      }
+    }
+    if (saved_at != global_steps) save_and_evaluate();
+    if (servers) servers->stop("done");
+  } catch (const std::exception& e) {
+    if (servers) {
+      std::string text = e.what();
+      servers->stop(text.substr(0, text.find('\n')));
+    }
+    throw;
+  }
   export_model(builder, (root / "model").string());
   if (!config_.master()) return nullptr;
   return Model::load((root / "model").string());

@@ -93,6 +93,23 @@ class DistributedCliTest : public CliFixture {
                   train + ",runtime.distribution_strategy=multi_worker_mirrored");
   }
 
+  // `garden fx train` of TensorFX's iris sample (absolute paths), with
+  // `extra` arguments.
+  static std::string fx_iris(const std::string& output, const std::string& extra) {
+    const std::string data = std::string(GARDEN_DATA_DIR) + "/fx/iris/";
+    return "fx train --model feedforward_classification --output '" + output +
+           "' --data-train '" + data + "train.csv' --data-eval '" + data +
+           "eval.csv' --data-schema '" + data + "schema.yaml' --data-metadata '" + data +
+           "metadata.json' --data-features '" + data + "features.yaml' " + extra;
+  }
+  // The same through `garden launch --ps`: a master, `workers` workers and
+  // `ps` ps tasks.
+  CliRun launch_fx(const std::string& output, int workers, int ps, const std::string& extra) const {
+    return garden("launch --nproc_per_node=" + std::to_string(workers) +
+                  " --ps=" + std::to_string(ps) + " --master_port=" + std::to_string(free_port()) +
+                  " -- " + fx_iris(output, extra));
+  }
+
   // `garden launch --ps`: a chief, `workers` workers and `ps` ps tasks.
   CliRun launch_ps(const std::string& model_dir, int workers, int ps, const std::string& overrides,
                    const std::string& mode = "train") const {
@@ -502,4 +519,79 @@ TEST_F(DistributedCliTest, LaunchRefusesWhatItCannotDo) {
                "' --params_override=runtime.distribution_strategy=one_device");
   EXPECT_NE(run.status, 0);
   EXPECT_NE(run.err.find("runtime.distribution_strategy"), std::string::npos) << run.err;
+}
+
+TEST_F(DistributedCliTest, FxParameterServersWithOneWorkerUpdateAsOneProcess) {
+  // Both continue from the same step-1 checkpoint with the whole training
+  // set as each batch (so the order of the rows changes nothing but the
+  // summation order): one worker with two ps tasks gives one process's
+  // weights and optimizer state.
+  const std::string args = "--batch-size 120 --hidden-layers:1 10 --learning-rate 0.1 ";
+  CliRun run = garden(fx_iris(path("one"), args + "--max-steps 1"));
+  ASSERT_EQ(run.status, 0) << run.err;
+  fs::copy(path("one"), path("ps"), fs::copy_options::recursive);
+  run = garden(fx_iris(path("one"), args + "--max-steps 40"));
+  ASSERT_EQ(run.status, 0) << run.err;
+  run = launch_fx(path("ps"), 1, 2, args + "--max-steps 40");
+  ASSERT_EQ(run.status, 0) << run.err;
+  for (const char* prefix : {"[chief] ", "[worker 0] ", "[ps 0] ", "[ps 1] "})
+    EXPECT_NE(run.err.find(prefix), std::string::npos) << prefix << "\n" << run.err;
+  EXPECT_NE(run.err.find("parameter_server: rank 3 (ps 1) of 4 (/job:ps/task:1)"),
+            std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("model.ckpt-1 at step 1"), std::string::npos) << run.err;
+  const std::string one = path("one") + "/checkpoints", ps = path("ps") + "/checkpoints";
+  expect_same_weights(ps, one, 1e-5);
+  const auto a = garden::read_checkpoint_file(*garden::latest_checkpoint(one));
+  const auto b = garden::read_checkpoint_file(*garden::latest_checkpoint(ps));
+  EXPECT_EQ(b.meta.at("global_steps"), 40);
+  EXPECT_EQ(a.meta.at("optimizer"), b.meta.at("optimizer"));
+  // Only the master reports and writes: one report, one exported model.
+  size_t reports = 0;
+  for (size_t at = run.out.find("job directory:"); at != std::string::npos;
+       at = run.out.find("job directory:", at + 1))
+    ++reports;
+  EXPECT_EQ(reports, 1u) << run.out;
+  EXPECT_TRUE(fs::exists(fs::path(path("ps")) / "model" / "model.yaml"));
+}
+
+TEST_F(DistributedCliTest, FxIrisSampleOnTwoWorkersTrainsResumesAndCountsEpochs) {
+  // TensorFX's sample command line, asynchronously on two workers.
+  const std::string sample =
+      "--batch-size 5 --checkpoint-interval-secs 1 --hidden-layers:1 20 --hidden-layers:2 10 ";
+  CliRun run = launch_fx(path("job"), 2, 1, sample + "--max-steps 2000");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.err.find("[worker 1] "), std::string::npos) << run.err;
+  const auto at = run.err.rfind("Evaluation metric: ");
+  ASSERT_NE(at, std::string::npos) << run.err;
+  EXPECT_GE(std::stod(run.err.substr(at + 19)), 0.93) << run.err;
+  EXPECT_TRUE(fs::exists(fs::path(path("job")) / "job.yaml"));
+  EXPECT_TRUE(fs::exists(fs::path(path("job")) / "summaries" / "eval"));
+  // The same command with more steps resumes.
+  run = launch_fx(path("job"), 2, 1, sample + "--max-steps 2100");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.err.find("model.ckpt-2000 at step 2000"), std::string::npos) << run.err;
+  const auto data = garden::read_checkpoint_file(
+      (fs::path(path("job")) / "checkpoints" / "model.ckpt-2100").string());
+  EXPECT_EQ(data.meta.at("optimizer").at("iterations"), 2100);
+  // --epochs counts the workers' passes together: 120 rows in two shards of
+  // 60, 6 batches of 10 each, twice: 24 steps.
+  run = launch_fx(path("epochs"), 2, 1, "--batch-size 10 --epochs 2");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(garden::latest_checkpoint(path("epochs") + "/checkpoints"),
+            path("epochs") + "/checkpoints/model.ckpt-24")
+      << run.err;
+}
+
+TEST_F(DistributedCliTest, FxClusterWithoutParameterServersIsOneLine) {
+  const CliRun run = shell(
+      "TF_CONFIG='{\"task\": {\"type\": \"master\", \"index\": 0}, \"cluster\": "
+      "{\"master\": [\"127.0.0.1:1\"], \"worker\": [\"127.0.0.1:2\"]}}' \"$GARDEN\" " +
+      fx_iris(path("job"), "") + "\n");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_EQ(run.err.rfind("garden fx: error: TF_CONFIG describes a cluster without ps tasks", 0),
+            0u)
+      << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  EXPECT_FALSE(fs::exists(path("job"))) << "nothing written";
 }

@@ -18,6 +18,7 @@
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
 #include "garden/core/checkpoint.h"
+#include "garden/distribute/cluster.h"
 #include "garden/fx/prediction.h"
 
 namespace fs = std::filesystem;
@@ -290,14 +291,47 @@ TEST(FxConfigurationTest, FromTfConfig) {
   EXPECT_EQ(worker.device(), "/job:worker/task:1");
   EXPECT_TRUE(fx::Configuration::from_tf_config(R"({"task": {"type": "ps"}, "cluster": {}})")
                   .param_server());
-  // Distributed fx training is not implemented yet: one line.
-  EXPECT_NE(error_of([&] {
-              worker.create_server();
-            }).find("distributed garden fx training is not implemented yet"),
+  // The cluster in Garden's terms: the master is the chief (rank 0), then
+  // the workers, then the ps tasks; the rendezvous is at the master.
+  const auto cluster = worker.resolve();
+  EXPECT_EQ(cluster.strategy, "parameter_server");
+  EXPECT_EQ(cluster.rank, 2);
+  EXPECT_EQ(cluster.world_size, 4);
+  EXPECT_EQ(cluster.num_workers, 2);
+  EXPECT_EQ(cluster.num_ps, 1);
+  EXPECT_EQ(cluster.master_addr, "m");
+  EXPECT_EQ(cluster.master_port, 1);
+  EXPECT_EQ(worker.create_device_setter(*fx::ModelArguments::defaults()),
+            "variables: /job:ps (1 tasks, sharded by size); operations: /job:worker/task:1");
+  const auto ps = fx::Configuration::from_tf_config(
+      R"({"task": {"type": "ps", "index": 0}, "cluster": {"master": ["m:1"], "worker": ["a:1"], "ps": ["p:1", "q:1"]}})");
+  EXPECT_EQ(ps.resolve().rank, 2);
+  EXPECT_TRUE(ps.resolve().is_ps());
+  // garden launch --ps writes "chief": the master.
+  const auto chief = fx::Configuration::from_tf_config(
+      R"({"task": {"type": "chief", "index": 0}, "cluster": {"chief": ["m:1"], "worker": ["a:1"], "ps": ["p:1"]}})");
+  EXPECT_TRUE(chief.master());
+  EXPECT_TRUE(chief.resolve().is_chief());
+  // Local: nothing to resolve or connect.
+  EXPECT_FALSE(local.resolve().distributed());
+  EXPECT_EQ(local.create_server(), nullptr);
+  EXPECT_EQ(local.create_device_setter(*fx::ModelArguments::defaults()), "");
+  // What cannot be trained on is one line.
+  EXPECT_NE(
+      error_of([] {
+        fx::Configuration::from_tf_config(
+            R"({"task": {"type": "master"}, "cluster": {"master": ["m:1"], "worker": ["a:1"]}})")
+            .resolve();
+      }).find("TF_CONFIG describes a cluster without ps tasks"),
+      std::string::npos);
+  EXPECT_NE(error_of([] {
+              fx::Configuration::from_tf_config(
+                  R"({"task": {"type": "master"}, "cluster": {"worker": ["a:1"], "ps": ["p:1"]}})")
+                  .resolve();
+            }).find("no chief"),
             std::string::npos);
-  EXPECT_NO_THROW(local.create_server());
-  EXPECT_EQ(error_of([] { fx::Configuration::from_tf_config(R"({"task": {"type": "chief"}})"); }),
-            "TF_CONFIG task.type 'chief' is not one of master, worker, ps");
+  EXPECT_EQ(error_of([] { fx::Configuration::from_tf_config(R"({"task": {"type": "boss"}})"); }),
+            "TF_CONFIG task.type 'boss' is not one of master, chief, worker, ps");
   EXPECT_NE(error_of([] { fx::Configuration::from_tf_config("{"); }).find("not valid JSON"),
             std::string::npos);
 }

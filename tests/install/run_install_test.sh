@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs Garden from a build tree into a scratch prefix, builds the
-# out-of-tree example examples/custom_task against that installation with
-# find_package(garden), and runs it: what a user who copies the example does.
+# out-of-tree examples examples/custom_task (a Task of one's own) and
+# examples/custom_fx_model (a TensorFX ModelBuilder of one's own) against
+# that installation with find_package(garden), and runs them: what a user
+# who copies an example does.
 #
 # usage: run_install_test.sh <build dir> <source dir> <work dir>
 #
@@ -42,8 +44,10 @@ show() {
 }
 
 [[ -f "$build_dir/CMakeCache.txt" ]] || die "'$build_dir' is not a CMake build directory"
-[[ -f "$source_dir/examples/custom_task/CMakeLists.txt" ]] ||
-  die "'$source_dir' has no examples/custom_task/CMakeLists.txt"
+for example in custom_task custom_fx_model; do
+  [[ -f "$source_dir/examples/$example/CMakeLists.txt" ]] ||
+    die "'$source_dir' has no examples/$example/CMakeLists.txt"
+done
 
 # A clean work dir, whatever an earlier run left there.
 case "$work_dir" in
@@ -180,6 +184,54 @@ else
   status=$?
   show "$logs/train.err"
   fail "'my_garden train' exited with status $status"
+fi
+
+
+# ---- examples/custom_fx_model: a TensorFX model of one's own -------------------------
+fx_build=$work_dir/fx-build
+say "configuring and building examples/custom_fx_model against $prefix"
+cmake -S "$source_dir/examples/custom_fx_model" -B "$fx_build" -G Ninja \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON \
+  "${launcher[@]}" >"$logs/fx_configure.log" 2>&1 ||
+  { show "$logs/fx_configure.log"; die "configuring examples/custom_fx_model failed"; }
+cmake --build "$fx_build" -- -j2 >"$logs/fx_build.log" 2>&1 ||
+  { show "$logs/fx_build.log"; die "building examples/custom_fx_model failed"; }
+my_fx=$fx_build/my_fx
+[[ -x "$my_fx" ]] || die "the build made no $my_fx"
+# TensorFX's iris sample as installed, trained with the example's model and
+# its own arguments, then its export predicted.
+iris=$prefix/share/garden/data/fx/iris
+fx_job=$work_dir/fx-job
+min_fx_accuracy=0.9
+say "running my_fx fx train --model regularized_classification"
+if (cd "$iris" && "$my_fx" fx train --model regularized_classification --output "$fx_job" \
+  --data-train train.csv --data-eval eval.csv --data-schema schema.yaml \
+  --data-metadata metadata.json --data-features features.yaml --batch-size 10 \
+  --max-steps 400 --hidden-units 16 --dropout 0.1 --l2 0.001 --learning-rate 0.05) \
+  >"$logs/fx_train.out" 2>"$logs/fx_train.err"; then
+  accuracy=$(sed -n 's/.*Evaluation metric: \([0-9.]*\).*/\1/p' "$logs/fx_train.err" | tail -n 1)
+  say "regularized_classification eval accuracy ${accuracy:-none}"
+  if [[ -z "$accuracy" ]]; then
+    fail "'my_fx fx train' logged no evaluation"
+  elif ! awk -v x="$accuracy" -v min="$min_fx_accuracy" 'BEGIN {exit !(x + 0 >= min + 0)}'; then
+    fail "regularized_classification reached accuracy $accuracy, below $min_fx_accuracy"
+  fi
+  grep -q '^model: regularized_classification$' "$fx_job/model/model.yaml" 2>/dev/null ||
+    fail "the export $fx_job/model does not name regularized_classification"
+  if "$my_fx" fx predict --model "$fx_job/model" --input "$iris/eval.csv" \
+    >"$logs/fx_predict.out" 2>"$logs/fx_predict.err"; then
+    lines=$(grep -c '^{"label": "[a-z]*", "scores": \[' "$logs/fx_predict.out" || true)
+    [[ "$lines" == 30 ]] || fail "'my_fx fx predict' printed $lines predictions for 30 lines"
+  else
+    show "$logs/fx_predict.err"
+    fail "'my_fx fx predict' failed"
+  fi
+else
+  status=$?
+  show "$logs/fx_train.err"
+  fail "'my_fx fx train' exited with status $status"
 fi
 
 if ((failures > 0)); then

@@ -49,7 +49,7 @@ class FeedForwardClassification : public ModelBuilder {
                             const Values& inferences) override;
   Values build_output(const Transformed& inputs, const Values& inferences) override;
   EvaluationValue build_evaluation(const Transformed& inputs, const Values& outputs) override;
-  std::shared_ptr<optim::Optimizer> build_optimizer() override;
+  config::OptimizationConfig build_optimizer_config() override;
   torch::nn::Module& module() override { return *module_; }
   std::string model_name() const override { return "feedforward_classification"; }
 

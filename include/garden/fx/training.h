@@ -24,8 +24,14 @@
 #include <torch/nn/module.h>
 #include <nlohmann/json.hpp>
 
+#include "garden/config/optimization.h"
 #include "garden/fx/data.h"
 #include "garden/optim/optimizer.h"
+
+namespace garden::distribute {
+class ProcessGroup;
+struct Cluster;
+}  // namespace garden::distribute
 
 namespace garden::fx {
 
@@ -114,6 +120,13 @@ class ModelArguments {
 // tensorfx.training.Configuration: which task of which cluster this process
 // is, from TF_CONFIG ({"task": {"type", "index"}, "cluster": {...}, "job":
 // {...}}). A process with no TF_CONFIG is the local master.
+//
+// A distributed configuration runs on Garden's parameter-server engine
+// (runtime.distribution_strategy: parameter_server, docs/distributed.md):
+// the master is the chief (it coordinates, checkpoints, evaluates and
+// exports), each worker computes gradients on its own shard of the training
+// data, and the ps tasks hold the weights and apply the updates. `chief`
+// (what `garden launch --ps=K` writes) is read as master.
 class Configuration {
  public:
   Configuration(nlohmann::json task, nlohmann::json cluster, nlohmann::json job,
@@ -133,12 +146,21 @@ class Configuration {
   // "/job:<type>/task:<index>".
   std::string device() const;
   bool distributed() const { return !cluster_.is_null(); }
-  bool master() const { return task_type() == "master"; }
+  bool master() const { return task_type() == "master" || task_type() == "chief"; }
   bool param_server() const { return task_type() == "ps"; }
   bool worker() const { return task_type() == "worker"; }
-  // TensorFlow's server and device setter: nothing to create in one
-  // process; a distributed configuration throws (not implemented yet).
-  void create_server() const;
+  // Where this process stands in Garden's cluster terms (rank, workers, ps
+  // tasks, the master's address). Throws garden::Error with one line when
+  // the cluster cannot be trained on: no ps tasks (TensorFX keeps every
+  // variable on the parameter servers), no worker, or a malformed entry.
+  distribute::Cluster resolve() const;
+  // TensorFlow's tf.train.Server: this process's connection to the
+  // cluster's c10d process group (rendezvous at the master's address);
+  // nullptr when not distributed. Blocks until every task has joined.
+  std::shared_ptr<distribute::ProcessGroup> create_server() const;
+  // tf.train.replica_device_setter: where the training graph's variables
+  // and operations go, as a description ("" in one process): the variables
+  // on /job:ps (sharded by size over the ps tasks), the computation here.
   std::string create_device_setter(const ModelArguments& args) const;
 
  private:
@@ -164,6 +186,10 @@ class InputReader {
   int64_t epoch() const { return epoch_; }
   int64_t position() const { return position_; }
   void seek(int64_t epoch, int64_t position);
+  int64_t rows() const { return all_.rows; }
+  // A reader of the rows whose index modulo `count` is `index` (a worker's
+  // shard), from the first epoch, with its own seed.
+  InputReader shard(int64_t index, int64_t count, int64_t epochs, uint64_t seed) const;
 
  private:
   void reorder();
@@ -187,7 +213,9 @@ class ModelBuilder;
 struct TrainingGraph {
   InputReader input;
   std::shared_ptr<optim::Optimizer> optimizer;
-  // One step on a batch: inference, loss, gradients, update; the loss.
+  // Inference, loss and backward on a batch (the parameters' .grad); the loss.
+  std::function<double(const Transformed&, int64_t global_steps)> gradient_op;
+  // One step on a batch: gradient_op, then the optimizer's update; the loss.
   std::function<double(const Transformed&, int64_t global_steps)> train_op;
 };
 struct EvaluationGraph {
@@ -237,8 +265,12 @@ class ModelBuilder {
                                     const Values& inferences) = 0;
   virtual Values build_output(const Transformed& inputs, const Values& inferences) = 0;
   virtual EvaluationValue build_evaluation(const Transformed& inputs, const Values& outputs) = 0;
-  // The optimizer over the module's parameters.
-  virtual std::shared_ptr<optim::Optimizer> build_optimizer() = 0;
+  // The optimizer (TensorFX builds it inside build_training), as Garden's
+  // optimizer config: any of Garden's optimizers and learning-rate
+  // schedules. A parameter server builds the same one over its shard.
+  virtual config::OptimizationConfig build_optimizer_config() = 0;
+  // That optimizer over the module's parameters.
+  std::shared_ptr<optim::Optimizer> build_optimizer();
   virtual std::string evaluation_metric() const { return "accuracy"; }
   // The name the model is registered under (fx::register_model), which an
   // export records so that prediction can rebuild it; "" cannot be exported.
@@ -266,6 +298,12 @@ class Model;
 // A checkpoint and a full evaluation pass follow the first step and then
 // every --checkpoint-interval-secs, and the end of training, which also
 // exports. Returns the exported model on the master.
+//
+// With a distributed Configuration the master writes the job directory as
+// above while the workers compute the steps (each on the training rows
+// whose index modulo the number of workers is its own) and the ps tasks
+// apply them; --epochs then counts passes of all the workers together
+// over the whole training data. Only the master writes anything.
 class ModelTrainer {
  public:
   explicit ModelTrainer(std::optional<Configuration> config = std::nullopt);
