@@ -3,9 +3,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cfloat>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <filesystem>
 #include <mutex>
 #include <stdexcept>
@@ -33,6 +36,22 @@ std::string host_name() {
   char name[HOST_NAME_MAX + 1] = {};
   if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
   return name;
+}
+
+// TensorFlow's default histogram bucket limits: 10 % wider each, from 1e-12
+// to 1e20, mirrored below zero, with 0 and ±DBL_MAX at the ends.
+const std::vector<double>& default_bucket_limits() {
+  static const std::vector<double> limits = [] {
+    std::vector<double> positive;
+    for (double v = 1.0e-12; v < 1.0e20; v *= 1.1) positive.push_back(v);
+    positive.push_back(DBL_MAX);
+    std::vector<double> all;
+    for (auto it = positive.rbegin(); it != positive.rend(); ++it) all.push_back(-*it);
+    all.push_back(0.0);
+    all.insert(all.end(), positive.begin(), positive.end());
+    return all;
+  }();
+  return limits;
 }
 
 // Picks events.out.tfevents.<seconds>.<host>[.N] and creates it with O_EXCL, so two
@@ -141,6 +160,46 @@ void SummaryWriter::text(const std::string& tag, const std::string& text, int64_
   tensor->set_dtype(tf::DT_STRING);
   tensor->mutable_tensor_shape();  // present but without dims: a scalar
   tensor->add_string_val(text);
+  impl_->write(event);
+}
+
+void SummaryWriter::histogram(const std::string& tag, const std::vector<double>& values,
+                              int64_t step) {
+  const std::vector<double>& limits = default_bucket_limits();
+  std::vector<double> counts(limits.size(), 0.0);
+  double low = DBL_MAX, high = -DBL_MAX, sum = 0.0, sum_squares = 0.0;
+  for (const double v : values) {
+    if (!std::isfinite(v))
+      throw std::invalid_argument("histogram '" + tag + "' has a non-finite value " +
+                                  std::to_string(v) + " at step " + std::to_string(step));
+    low = std::min(low, v);
+    high = std::max(high, v);
+    sum += v;
+    sum_squares += v * v;
+    const auto bucket = std::upper_bound(limits.begin(), limits.end(), v) - limits.begin();
+    counts[static_cast<std::size_t>(std::min<std::ptrdiff_t>(
+        bucket, static_cast<std::ptrdiff_t>(limits.size()) - 1))] += 1.0;
+  }
+  tf::Event event = Impl::summary_event(step);
+  tf::Summary::Value* v = event.mutable_summary()->add_value();
+  v->set_tag(tag);
+  tf::HistogramProto* histo = v->mutable_histo();
+  histo->set_min(low);
+  histo->set_max(high);
+  histo->set_num(static_cast<double>(values.size()));
+  histo->set_sum(sum);
+  histo->set_sum_squares(sum_squares);
+  // Each non-empty bucket, and each run of empty ones as one (its last limit).
+  for (std::size_t i = 0; i < limits.size();) {
+    double limit = limits[i], count = counts[i];
+    ++i;
+    if (count <= 0.0) {
+      while (i < limits.size() && counts[i] <= 0.0) limit = limits[i++];
+      count = 0.0;
+    }
+    histo->add_bucket_limit(limit);
+    histo->add_bucket(count);
+  }
   impl_->write(event);
 }
 

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -481,6 +482,25 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// TensorFX's histograms of the variables and, where the last step left
+// them, their gradients: "layer_0.weight" is inference/layer_0/weights.
+void write_histograms(SummaryWriter& writer, torch::nn::Module& module, int64_t step) {
+  const auto values_of = [](const at::Tensor& tensor) {
+    const at::Tensor flat = tensor.detach().to(torch::kCPU, torch::kDouble).contiguous().view(-1);
+    return std::vector<double>(flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
+  };
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    std::string tag = "inference/" + item.key();
+    std::replace(tag.begin(), tag.end(), '.', '/');
+    const auto leaf = tag.rfind('/');
+    if (tag.substr(leaf + 1) == "weight") tag += "s";
+    if (tag.substr(leaf + 1) == "bias") tag.replace(leaf + 1, std::string::npos, "biases");
+    writer.histogram(tag, values_of(item.value()), step);
+    if (item.value().grad().defined())
+      writer.histogram(tag + ".gradients", values_of(item.value().grad()), step);
+  }
+}
+
 std::string job_yaml(const ModelArguments& args, const Configuration& config) {
   // One list item per option with its values, as TensorFX writes it.
   std::vector<std::string> items;
@@ -686,6 +706,7 @@ std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet&
         const double mean = loss_sum / static_cast<double>(std::max<int64_t>(1, loss_steps));
         train_summaries.scalars({{"metrics/loss", mean}, {"metrics/throughput", throughput}},
                                 global_steps);
+        write_histograms(train_summaries, module, global_steps);
         train_summaries.flush();
         log_info() << "Global steps: " << global_steps << "; Duration: "
                    << static_cast<int64_t>(

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cfloat>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -189,6 +191,57 @@ TEST_F(SummaryWriterTest, TextUsesTextPluginAndStringTensor) {
     EXPECT_FALSE(has(shape, kShapeDim)) << "a scalar tensor has no dims";
     EXPECT_EQ(only(tensor, tensor_field::kStringVal, kLengthDelimited).bytes, expected[i].second);
   }
+}
+
+TEST_F(SummaryWriterTest, HistogramHasTensorFlowsStatisticsAndDefaultBuckets) {
+  const std::vector<double> values = {-1.0, 0.0, 0.0, 0.5, 2.0, 2.0, 2.0};
+  {
+    garden::SummaryWriter writer(logdir_);
+    writer.histogram("layer/weights", values, 5);
+    writer.histogram("empty", {}, 6);
+    EXPECT_THROW(writer.histogram("bad", {1.0, std::nan("")}, 7), std::invalid_argument);
+  }
+  const auto histograms = histograms_in(logdir_);
+  ASSERT_EQ(histograms.size(), 2u);
+  const Histogram& h = histograms.at("layer/weights").at(5);
+  EXPECT_EQ(h.min, -1.0);
+  EXPECT_EQ(h.max, 2.0);
+  EXPECT_EQ(h.num, 7.0);
+  EXPECT_DOUBLE_EQ(h.sum, 5.5);
+  EXPECT_DOUBLE_EQ(h.sum_squares, 1.0 + 0.25 + 12.0);
+  ASSERT_EQ(h.limits.size(), h.counts.size());
+  // TensorFlow's buckets grow by 10 % from 1e-12; a value goes to the first
+  // limit above it. By hand: 2.0 lies between 1e-12 * 1.1^k for
+  // k = log(2e12) / log(1.1) = 297.4..., so its limit is 1e-12 * 1.1^298
+  // (2.16...); 0.5 below 1e-12 * 1.1^283 (0.517...); 0 below 1e-12; -1
+  // below -(1e-12 * 1.1^289) (-0.917...).
+  std::map<double, double> nonzero;
+  for (size_t i = 0; i < h.limits.size(); ++i)
+    if (h.counts[i] > 0) nonzero[h.limits[i]] = h.counts[i];
+  ASSERT_EQ(nonzero.size(), 4u);
+  auto it = nonzero.begin();
+  EXPECT_NEAR(it->first, -1e-12 * std::pow(1.1, 289), 1e-9);
+  EXPECT_EQ(it->second, 1.0);
+  ++it;
+  EXPECT_NEAR(it->first, 1e-12, 1e-20);
+  EXPECT_EQ(it->second, 2.0);
+  ++it;
+  EXPECT_NEAR(it->first, 1e-12 * std::pow(1.1, 283), 1e-9);
+  EXPECT_EQ(it->second, 1.0);
+  ++it;
+  EXPECT_NEAR(it->first, 1e-12 * std::pow(1.1, 298), 1e-9);
+  EXPECT_EQ(it->second, 3.0);
+  // Runs of empty buckets are merged: never two empty ones in a row, and
+  // the limits rise to DBL_MAX.
+  for (size_t i = 1; i < h.counts.size(); ++i) {
+    EXPECT_FALSE(h.counts[i] == 0 && h.counts[i - 1] == 0) << i;
+    EXPECT_LT(h.limits[i - 1], h.limits[i]);
+  }
+  EXPECT_EQ(h.limits.back(), DBL_MAX);
+  const Histogram& empty = histograms.at("empty").at(6);
+  EXPECT_EQ(empty.num, 0.0);
+  ASSERT_EQ(empty.counts.size(), 1u);
+  EXPECT_EQ(empty.limits[0], DBL_MAX);
 }
 
 TEST_F(SummaryWriterTest, FlushMakesEventsVisibleWhileWriterLives) {

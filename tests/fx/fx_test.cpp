@@ -402,6 +402,16 @@ TEST_F(FxCliTest, TheIrisSampleTrainsOnCsvAndTfRecordAndPredicts) {
     ASSERT_TRUE(train.count("metrics/loss"));
     EXPECT_EQ(train.at("metrics/loss").size(), 20u) << "every 100 steps";
     EXPECT_TRUE(train.count("metrics/throughput"));
+    // TensorFX's histograms of each variable and its gradients, every 100
+    // steps: layer_0 maps the 4 inputs to 20 units.
+    const auto histograms = garden_test::events::histograms_in(job / "summaries" / "train");
+    ASSERT_TRUE(histograms.count("inference/layer_0/weights")) << ext;
+    EXPECT_EQ(histograms.at("inference/layer_0/weights").size(), 20u);
+    const auto& weights = histograms.at("inference/layer_0/weights").at(2000);
+    EXPECT_EQ(weights.num, 80.0);
+    EXPECT_LT(weights.min, weights.max);
+    EXPECT_EQ(histograms.at("inference/logits/biases").at(2000).num, 3.0);
+    EXPECT_TRUE(histograms.count("inference/logits/weights.gradients"));
     // job.yaml: the arguments one option a line, and the (empty) TF_CONFIG.
     std::ifstream in(job / "job.yaml");
     std::stringstream yaml;

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace garden {
 
@@ -30,6 +31,14 @@ class SummaryWriter {
   // Text (markdown) as TensorBoard's text plugin expects it: plugin_name "text" in the
   // Value's metadata, and the text in a DT_STRING scalar tensor.
   void text(const std::string& tag, const std::string& text, int64_t step);
+
+  // A histogram of `values` as TensorFlow's tf.summary.histogram writes it
+  // (TensorBoard's Histograms and Distributions tabs): min, max, count, sum,
+  // sum of squares, and the counts over TensorFlow's default buckets (limits
+  // ±1e-12·1.1^k up to 1e20, 0 and ±DBL_MAX; a value v falls in the first
+  // bucket whose limit is above it: bucket i holds [limit i-1, limit i)), runs of empty buckets merged into one.
+  // A NaN or infinite value throws std::invalid_argument naming the tag.
+  void histogram(const std::string& tag, const std::vector<double>& values, int64_t step);
 
   // Makes everything written so far visible to TensorBoard (fflush, no fsync: cheap
   // enough to call every logging interval).
