@@ -617,6 +617,25 @@ std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet&
 
   SummaryWriter train_summaries((root / "summaries" / "train").string());
   SummaryWriter eval_summaries((root / "summaries" / "eval").string());
+  {
+    // TensorFX adds each phase's graph to its summaries; Garden's graph is
+    // the module: its variables and shapes, as text (TensorBoard's Text tab).
+    std::string graph = "| variable | shape |\n|---|---|\n";
+    for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+      std::string shape;
+      for (const int64_t size : item.value().sizes())
+        shape += (shape.empty() ? "" : " x ") + std::to_string(size);
+      graph += "| " + item.key() + " | " + shape + " |\n";
+    }
+    const std::string model = builder.model_name().empty() ? "model" : builder.model_name();
+    train_summaries.text("graph", model + ", training\n\n" + graph, global_steps);
+    eval_summaries.text("graph", model + ", evaluation\n\n" + graph, global_steps);
+    SummaryWriter prediction((root / "summaries" / "prediction").string());
+    prediction.text("graph",
+                    model + ", prediction: instances (CSV lines or tf.Example records) to label "
+                            "and scores\n\n" + graph,
+                    global_steps);
+  }
   const auto save_and_evaluate = [&] {
     CheckpointData data;
     for (const auto& [name, tensor] : model_state(module)) data.tensors["model/" + name] = tensor;

@@ -402,6 +402,17 @@ TEST_F(FxCliTest, TheIrisSampleTrainsOnCsvAndTfRecordAndPredicts) {
     ASSERT_TRUE(train.count("metrics/loss"));
     EXPECT_EQ(train.at("metrics/loss").size(), 20u) << "every 100 steps";
     EXPECT_TRUE(train.count("metrics/throughput"));
+    // Each phase's "graph" (the module's variables) as text, in its own
+    // summaries directory, as TensorFX adds its graphs.
+    for (const char* phase : {"train", "eval", "prediction"}) {
+      bool found = false;
+      for (const auto& entry : fs::directory_iterator(job / "summaries" / phase))
+        for (const auto& event : garden_test::events::read_events(entry.path().string()))
+          if (garden_test::reference::has(event, garden_test::events::event_field::kSummary))
+            for (const auto& value : garden_test::events::values_of(event))
+              found |= garden_test::events::tag_of(value) == "graph";
+      EXPECT_TRUE(found) << phase;
+    }
     // TensorFX's histograms of each variable and its gradients, every 100
     // steps: layer_0 maps the 4 inputs to 20 units.
     const auto histograms = garden_test::events::histograms_in(job / "summaries" / "train");
