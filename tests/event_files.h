@@ -93,9 +93,7 @@ inline std::vector<double> doubles_of(const Message& message, uint32_t number) {
 inline Histogram histogram_of(const Message& value) {
   const Message h = decode(only(value, value_field::kHisto, kLengthDelimited).bytes);
   // proto3 leaves out a field equal to zero.
-  const auto number = [&](uint32_t n) {
-    return has(h, n) ? as_double(only(h, n, kFixed64)) : 0.0;
-  };
+  const auto number = [&](uint32_t n) { return has(h, n) ? as_double(only(h, n, kFixed64)) : 0.0; };
   Histogram out;
   out.min = number(histogram_field::kMin);
   out.max = number(histogram_field::kMax);
@@ -116,7 +114,8 @@ inline std::map<std::string, std::map<int64_t, Histogram>> histograms_in(
     for (const Message& event : read_events(entry.path().string())) {
       if (!has(event, event_field::kSummary)) continue;
       for (const Message& value : values_of(event))
-        if (has(value, value_field::kHisto)) out[tag_of(value)][step_of(event)] = histogram_of(value);
+        if (has(value, value_field::kHisto))
+          out[tag_of(value)][step_of(event)] = histogram_of(value);
     }
   }
   return out;

@@ -177,8 +177,8 @@ void SummaryWriter::histogram(const std::string& tag, const std::vector<double>&
     sum += v;
     sum_squares += v * v;
     const auto bucket = std::upper_bound(limits.begin(), limits.end(), v) - limits.begin();
-    counts[static_cast<std::size_t>(std::min<std::ptrdiff_t>(
-        bucket, static_cast<std::ptrdiff_t>(limits.size()) - 1))] += 1.0;
+    counts[static_cast<std::size_t>(
+        std::min<std::ptrdiff_t>(bucket, static_cast<std::ptrdiff_t>(limits.size()) - 1))] += 1.0;
   }
   tf::Event event = Impl::summary_event(step);
   tf::Summary::Value* v = event.mutable_summary()->add_value();

@@ -632,8 +632,10 @@ std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet&
     eval_summaries.text("graph", model + ", evaluation\n\n" + graph, global_steps);
     SummaryWriter prediction((root / "summaries" / "prediction").string());
     prediction.text("graph",
-                    model + ", prediction: instances (CSV lines or tf.Example records) to label "
-                            "and scores\n\n" + graph,
+                    model +
+                        ", prediction: instances (CSV lines or tf.Example records) to label "
+                        "and scores\n\n" +
+                        graph,
                     global_steps);
   }
   const auto save_and_evaluate = [&] {

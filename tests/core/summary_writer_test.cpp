@@ -6,8 +6,8 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cfloat>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstring>
