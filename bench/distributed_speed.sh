@@ -6,18 +6,23 @@
 #   default:    one process as the experiment ships (one LibTorch thread;
 #               OpenBLAS uses every core for matrix products)
 #   workers:    WORKERS processes from garden launch (one thread each)
+#   ps:         with PS=K set, also WORKERS workers with K parameter servers
+#               and their chief (garden launch --ps=K), asynchronous: every
+#               worker step is a whole global batch, so its steps/s compares
+#               with the others' as they are
 # Prints, per run, the median steps/s over the loops after the first (equal
 # global batches, so the ratio of steps/s is the ratio of tokens/s) and the
 # mean all_reduce_wait_ms (what a worker still waited for the gradient
 # all-reduce after backward ended).
 #
-#   bash bench/distributed_speed.sh [WORKERS=2] [STEPS=100] [ROUNDS=2]
+#   [PS=K] bash bench/distributed_speed.sh [WORKERS=2] [STEPS=100] [ROUNDS=2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 garden=${GARDEN:-build/garden}
 workers=${1:-2}
 steps=${2:-100}
 rounds=${3:-2}
+ps=${PS:-0}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 overrides="task.train_data.input_path=data/translation/en_de_train.tsv"
@@ -28,7 +33,7 @@ overrides+=",runtime.intra_op_parallelism_threads=1"
 
 # The median of the steps/s of every loop after the first, and the mean wait.
 summarize() {
-  grep 'train | step' "$1" | grep -v '^\[rank [1-9]' | tail -n +2 |
+  grep 'train | step' "$1" | grep -v '^\[rank [1-9]' | grep -v '^\[worker\|^\[ps' | tail -n +2 |
     sed -E 's/.*steps_per_second: ([0-9.]+).*/\1/' | sort -n |
     awk '{v[NR]=$1} END {m = NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2; printf "%.3f", m}'
 }
@@ -40,7 +45,7 @@ wait_ms() {
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 for round in $(seq 1 "$rounds"); do
-  rm -rf "$scratch"/one "$scratch"/default "$scratch"/many
+  rm -rf "$scratch"/one "$scratch"/default "$scratch"/many "$scratch"/ps
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$garden" train --experiment=wmt_transformer/tiny \
     --mode=train --model_dir="$scratch/one" --params_override="$overrides" >"$scratch/one.log" 2>&1
   "$garden" train --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/default" \
@@ -52,7 +57,16 @@ for round in $(seq 1 "$rounds"); do
   one=$(summarize "$scratch/one.log")
   default=$(summarize "$scratch/default.log")
   many=$(summarize "$scratch/many.log")
-  echo "round $round: one-thread $one | default $default | $workers workers $many steps/s" \
-       "| workers / one-thread $(ratio "$many" "$one") | workers / default $(ratio "$many" "$default")" \
-       "| all_reduce_wait_ms $(wait_ms "$scratch/many.log")"
+  line="round $round: one-thread $one | default $default | $workers workers $many steps/s"
+  line+=" | workers / one-thread $(ratio "$many" "$one") | workers / default $(ratio "$many" "$default")"
+  line+=" | all_reduce_wait_ms $(wait_ms "$scratch/many.log")"
+  if [ "$ps" -gt 0 ]; then
+    "$garden" launch --nproc_per_node="$workers" --ps="$ps" --master_port=$((29750 + round)) -- \
+      train --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/ps" \
+      --params_override="$overrides,runtime.distribution_strategy=parameter_server" \
+      >"$scratch/ps.log" 2>&1
+    async=$(summarize "$scratch/ps.log")
+    line+=" | $workers workers + $ps ps $async steps/s, / one-thread $(ratio "$async" "$one")"
+  fi
+  echo "$line"
 done

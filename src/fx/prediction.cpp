@@ -9,6 +9,7 @@
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/core/checkpoint.h"
+#include "garden/core/safetensors.h"
 #include "garden/core/task.h"
 
 namespace fs = std::filesystem;
@@ -32,6 +33,11 @@ void export_model(ModelBuilder& builder, const std::string& path) {
     weights.tensors["model/" + name] = tensor;
   weights.meta = {{"model", builder.model_name()}};
   write_checkpoint_file((staging / "weights").string(), weights);
+  // The same weights under PyTorch's names, for Python's own tools.
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (const auto& [name, tensor] : model_state(builder.module())) named.emplace_back(name, tensor);
+  write_safetensors((staging / "weights.safetensors").string(), named,
+                    {{"format", "pt"}, {"model", builder.model_name()}});
   write_file_atomically((staging / "schema.yaml").string(), dataset.schema().text());
   write_file_atomically((staging / "metadata.json").string(), dataset.metadata().text());
   write_file_atomically((staging / "features.yaml").string(), dataset.features()->text());

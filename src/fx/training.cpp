@@ -196,6 +196,9 @@ void ModelArguments::init_parser(ArgumentParser& parser) {
   parser.add("--log-level", &log_level, "FATAL, ERROR, WARN, INFO (default) or DEBUG", levels);
   parser.add("--log-interval-steps", &log_interval_steps,
              "Steps between progress lines and training summaries (default 100)");
+  parser.add("--seed", &seed,
+             "Garden's: seeds the initial weights and the workers' random streams, so runs "
+             "repeat (default -1: unseeded, as in TensorFX)");
 }
 
 ArgumentParser ModelArguments::build_parser() {
@@ -215,6 +218,7 @@ void ModelArguments::process() {
   at_least("--epochs", epochs, 0);
   at_least("--checkpoint-interval-secs", checkpoint_interval_secs, 0);
   at_least("--log-interval-steps", log_interval_steps, 1);
+  at_least("--seed", seed, -1);
 }
 
 void ModelArguments::parse_into(const std::vector<std::string>& args) {
@@ -524,10 +528,12 @@ namespace {
 
 // A worker of a distributed run: steps from ps 0, gradients of its shard's
 // batches pushed to the ps tasks, until the master ends the run.
-void run_worker(ParameterServers& servers, TrainingGraph& training, int64_t num_workers) {
+void run_worker(ParameterServers& servers, TrainingGraph& training, int64_t num_workers,
+                int64_t training_seed) {
   const int64_t index = servers.worker_index();
-  // Its own random stream (dropout): LibTorch's default seed plus its index.
-  torch::manual_seed(67280421310721ull + static_cast<uint64_t>(index));
+  // Its own random stream (dropout): --seed plus 1 plus its index; unseeded,
+  // each process's generator starts from its own random seed already.
+  if (training_seed >= 0) torch::manual_seed(static_cast<uint64_t>(training_seed + 1 + index));
   std::optional<InputReader> input;
   while (const auto step = servers.next_step()) {
     if (!input) {
@@ -570,6 +576,8 @@ std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet&
     log_warning() << "--log-level-tensorflow " << args.log_level_tensorflow
                   << " has no effect: Garden has no TensorFlow log";
   const fs::path root(output);
+  // The initial weights (the master's, in a cluster).
+  if (args.seed >= 0) torch::manual_seed(static_cast<uint64_t>(args.seed));
   // The data is read and checked first: bad input leaves no job directory.
   if (cluster.is_ps()) {
     // A ps task holds the weights the master sends and applies the
@@ -590,7 +598,7 @@ std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet&
     group->barrier("the cluster's start");
     servers = std::make_shared<ParameterServers>(group, training.optimizer->parameters());
     if (!cluster.is_chief()) {
-      run_worker(*servers, training, cluster.num_workers);
+      run_worker(*servers, training, cluster.num_workers, args.seed);
       return nullptr;
     }
   }

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "event_files.h"
@@ -20,6 +21,7 @@
 #include "garden/core/checkpoint.h"
 #include "garden/distribute/cluster.h"
 #include "garden/fx/prediction.h"
+#include "safetensors_reader.h"
 
 namespace fs = std::filesystem;
 namespace fx = garden::fx;
@@ -372,13 +374,14 @@ class FxCliTest : public ::testing::Test {
   fs::path dir_;
 };
 
-// TensorFX's iris sample command line, as written (run_csv.sh).
+// TensorFX's iris sample command line, as written (run_csv.sh), with
+// Garden's --seed so that the test is the same run every time.
 std::string sample(const std::string& output, const std::string& ext) {
   return "fx train --model feedforward_classification --output '" + output +
          "' --data-train train." + ext + " --data-eval eval." + ext +
          " --data-schema schema.yaml --data-metadata metadata.json --data-features features.yaml"
          " --log-level-tensorflow ERROR --log-level INFO --batch-size 5 --max-steps 2000"
-         " --checkpoint-interval-secs 1 --hidden-layers:1 20 --hidden-layers:2 10";
+         " --checkpoint-interval-secs 1 --hidden-layers:1 20 --hidden-layers:2 10 --seed 1";
 }
 
 }  // namespace
@@ -449,6 +452,23 @@ TEST_F(FxCliTest, TheIrisSampleTrainsOnCsvAndTfRecordAndPredicts) {
   }
   EXPECT_EQ(count, 30);
   EXPECT_GE(right, 28);
+  // The export's weights.safetensors, read by the tests' own reader, holds
+  // the exported weights under PyTorch's names.
+  const auto safetensors =
+      garden_test::safetensors::read((dir_ / "csv" / "model" / "weights.safetensors").string());
+  EXPECT_EQ(safetensors.metadata.at("model"), "feedforward_classification");
+  const auto exported =
+      garden::read_checkpoint_file((dir_ / "csv" / "model" / "weights").string()).tensors;
+  ASSERT_EQ(safetensors.tensors.size(), exported.size());
+  for (const char* name : {"layer_0.weight", "layer_0.bias", "layer_1.weight", "logits.bias"}) {
+    const auto& entry = safetensors.tensors.at(name);
+    const at::Tensor expected = exported.at(std::string("model/") + name).contiguous();
+    EXPECT_EQ(entry.dtype, "F32");
+    EXPECT_EQ(entry.shape, expected.sizes().vec());
+    EXPECT_EQ(entry.bytes, std::string(static_cast<const char*>(expected.data_ptr()),
+                                       expected.numel() * sizeof(float)))
+        << name;
+  }
   const auto model = fx::Model::load((dir_ / "csv" / "model").string());
   const auto p = model->predict({"5.1,3.5,1.4,0.2", "6.3,3.3,6.0,2.5"});
   ASSERT_EQ(p.size(), 2u);
@@ -456,6 +476,26 @@ TEST_F(FxCliTest, TheIrisSampleTrainsOnCsvAndTfRecordAndPredicts) {
   EXPECT_EQ(p[1].label, "virginica");
   ASSERT_EQ(p[0].scores.size(), 3u);
   EXPECT_NEAR(p[0].scores[0] + p[0].scores[1] + p[0].scores[2], 1.0, 1e-5);
+}
+
+TEST_F(FxCliTest, TheSameSeedRepeatsARunBitwise) {
+  std::string weights[3];
+  for (int i = 0; i < 3; ++i) {
+    const fs::path job = dir_ / ("job" + std::to_string(i));
+    const CliRun run = run_garden(
+        "fx train --model feedforward_classification --output '" + job.string() +
+            "' --data-train train.csv --data-schema schema.yaml --data-metadata metadata.json "
+            "--data-features features.yaml --batch-size 10 --max-steps 30 --hidden-layers:1 8 "
+            "--seed " +
+            std::string(i < 2 ? "5" : "6"),
+        dir_);
+    ASSERT_EQ(run.status, 0) << run.err;
+    std::ifstream in(job / "model" / "weights.safetensors", std::ios::binary);
+    weights[i].assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(weights[i].empty());
+  }
+  EXPECT_EQ(weights[0], weights[1]) << "--seed 5 twice";
+  EXPECT_NE(weights[0], weights[2]) << "--seed 6";
 }
 
 TEST_F(FxCliTest, ASecondRunResumesFromTheCheckpointAndBadInputIsOneLine) {

@@ -209,7 +209,7 @@ say "running my_fx fx train --model regularized_classification"
 if (cd "$iris" && "$my_fx" fx train --model regularized_classification --output "$fx_job" \
   --data-train train.csv --data-eval eval.csv --data-schema schema.yaml \
   --data-metadata metadata.json --data-features features.yaml --batch-size 10 \
-  --max-steps 400 --hidden-units 16 --dropout 0.1 --l2 0.001 --learning-rate 0.05) \
+  --max-steps 400 --hidden-units 16 --dropout 0.1 --l2 0.001 --learning-rate 0.05 --seed 1) \
   >"$logs/fx_train.out" 2>"$logs/fx_train.err"; then
   accuracy=$(sed -n 's/.*Evaluation metric: \([0-9.]*\).*/\1/p' "$logs/fx_train.err" | tail -n 1)
   say "regularized_classification eval accuracy ${accuracy:-none}"

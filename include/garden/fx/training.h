@@ -87,6 +87,8 @@ class ModelArguments {
   std::string log_level_tensorflow = "ERROR";
   bool log_device_placement = false;
   int64_t log_interval_steps = 100;
+  // Garden's addition: seeds LibTorch's generator (-1: unseeded, as TensorFX).
+  int64_t seed = -1;
   // The command line as given (job.yaml).
   std::vector<std::string> raw_args;
 
