@@ -12,8 +12,9 @@ packages=(
   libprotobuf-dev protobuf-compiler zlib1g-dev
   libgtest-dev libgmock-dev
   libsentencepiece-dev sentencepiece
+  libcpp-httplib-dev
 )
-if [ "${1:-}" = "--bench" ]; then packages+=(python3-torch); fi
+if [ "${1:-}" = "--bench" ]; then packages+=(python3-torch wrk hey); fi
 
 missing=()
 for p in "${packages[@]}"; do

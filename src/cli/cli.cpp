@@ -1,7 +1,7 @@
 #include "garden/cli/cli.h"
 
-#include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
+#include <CLI/CLI.hpp>
 
 #include <charconv>
 #include <filesystem>
@@ -19,6 +19,7 @@
 #include "garden/cli/fx_command.h"
 #include "garden/cli/launch_command.h"
 #include "garden/cli/pretraining_data_command.h"
+#include "garden/cli/serving_commands.h"
 #include "garden/cli/spm_command.h"
 #include "garden/cli/tfrecord_command.h"
 #include "garden/cli/translate_command.h"
@@ -111,7 +112,8 @@ int run_train(const ExperimentFlags& flags, const std::string& mode, const std::
   std::cout << "\nmodel_dir:   " << fs::absolute(model_dir).string() << "\n";
   if (const auto checkpoint = latest_checkpoint(model_dir))
     std::cout << "checkpoint:  " << fs::absolute(*checkpoint).string() << "\n";
-  if (trained) std::cout << "params.yaml: " << (fs::absolute(model_dir) / "params.yaml").string() << "\n";
+  if (trained)
+    std::cout << "params.yaml: " << (fs::absolute(model_dir) / "params.yaml").string() << "\n";
   std::cout << "summaries:   tensorboard --logdir " << fs::absolute(model_dir).string() << "\n";
   if (!logs.empty()) {
     std::cout << "evaluation:  ";
@@ -216,8 +218,9 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
     std::string model_dir;
     auto* train = app.add_subcommand("train", "Train and/or evaluate an experiment");
     add_experiment_flags(*train, train_flags);
-    train->add_option("--mode", mode,
-                      "train, eval, train_and_eval, continuous_eval or train_and_post_eval")
+    train
+        ->add_option("--mode", mode,
+                     "train, eval, train_and_eval, continuous_eval or train_and_post_eval")
         ->capture_default_str();
     train->add_option("--model_dir", model_dir, "Directory for checkpoints, summaries, params.yaml")
         ->required();
@@ -249,6 +252,7 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
     add_bleu_command(app);
     add_translate_command(app);
     add_create_pretraining_data_command(app);
+    add_serving_commands(app);
 
     try {
       app.parse(argc, argv);

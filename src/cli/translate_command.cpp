@@ -24,6 +24,7 @@
 #include "garden/core/runtime.h"
 #include "garden/data/sentencepiece.h"
 #include "garden/nlp/translation.h"
+#include "garden/serving/export.h"
 
 namespace garden {
 
@@ -39,27 +40,6 @@ struct TranslateFlags {
   std::string input;
   std::string output;
 };
-
-// The checkpoint to translate with: --checkpoint (a file, a directory, or
-// `best`), else the latest in model_dir.
-std::string find_checkpoint(const TranslateFlags& flags, const config::ExperimentConfig& params) {
-  if (flags.checkpoint == "best") {
-    const std::string& subdir = params.trainer.best_checkpoint_export_subdir;
-    if (subdir.empty())
-      throw Error("--checkpoint=best: the run in '" + flags.model_dir +
-                  "' exported no best checkpoint (trainer.best_checkpoint_export_subdir is "
-                  "empty)");
-    const std::string dir = (fs::path(flags.model_dir) / subdir).string();
-    if (auto path = latest_checkpoint(dir)) return *path;
-    throw Error("--checkpoint=best: no checkpoint in '" + dir + "'");
-  }
-  if (!flags.checkpoint.empty()) {
-    if (auto path = latest_checkpoint(flags.checkpoint)) return *path;
-    throw Error("--checkpoint '" + flags.checkpoint + "' is not a checkpoint or holds none");
-  }
-  if (auto path = latest_checkpoint(flags.model_dir)) return *path;
-  throw Error("no checkpoint in '" + flags.model_dir + "' (train it first, or pass --checkpoint)");
-}
 
 struct Line {
   int64_t number = 0;  // 1-based
@@ -92,7 +72,8 @@ void run_translate(const TranslateFlags& flags) {
   if (flags.beam_size) task_config->model.beam_size = *flags.beam_size;
   config::validate_config(*params);
   apply_runtime(params->runtime);
-  const std::string checkpoint = find_checkpoint(flags, *params);
+  const std::string checkpoint =
+      serving::resolve_checkpoint(flags.model_dir, flags.checkpoint, *params);
 
   nlp::TranslationTask task(task_config, flags.model_dir);
   task.set_tokenizer_training(false);

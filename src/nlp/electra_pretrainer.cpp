@@ -189,12 +189,16 @@ Batch ElectraPretrainerImpl::forward(const Batch& inputs) {
   out["sampled_ids"] = fake.sampled_ids;
 
   at::Tensor disc_sequence = discriminator->forward(fake.word_ids, mask, type_ids, position_ids);
-  out["disc_logits"] =
-      discriminator_head->forward(activate(discriminator_projection->forward(disc_sequence), gelu))
-          .squeeze(-1);
+  out["disc_logits"] = discriminator_logits(disc_sequence);
   for (std::size_t i = 0; i < cls_heads.size(); ++i)
     out[options_.cls_heads[i].name] = cls_heads[i]->forward(disc_sequence);
   return out;
+}
+
+at::Tensor ElectraPretrainerImpl::discriminator_logits(const at::Tensor& sequence) {
+  const bool gelu = options_.generator.hidden_activation == "gelu";
+  return discriminator_head->forward(activate(discriminator_projection->forward(sequence), gelu))
+      .squeeze(-1);
 }
 
 }  // namespace garden::nlp

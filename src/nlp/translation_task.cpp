@@ -43,6 +43,7 @@ TranslationTask::TranslationTask(std::shared_ptr<const TranslationConfig> params
 TranslationTask::~TranslationTask() = default;
 
 std::string TranslationTask::tokenizer_path() const {
+  if (!serving_tokenizer_path_.empty()) return serving_tokenizer_path_;
   if (!config_.sentencepiece_model_path.empty()) return config_.sentencepiece_model_path;
   if (logging_dir().empty())
     throw Error("sentencepiece_model_path is empty and there is no model_dir to train one in");
@@ -224,6 +225,63 @@ Batch TranslationTask::inference_step(const Batch& inputs, Model& model) {
     for (std::size_t t = 0; t < outputs[b].size(); ++t)
       padded[static_cast<int64_t>(b)][static_cast<int64_t>(t)] = outputs[b][t];
   return {{"outputs", padded}};
+}
+
+ServingSignature TranslationTask::serving_signature() {
+  return {{{"inputs", {"DT_STRING", {}}}}, {{"outputs", {"DT_STRING", {}}}}};
+}
+
+std::map<std::string, std::string> TranslationTask::serving_assets() {
+  return {{kSentencePieceFile, tokenizer_path()}};
+}
+
+void TranslationTask::prepare_serving(const nlohmann::json& task_metadata,
+                                      const std::map<std::string, std::string>& assets) {
+  const auto it = assets.find(kSentencePieceFile);
+  if (it == assets.end())
+    throw Error(std::string("the export has no asset '") + kSentencePieceFile + "'");
+  serving_tokenizer_path_ = it->second;
+  tokenizer_training_ = false;
+  tokenizer_.reset();
+  restore_checkpoint_metadata(task_metadata);
+}
+
+Batch TranslationTask::serving_inputs(const std::vector<nlohmann::json>& instances) {
+  const int64_t max_length = config_.validation_data.max_seq_length;
+  std::vector<std::vector<int64_t>> rows;
+  rows.reserve(instances.size());
+  std::size_t longest = 1;
+  for (std::size_t i = 0; i < instances.size(); ++i) {
+    const auto it = instances[i].find("inputs");
+    if (it == instances[i].end())
+      throw InputError("instance " + std::to_string(i) + " has no input 'inputs'");
+    if (!it->is_string())
+      throw InputError("instance " + std::to_string(i) + ": input 'inputs' must be a string, not " +
+                       std::string(it->type_name()));
+    rows.push_back(encode_source(it->get<std::string>(), max_length));
+    longest = std::max(longest, rows.back().size());
+  }
+  at::Tensor source = torch::zeros(
+      {static_cast<int64_t>(rows.size()), static_cast<int64_t>(longest)}, torch::kLong);
+  for (std::size_t b = 0; b < rows.size(); ++b)
+    std::copy(rows[b].begin(), rows[b].end(),
+              source.data_ptr<int64_t>() + static_cast<int64_t>(b) * source.size(1));
+  return {{"inputs", source}};
+}
+
+std::vector<nlohmann::json> TranslationTask::serving_outputs(const Batch& outputs,
+                                                             std::size_t count) {
+  const at::Tensor ids = outputs.at("outputs").to(torch::kCPU).contiguous();
+  const auto& tok = tokenizer();
+  std::vector<nlohmann::json> rows;
+  rows.reserve(count);
+  for (std::size_t b = 0; b < count; ++b) {
+    const int64_t* row = ids.data_ptr<int64_t>() + static_cast<int64_t>(b) * ids.size(1);
+    std::vector<int64_t> tokens;
+    for (int64_t t = 0; t < ids.size(1) && row[t] != 0; ++t) tokens.push_back(row[t]);
+    rows.push_back({{"outputs", tok.decode(tokens)}});
+  }
+  return rows;
 }
 
 void TranslationTask::aggregate_logs(Logs& state, const Logs& step_logs) {

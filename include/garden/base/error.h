@@ -12,4 +12,11 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What a caller sent is wrong (a serving request's instance, a predict
+// input line): the caller's mistake, not the program's (HTTP 400).
+class InputError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace garden

@@ -76,6 +76,9 @@ class ElectraPretrainerImpl : public torch::nn::Module {
   //   sampled_ids       [B, P] the generator's samples
   //   <cls head name>   [B, num_classes] for each of options.cls_heads
   Batch forward(const Batch& inputs);
+  // The replaced-token-detection logits [B, S] for a discriminator
+  // sequence output [B, S, H] (what forward computes on the fake data).
+  at::Tensor discriminator_logits(const at::Tensor& sequence);
 
   const ElectraPretrainerOptions& options() const { return options_; }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +62,16 @@ class TranslationTask : public Task {
   // Sentences, not tokens.
   int64_t num_examples(const Batch& batch) const override;
 
+  // Serving: "inputs", a source sentence (DT_STRING) -> "outputs", its
+  // translation by beam search (DT_STRING). The SentencePiece model is the
+  // export's asset "sentencepiece.model".
+  ServingSignature serving_signature() override;
+  std::map<std::string, std::string> serving_assets() override;
+  void prepare_serving(const nlohmann::json& task_metadata,
+                       const std::map<std::string, std::string>& assets) override;
+  Batch serving_inputs(const std::vector<nlohmann::json>& instances) override;
+  std::vector<nlohmann::json> serving_outputs(const Batch& outputs, std::size_t count) override;
+
   // The tokenizer: sentencepiece_model_path, or model_dir's trained one,
   // trained now when it is not there yet (unless training is off: then its
   // absence is an error).
@@ -79,6 +90,7 @@ class TranslationTask : public Task {
   const TranslationConfig& config_;
   std::unique_ptr<data::SentencePieceTokenizer> tokenizer_;
   bool tokenizer_training_ = true;
+  std::string serving_tokenizer_path_;  // set by prepare_serving
 };
 
 }  // namespace garden::nlp

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,16 @@ class TabularClassificationTask : public Task {
   Batch inference_step(const Batch& inputs, Model& model) override;
   nlohmann::json checkpoint_metadata() const override;
   void restore_checkpoint_metadata(const nlohmann::json& metadata) override;
+
+  // Serving: one DT_FLOAT input per feature column; outputs as a TensorFlow
+  // classifier's predictions (logits, probabilities, class_ids, classes).
+  ServingSignature serving_signature() override;
+  // The columns and classes come from the metadata; the standardization is
+  // in the model's buffers.
+  void prepare_serving(const nlohmann::json& task_metadata,
+                       const std::map<std::string, std::string>& assets) override;
+  Batch serving_inputs(const std::vector<nlohmann::json>& instances) override;
+  std::vector<nlohmann::json> serving_outputs(const Batch& outputs, std::size_t count) override;
 
   // The schema learned from the training data (read on first use).
   const TableSchema& schema();

@@ -1,0 +1,74 @@
+// garden::serving::Predictor: loads an export (garden/serving/export.h) and
+// answers batches of instances. It needs the export and the registered
+// experiment it names (garden::register_builtins() registers Garden's own),
+// nothing else: no model_dir, no training data.
+//
+//   garden::register_builtins();
+//   garden::serving::Predictor predictor("/exports/iris");  // the highest version
+//   auto rows = predictor.predict({{{"sepal_length", 5.1}, ...}});
+//   rows[0]["classes"]  // "Iris-setosa"
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "garden/base/types.h"
+#include "garden/core/task.h"
+
+namespace garden::serving {
+
+class Predictor {
+ public:
+  // `path`: a version directory (it holds signature.json) or an export's
+  // base directory (its highest version). `device`: "cpu", "cuda", "cuda:1".
+  explicit Predictor(const std::string& path, const std::string& device = "cpu");
+  ~Predictor();
+  Predictor(const Predictor&) = delete;
+  Predictor& operator=(const Predictor&) = delete;
+
+  const std::string& directory() const { return directory_; }
+  // The version directory's number (0 when its name is not a number).
+  int64_t version() const { return version_; }
+  const std::string& experiment() const { return experiment_; }
+  int64_t global_step() const { return global_step_; }
+  const ServingSignature& signature() const { return signature_; }
+  // TF Serving's signature_def JSON (GET /v1/models/NAME/metadata).
+  const nlohmann::json& signature_def() const { return signature_def_; }
+  // The export's params.yaml, resolved.
+  const config::ExperimentConfig& params() const { return *params_; }
+  // LibTorch's thread settings and seed from the export's runtime section
+  // (what garden predict and serve do before predicting); process-wide.
+  void apply_runtime() const;
+
+  // One JSON object of named outputs per instance, in order. An instance is
+  // an object holding every input by name; with a single input, the value
+  // itself; with several, also an array of their values in signature order.
+  // Thread-safe (calls run one at a time, in inference mode). A wrong
+  // instance throws InputError naming it.
+  std::vector<nlohmann::json> predict(const std::vector<nlohmann::json>& instances) const;
+  // The same on tensors: the task's batch in, inference_step's outputs out.
+  Batch predict_batch(const Batch& inputs) const;
+
+  // An instance in the object form predict's task takes (see predict).
+  nlohmann::json normalize_instance(const nlohmann::json& instance, std::size_t index) const;
+
+ private:
+  std::string directory_;
+  int64_t version_ = 0;
+  std::string experiment_;
+  int64_t global_step_ = 0;
+  ServingSignature signature_;
+  nlohmann::json signature_def_;
+  std::shared_ptr<config::ExperimentConfig> params_;
+  TaskPtr task_;
+  ModelPtr model_;
+  c10::Device device_{c10::kCPU};
+  mutable std::mutex mutex_;
+};
+
+}  // namespace garden::serving

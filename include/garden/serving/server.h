@@ -1,0 +1,66 @@
+// `garden serve`: TF Serving's REST API over an export directory, on
+// cpp-httplib (Debian's libcpp-httplib: a maintained, thread-pooled HTTP/1.1
+// server with keep-alive and body limits, and a client for the tests).
+//
+//   GET  /v1/models/NAME                   status and version
+//   GET  /v1/models/NAME/metadata          the signature
+//   POST /v1/models/NAME[/versions/V]:predict
+//        {"instances": [...]} -> {"predictions": [...]}   (row format)
+//        {"inputs": {...}}    -> {"outputs": {...}}       (columnar format)
+//   GET  /metrics                          Prometheus text
+//
+// Errors are {"error": "..."}: 400 for malformed JSON or wrong inputs, 404
+// for an unknown model, route or version, 413 for a body over the limit, 503
+// while loading or shutting down. With batching, concurrent requests are
+// merged into one forward pass of up to max_batch_size instances, waiting at
+// most batch_timeout_micros after the first (TF Serving's names). A newer
+// version in the export directory is loaded beside the serving one and
+// swapped in; requests in flight finish on the old one.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace garden::serving {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8501;  // 0: any free port (see ModelServer::port)
+  std::string model_name = "default";
+  std::string device = "cpu";
+  bool enable_batching = false;
+  int64_t max_batch_size = 32;
+  int64_t batch_timeout_micros = 2000;
+  int64_t max_body_bytes = 16 << 20;
+  double file_system_poll_wait_seconds = 1.0;  // 0: never look for new versions
+  int threads = 64;                            // connections served at once
+  int read_timeout_seconds = 10;  // a client that sends less than it announced is dropped
+};
+
+class ModelServer {
+ public:
+  ModelServer(std::string export_dir, ServerOptions options);
+  ~ModelServer();
+  ModelServer(const ModelServer&) = delete;
+  ModelServer& operator=(const ModelServer&) = delete;
+
+  // Binds the socket (throws naming host and port), then loads the export
+  // in the background: requests get 503 until it is loaded. Returns the
+  // port (the one chosen when options.port is 0).
+  int start();
+  int port() const;
+  // Serves until shutdown(); rethrows a failure to load the first version.
+  void run();
+  // Graceful: new requests get 503, requests in flight finish (up to
+  // `grace_seconds`), then run() returns. Safe from any thread.
+  void shutdown(double grace_seconds = 30.0);
+  // Blocks until the first version is loaded or failed; true when loaded.
+  bool wait_until_loaded() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace garden::serving

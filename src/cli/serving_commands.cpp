@@ -1,0 +1,277 @@
+#include "garden/cli/serving_commands.h"
+
+#include <signal.h>
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "garden/base/error.h"
+#include "garden/base/file_io.h"
+#include "garden/base/logging.h"
+#include "garden/cli/files.h"
+#include "garden/serving/export.h"
+#include "garden/serving/predictor.h"
+#include "garden/serving/server.h"
+
+namespace garden {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+void run_export(const serving::ExportOptions& options) {
+  const auto result = serving::export_model(options);
+  std::cout << "export:     " << fs::absolute(result.directory).string() << "\n"
+            << "version:    " << result.version << "\n"
+            << "checkpoint: " << fs::absolute(result.checkpoint).string() << " (step "
+            << result.global_step << (result.ema ? ", moving averages" : "") << ")\n";
+}
+
+struct PredictFlags {
+  std::string export_dir;
+  std::string input;
+  std::string output;
+  std::string device = "cpu";
+  int64_t batch_size = 32;
+};
+
+// One input line as an instance: JSON, or for a model whose one input is a
+// string, the line's text itself when it is not a JSON string or object.
+json parse_line(const std::string& line, bool text_input, int64_t number) {
+  try {
+    json value = json::parse(line);
+    if (!text_input || value.is_string() || value.is_object()) return value;
+  } catch (const json::exception& e) {
+    if (!text_input)
+      throw InputError("--input line " + std::to_string(number) + " is not JSON: " + e.what());
+  }
+  return json(line);
+}
+
+void run_predict(const PredictFlags& flags) {
+  if (flags.batch_size < 1) throw Error("--batch_size must be >= 1");
+  if (!flags.input.empty()) {
+    check_input_file(flags.input, "--input");
+    refuse_same_file(flags.input, "--input", flags.output, "--output");
+  }
+  serving::Predictor predictor(flags.export_dir, flags.device);
+  predictor.apply_runtime();
+  const auto& inputs = predictor.signature().inputs;
+  const bool text_input = inputs.size() == 1 && inputs[0].second.dtype == "DT_STRING";
+  std::unique_ptr<AtomicFile> output;
+  if (!flags.output.empty()) output = cli::create_output(flags.output, "--output");
+
+  std::ifstream input_file;
+  if (!flags.input.empty()) {
+    input_file.open(flags.input, std::ios::binary);
+    if (!input_file) throw Error("--input '" + flags.input + "' cannot be read");
+  } else if (::isatty(STDIN_FILENO)) {
+    std::cerr << "garden: reading instances from the terminal, one a line (Ctrl-D ends)\n";
+  }
+  std::istream& in = flags.input.empty() ? std::cin : input_file;
+  std::ofstream output_file;
+  if (output) {
+    output_file.open(output->temporary_path(), std::ios::binary | std::ios::trunc);
+    if (!output_file) throw Error("--output '" + flags.output + "' cannot be written");
+  }
+  std::ostream& out = output ? output_file : std::cout;
+
+  const auto start = std::chrono::steady_clock::now();
+  int64_t lines = 0, predicted = 0;
+  std::vector<json> instances;
+  std::vector<int64_t> numbers;  // the line of each instance
+  std::vector<bool> blank;       // per line of the window: blank lines stay blank
+  auto flush = [&] {
+    std::vector<json> results;
+    try {
+      results = predictor.predict(instances);
+    } catch (const InputError&) {
+      // Find the line: each instance alone.
+      for (std::size_t i = 0; i < instances.size(); ++i) {
+        try {
+          predictor.predict({instances[i]});
+        } catch (const InputError& e) {
+          std::string message = e.what();
+          if (message.rfind("instance 0", 0) == 0) message = message.substr(11);
+          throw InputError("--input line " + std::to_string(numbers[i]) + ": " + message);
+        }
+      }
+      throw;
+    }
+    std::size_t next = 0;
+    for (const bool is_blank : blank) {
+      if (is_blank) {
+        out << "\n";
+      } else {
+        out << results[next++].dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+      }
+    }
+    predicted += static_cast<int64_t>(instances.size());
+    instances.clear();
+    numbers.clear();
+    blank.clear();
+  };
+  std::string line;
+  while (std::getline(in, line)) {
+    ++lines;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const bool is_blank = line.find_first_not_of(" \t") == std::string::npos;
+    blank.push_back(is_blank);
+    if (!is_blank) {
+      instances.push_back(predictor.normalize_instance(parse_line(line, text_input, lines), 0));
+      numbers.push_back(lines);
+    }
+    if (static_cast<int64_t>(instances.size()) >= flags.batch_size) flush();
+  }
+  if (!blank.empty()) flush();
+  if (input_file.is_open() && input_file.bad())
+    throw Error("--input '" + flags.input + "' cannot be read");
+  if (output) {
+    output_file.close();
+    if (!output_file) throw Error("--output '" + flags.output + "' cannot be written");
+    output->commit();
+  } else if (!out.flush()) {
+    throw Error("writing the predictions failed");
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cerr << "garden: predicted " << predicted << " instances (" << lines << " lines) in "
+            << std::fixed << std::setprecision(2) << seconds << " s, " << std::setprecision(1)
+            << (seconds > 0 ? static_cast<double>(predicted) / seconds : 0.0)
+            << " instances/s, export " << predictor.directory() << "\n";
+}
+
+// The signal that asked the server to stop (0: none yet). A handler, not
+// sigwait: LibTorch's and OpenBLAS's threads exist before any mask is set,
+// and a signal may land on any of them.
+volatile std::sig_atomic_t stop_signal = 0;
+extern "C" void on_stop_signal(int signal) { stop_signal = signal; }
+
+void run_serve(const std::string& export_dir, const serving::ServerOptions& options) {
+  serving::ModelServer server(export_dir, options);
+  const int port = server.start();
+  stop_signal = 0;
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  struct sigaction old_term {
+  }, old_int{};
+  sigaction(SIGTERM, &action, &old_term);
+  sigaction(SIGINT, &action, &old_int);
+  ::signal(SIGPIPE, SIG_IGN);
+  std::cerr << "garden: listening on http://" << options.host << ":" << port << "/v1/models/"
+            << options.model_name << " (loading '" << export_dir << "')" << std::endl;
+  std::atomic<bool> done{false};
+  std::thread waiter([&] {
+    while (!done) {
+      if (stop_signal != 0) {
+        std::cerr << "garden: " << (stop_signal == SIGTERM ? "SIGTERM" : "SIGINT")
+                  << ": finishing the requests in flight, then stopping" << std::endl;
+        server.shutdown();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  auto restore = [&] {
+    done = true;
+    waiter.join();
+    sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGINT, &old_int, nullptr);
+  };
+  try {
+    server.run();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+  std::cerr << "garden: server stopped" << std::endl;
+}
+
+}  // namespace
+
+void add_serving_commands(CLI::App& app) {
+  auto export_options = std::make_shared<serving::ExportOptions>();
+  auto* export_command = app.add_subcommand(
+      "export", "Write a self-contained export (weights, config, tokenizer, signature) of a run");
+  export_command
+      ->add_option("--experiment", export_options->experiment,
+                   "The registered experiment the run was trained with")
+      ->required();
+  export_command->add_option("--model_dir", export_options->model_dir, "model_dir of the run")
+      ->required();
+  export_command->add_option("--checkpoint", export_options->checkpoint,
+                             "Checkpoint file or directory, or `best` (default: the latest)");
+  export_command
+      ->add_option("--export_dir", export_options->export_dir,
+                   "Base directory; the export goes to EXPORT_DIR/<version>")
+      ->required();
+  export_command->callback([export_options] { run_export(*export_options); });
+
+  auto predict_flags = std::make_shared<PredictFlags>();
+  auto* predict = app.add_subcommand(
+      "predict", "Predict JSON lines (or, for translation, text lines) with an export");
+  predict
+      ->add_option("--export_dir", predict_flags->export_dir,
+                   "An export's base directory (its highest version) or a version directory")
+      ->required();
+  predict->add_option("--input", predict_flags->input,
+                      "Input file, one instance a line (default: stdin)");
+  predict->add_option("--output", predict_flags->output,
+                      "Output file, one JSON object a line (default: stdout)");
+  predict->add_option("--batch_size", predict_flags->batch_size, "Instances predicted at once")
+      ->capture_default_str();
+  predict->add_option("--device", predict_flags->device, "cpu, cuda or cuda:N")
+      ->capture_default_str();
+  predict->callback([predict_flags] { run_predict(*predict_flags); });
+
+  auto serve_dir = std::make_shared<std::string>();
+  auto serve_options = std::make_shared<serving::ServerOptions>();
+  auto* serve = app.add_subcommand("serve", "Serve an export over TF Serving's REST API");
+  serve->add_option("--export_dir", *serve_dir, "An export's base directory (or one version)")
+      ->required();
+  serve->add_option("--host", serve_options->host, "Address to listen on")->capture_default_str();
+  serve->add_option("--port", serve_options->port, "Port (0: any free one)")->capture_default_str();
+  serve->add_option("--model_name", serve_options->model_name, "NAME in /v1/models/NAME")
+      ->capture_default_str();
+  serve->add_option("--device", serve_options->device, "cpu, cuda or cuda:N")
+      ->capture_default_str();
+  serve->add_flag("--enable_batching", serve_options->enable_batching,
+                  "Merge concurrent requests into one forward pass");
+  serve
+      ->add_option("--max_batch_size", serve_options->max_batch_size,
+                   "Most instances in a merged batch")
+      ->capture_default_str();
+  serve
+      ->add_option("--batch_timeout_micros", serve_options->batch_timeout_micros,
+                   "Longest wait for more requests after the first")
+      ->capture_default_str();
+  serve
+      ->add_option("--max_body_bytes", serve_options->max_body_bytes,
+                   "Larger request bodies get 413")
+      ->capture_default_str();
+  serve
+      ->add_option("--file_system_poll_wait_seconds", serve_options->file_system_poll_wait_seconds,
+                   "How often to look for a new version (0: never)")
+      ->capture_default_str();
+  serve->add_option("--threads", serve_options->threads, "Connections served at once")
+      ->capture_default_str();
+  serve->callback([serve_dir, serve_options] { run_serve(*serve_dir, *serve_options); });
+}
+
+}  // namespace garden

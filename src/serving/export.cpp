@@ -1,0 +1,197 @@
+#include "garden/serving/export.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <utility>
+
+#include "garden/base/error.h"
+#include "garden/base/file_io.h"
+#include "garden/config/registry.h"
+#include "garden/config/validation.h"
+#include "garden/config/yaml_io.h"
+#include "garden/core/checkpoint.h"
+#include "garden/core/safetensors.h"
+#include "garden/serving/predictor.h"
+
+namespace garden::serving {
+
+namespace fs = std::filesystem;
+
+std::string resolve_checkpoint(const std::string& model_dir, const std::string& checkpoint,
+                               const config::ExperimentConfig& params) {
+  if (checkpoint == "best") {
+    const std::string& subdir = params.trainer.best_checkpoint_export_subdir;
+    if (subdir.empty())
+      throw Error("--checkpoint=best: the run in '" + model_dir +
+                  "' exported no best checkpoint (trainer.best_checkpoint_export_subdir is "
+                  "empty)");
+    const std::string dir = (fs::path(model_dir) / subdir).string();
+    if (auto path = latest_checkpoint(dir)) return *path;
+    throw Error("--checkpoint=best: no checkpoint in '" + dir + "'");
+  }
+  if (!checkpoint.empty()) {
+    if (auto path = latest_checkpoint(checkpoint)) return *path;
+    throw Error("--checkpoint '" + checkpoint + "' is not a checkpoint or holds none");
+  }
+  if (auto path = latest_checkpoint(model_dir)) return *path;
+  throw Error("no checkpoint in '" + model_dir + "' (train it first, or pass --checkpoint)");
+}
+
+std::shared_ptr<config::ExperimentConfig> read_run_params(const std::string& experiment,
+                                                          const std::string& model_dir) {
+  std::error_code ec;
+  if (fs::exists(model_dir, ec) && !fs::is_directory(model_dir, ec))
+    throw Error("--model_dir '" + model_dir + "' is a file, not a directory");
+  const std::string params_path = (fs::path(model_dir) / kParamsFile).string();
+  if (!fs::exists(params_path, ec))
+    throw Error("'" + model_dir + "' has no params.yaml: not a model_dir of garden train");
+  check_input_file(params_path, "--model_dir's params.yaml");
+  auto params = config::get_experiment_config(experiment);
+  try {
+    config::apply_file(*params, params_path);
+  } catch (const std::exception& e) {
+    throw Error("'" + params_path + "' is not a params.yaml of experiment '" + experiment +
+                "': " + e.what());
+  }
+  config::validate_config(*params);
+  return params;
+}
+
+std::vector<int64_t> export_versions(const std::string& export_dir) {
+  std::vector<int64_t> versions;
+  std::error_code ec;
+  if (!fs::is_directory(export_dir, ec)) return versions;
+  for (const auto& entry : fs::directory_iterator(export_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.size() > 18 ||
+        !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    if (entry.is_directory(ec)) versions.push_back(std::stoll(name));
+  }
+  std::sort(versions.begin(), versions.end());
+  return versions;
+}
+
+nlohmann::json signature_def_json(const ServingSignature& signature) {
+  auto tensors = [](const std::vector<std::pair<std::string, TensorSpec>>& specs,
+                    const char* suffix) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [name, spec] : specs) {
+      nlohmann::json dims = nlohmann::json::array({{{"size", "-1"}, {"name", ""}}});
+      for (int64_t d : spec.shape) dims.push_back({{"size", std::to_string(d)}, {"name", ""}});
+      out[name] = {{"dtype", spec.dtype},
+                   {"tensor_shape", {{"dim", dims}, {"unknown_rank", false}}},
+                   {"name", std::string(suffix) + name + ":0"}};
+    }
+    return out;
+  };
+  return {{"signature_def",
+           {{"serving_default",
+             {{"inputs", tensors(signature.inputs, "serving_default_")},
+              {"outputs", tensors(signature.outputs, "StatefulPartitionedCall_")},
+              {"method_name", "tensorflow/serving/predict"}}}}}};
+}
+
+ExportResult export_model(const ExportOptions& options) {
+  if (options.export_dir.empty()) throw Error("--export_dir is empty");
+  auto params = read_run_params(options.experiment, options.model_dir);
+  ExportResult result;
+  result.checkpoint = resolve_checkpoint(options.model_dir, options.checkpoint, *params);
+  std::error_code ec;
+  if (fs::exists(options.export_dir, ec) && !fs::is_directory(options.export_dir, ec))
+    throw Error("--export_dir '" + options.export_dir + "' is a file, not a directory");
+  const fs::path model_dir = fs::weakly_canonical(options.model_dir, ec);
+  const fs::path base = fs::weakly_canonical(options.export_dir, ec);
+  if (!model_dir.empty() && base == model_dir)
+    throw Error("--export_dir '" + options.export_dir + "' is the model_dir itself");
+
+  const CheckpointData checkpoint = read_checkpoint_file(result.checkpoint);
+  const nlohmann::json task_meta = checkpoint.meta.value("task", nlohmann::json::object());
+  result.global_step = checkpoint.meta.value("global_step", int64_t{0});
+
+  TaskPtr task = get_task(params->task, options.model_dir);
+  // The signature first: a task that cannot be served stops here.
+  std::map<std::string, std::string> assets = task->serving_assets();
+  task->prepare_serving(task_meta, assets);
+  const ServingSignature signature = task->serving_signature();
+  ModelPtr model = task->build_model();
+
+  // The weights: the moving averages where the run kept them (what Model
+  // Garden evaluates and exports), else the live ones.
+  CheckpointData weights;
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (const auto& [name, tensor] : model_state(*model)) {
+    const auto live = checkpoint.tensors.find("model/" + name);
+    if (live == checkpoint.tensors.end())
+      throw Error("checkpoint '" + result.checkpoint + "' has no weight '" + name + "'");
+    const auto average = checkpoint.tensors.find("optimizer/ema/" + name);
+    const bool use_average = average != checkpoint.tensors.end();
+    result.ema = result.ema || use_average;
+    const at::Tensor& value = use_average ? average->second : live->second;
+    weights.tensors["model/" + name] = value;
+    named.emplace_back(name, value);
+  }
+  load_model_state(*model, weights.tensors, "model/", /*strict=*/true);
+  weights.meta = {
+      {"global_step", result.global_step},
+      {"task", task_meta},
+      {"checkpoint_items", checkpoint.meta.value("checkpoint_items", nlohmann::json::object())},
+      {"source_checkpoint", fs::absolute(result.checkpoint).string()},
+      {"ema", result.ema}};
+
+  fs::create_directories(options.export_dir, ec);
+  if (ec) throw Error("--export_dir '" + options.export_dir + "' cannot be made: " + ec.message());
+  const auto versions = export_versions(options.export_dir);
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  result.version = std::max(now, versions.empty() ? int64_t{0} : versions.back() + 1);
+  const fs::path final_dir = fs::path(options.export_dir) / std::to_string(result.version);
+  const fs::path staging =
+      fs::path(options.export_dir) /
+      (".tmp-" + std::to_string(result.version) + "-" + std::to_string(::getpid()));
+  fs::remove_all(staging, ec);
+  struct Cleanup {
+    fs::path path;
+    bool armed = true;
+    ~Cleanup() {
+      std::error_code ignored;
+      if (armed) fs::remove_all(path, ignored);
+    }
+  } cleanup{staging};
+  fs::create_directories(staging / kAssetsDir, ec);
+  if (ec) throw Error("cannot write in --export_dir '" + options.export_dir + "': " + ec.message());
+
+  write_file_atomically((staging / kParamsFile).string(), config::to_yaml_string(*params));
+  write_checkpoint_file((staging / kWeightsFile).string(), weights);
+  write_safetensors((staging / kSafetensorsFile).string(), named,
+                    {{"format", "pt"},
+                     {"garden_experiment", options.experiment},
+                     {"global_step", std::to_string(result.global_step)}});
+  for (const auto& [name, path] : assets)
+    write_file_atomically((staging / kAssetsDir / name).string(),
+                          read_file(path, "the task's asset '" + name + "'"));
+  nlohmann::json info = {{"experiment", options.experiment},
+                         {"task", task->name()},
+                         {"global_step", result.global_step},
+                         {"ema", result.ema},
+                         {"source_checkpoint", fs::absolute(result.checkpoint).string()}};
+  info.update(signature_def_json(signature));
+  write_file_atomically((staging / kSignatureFile).string(), info.dump(2) + "\n");
+
+  // What was written loads, before anyone can see it.
+  Predictor check(staging.string(), "cpu");
+  fs::rename(staging, final_dir, ec);
+  if (ec)
+    throw Error("cannot rename the export into '" + final_dir.string() + "': " + ec.message());
+  cleanup.armed = false;
+  sync_directory(options.export_dir);
+  result.directory = final_dir.string();
+  return result;
+}
+
+}  // namespace garden::serving

@@ -1,0 +1,141 @@
+#include "garden/serving/predictor.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <map>
+
+#include "garden/base/error.h"
+#include "garden/base/file_io.h"
+#include "garden/config/registry.h"
+#include "garden/config/validation.h"
+#include "garden/config/yaml_io.h"
+#include "garden/core/checkpoint.h"
+#include "garden/core/runtime.h"
+#include "garden/serving/export.h"
+
+namespace garden::serving {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string version_directory(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw Error("export '" + path + "' does not exist");
+  if (!fs::is_directory(path, ec)) throw Error("export '" + path + "' is not a directory");
+  if (fs::exists(fs::path(path) / kSignatureFile, ec)) return path;
+  const auto versions = export_versions(path);
+  if (versions.empty())
+    throw Error("export '" + path + "' holds no version (no " + kSignatureFile +
+                ", no numbered directory): write one with garden export");
+  return (fs::path(path) / std::to_string(versions.back())).string();
+}
+
+}  // namespace
+
+Predictor::Predictor(const std::string& path, const std::string& device) {
+  directory_ = version_directory(path);
+  const std::string name = fs::path(directory_).filename().string();
+  version_ = !name.empty() && name.size() <= 18 &&
+                     name.find_first_not_of("0123456789") == std::string::npos
+                 ? std::stoll(name)
+                 : 0;
+  const std::string signature_path = (fs::path(directory_) / kSignatureFile).string();
+  nlohmann::json info;
+  try {
+    info = nlohmann::json::parse(read_file(signature_path, "the export's signature"));
+    experiment_ = info.at("experiment").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("'" + signature_path + "' is not an export's signature: " + e.what());
+  }
+  params_ = config::get_experiment_config(experiment_);
+  const std::string params_path = (fs::path(directory_) / kParamsFile).string();
+  check_input_file(params_path, "the export's params.yaml");
+  config::apply_file(*params_, params_path);
+  config::validate_config(*params_);
+
+  const std::string weights_path = (fs::path(directory_) / kWeightsFile).string();
+  check_input_file(weights_path, "the export's weights");
+  const CheckpointData weights = read_checkpoint_file(weights_path);
+  global_step_ = weights.meta.value("global_step", int64_t{0});
+
+  std::map<std::string, std::string> assets;
+  std::error_code ec;
+  const fs::path assets_dir = fs::path(directory_) / kAssetsDir;
+  if (fs::is_directory(assets_dir, ec))
+    for (const auto& entry : fs::directory_iterator(assets_dir, ec))
+      assets[entry.path().filename().string()] = entry.path().string();
+
+  task_ = get_task(params_->task, "");
+  task_->prepare_serving(weights.meta.value("task", nlohmann::json::object()), assets);
+  signature_ = task_->serving_signature();
+  signature_def_ = signature_def_json(signature_);
+  model_ = task_->build_model();
+  load_model_state(*model_, weights.tensors, "model/", /*strict=*/true);
+  device_ = c10::Device(device);
+  task_->set_mixed_precision(std::nullopt, device_);
+  model_->to(device_);
+  model_->eval();
+}
+
+Predictor::~Predictor() = default;
+
+void Predictor::apply_runtime() const {
+  config::RuntimeConfig runtime = params_->runtime;
+  runtime.device = device_.str();
+  garden::apply_runtime(runtime);
+}
+
+nlohmann::json Predictor::normalize_instance(const nlohmann::json& instance,
+                                             std::size_t index) const {
+  const auto& inputs = signature_.inputs;
+  if (inputs.size() == 1 && !(instance.is_object() && instance.contains(inputs[0].first)))
+    return {{inputs[0].first, instance}};
+  if (instance.is_object()) {
+    for (const auto& [key, value] : instance.items()) {
+      bool known = false;
+      for (const auto& input : inputs) known = known || input.first == key;
+      if (!known)
+        throw InputError("instance " + std::to_string(index) + " has an unknown input '" + key +
+                         "'");
+    }
+    return instance;
+  }
+  if (instance.is_array()) {
+    if (instance.size() != inputs.size())
+      throw InputError("instance " + std::to_string(index) + " is a list of " +
+                       std::to_string(instance.size()) + " values; the signature has " +
+                       std::to_string(inputs.size()) + " inputs");
+    nlohmann::json object = nlohmann::json::object();
+    for (std::size_t i = 0; i < inputs.size(); ++i) object[inputs[i].first] = instance[i];
+    return object;
+  }
+  throw InputError("instance " + std::to_string(index) + " is a " +
+                   std::string(instance.type_name()) +
+                   "; with several inputs an instance is an object of them or a list");
+}
+
+std::vector<nlohmann::json> Predictor::predict(const std::vector<nlohmann::json>& instances) const {
+  if (instances.empty()) return {};
+  std::vector<nlohmann::json> objects;
+  objects.reserve(instances.size());
+  for (std::size_t i = 0; i < instances.size(); ++i)
+    objects.push_back(normalize_instance(instances[i], i));
+  std::lock_guard<std::mutex> lock(mutex_);
+  c10::InferenceMode inference;
+  Batch inputs = task_->serving_inputs(objects);
+  for (auto& [name, tensor] : inputs) tensor = tensor.to(device_);
+  const Batch outputs = task_->inference_step(inputs, *model_);
+  return task_->serving_outputs(outputs, objects.size());
+}
+
+Batch Predictor::predict_batch(const Batch& inputs) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  c10::InferenceMode inference;
+  Batch moved;
+  for (const auto& [name, tensor] : inputs) moved[name] = tensor.to(device_);
+  return task_->inference_step(moved, *model_);
+}
+
+}  // namespace garden::serving

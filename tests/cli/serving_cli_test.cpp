@@ -1,0 +1,222 @@
+// `garden export`, `garden predict` and `garden serve` as a user runs them.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_fixture.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using garden_test::CliFixture;
+using garden_test::CliRun;
+using garden_test::expect_one_error_line;
+using garden_test::slurp;
+using garden_test::spit;
+using json = nlohmann::json;
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(line);
+  return lines;
+}
+
+class ServingCliTest : public CliFixture {
+ protected:
+  // An iris run and a tiny translation run for the suite, trained by the CLI.
+  static void SetUpTestSuite() {
+    suite_ = fs::path(::testing::TempDir()) / ("garden_serving_cli_" + std::to_string(::getpid()));
+    fs::remove_all(suite_);
+    fs::create_directories(suite_);
+    std::ifstream sample(std::string(GARDEN_SOURCE_DIR) + "/data/testdata/en_de_sample.tsv");
+    std::ofstream pairs(suite_ / "pairs.tsv");
+    std::string line;
+    for (int i = 0; i < 12 && std::getline(sample, line); ++i) {
+      pairs << line << '\n';
+      sources_.push_back(line.substr(0, line.find('\t')));
+    }
+    pairs.close();
+    const std::string data = (suite_ / "pairs.tsv").string();
+    const std::string cli = std::string("'") + GARDEN_CLI_PATH + "' ";
+    const std::string iris =
+        cli + "train --experiment tabular/iris --mode train --model_dir '" +
+        (suite_ / "iris").string() +
+        "' --params_override trainer.train_steps=60,trainer.steps_per_loop=30,"
+        "trainer.summary_interval=30,trainer.checkpoint_interval=30,runtime.seed=1";
+    const std::string translation =
+        cli + "train --experiment wmt_transformer/demo --mode train --model_dir '" +
+        (suite_ / "translation").string() +
+        "' --params_override task.sentencepiece_vocab_size=100,task.model.embedding_width=32,"
+        "task.model.encoder.num_layers=1,task.model.decoder.num_layers=1,"
+        "task.model.beam_size=2,task.train_data.input_path=" +
+        data + ",task.validation_data.input_path=" + data +
+        ",task.train_data.global_batch_size=256,trainer.train_steps=20,trainer.steps_per_loop=10,"
+        "trainer.summary_interval=10,trainer.checkpoint_interval=10";
+    const std::string log = " >>'" + (suite_ / "train.log").string() + "' 2>&1";
+    train_status_ = std::system((iris + log).c_str());
+    if (train_status_ == 0) train_status_ = std::system((translation + log).c_str());
+  }
+  static void TearDownTestSuite() {
+    std::error_code ignored;
+    fs::remove_all(suite_, ignored);
+  }
+  void SetUp() override {
+    CliFixture::SetUp();
+    ASSERT_EQ(train_status_, 0) << slurp(suite_ / "train.log");
+  }
+  static std::string run(const std::string& name) { return (suite_ / name).string(); }
+
+  static fs::path suite_;
+  static int train_status_;
+  static std::vector<std::string> sources_;
+};
+
+fs::path ServingCliTest::suite_;
+int ServingCliTest::train_status_ = -1;
+std::vector<std::string> ServingCliTest::sources_;
+
+TEST_F(ServingCliTest, ExportThenPredictJsonLinesWithBlankLinesKept) {
+  const CliRun exported = garden("export --experiment tabular/iris --model_dir '" + run("iris") +
+                                 "' --export_dir '" + path("out") + "'");
+  ASSERT_EQ(exported.status, 0) << exported.err;
+  EXPECT_NE(exported.out.find("export:     " + path("out") + "/"), std::string::npos)
+      << exported.out;
+  EXPECT_NE(exported.out.find("(step 60)"), std::string::npos) << exported.out;
+  spit(
+      dir_ / "in.jsonl",
+      "{\"sepal_length\": 5.1, \"sepal_width\": 3.5, \"petal_length\": 1.4, \"petal_width\": 0.2}\n"
+      "\n"
+      "[7.7, 3.0, 6.1, 2.3]\n");
+  const CliRun predicted = garden("predict --export_dir '" + path("out") + "' --input '" +
+                                  path("in.jsonl") + "' --output '" + path("out.jsonl") + "'");
+  ASSERT_EQ(predicted.status, 0) << predicted.err;
+  const auto lines = lines_of(slurp(dir_ / "out.jsonl"));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1], "");
+  const json first = json::parse(lines[0]), third = json::parse(lines[2]);
+  EXPECT_EQ(first.at("probabilities").size(), 3u);
+  EXPECT_TRUE(first.at("classes").is_string());
+  EXPECT_EQ(first.at("classes"), "setosa");
+  EXPECT_NE(predicted.err.find("predicted 2 instances (3 lines)"), std::string::npos)
+      << predicted.err;
+  // Standard input, standard output: the same answers.
+  const CliRun piped =
+      garden("predict --export_dir '" + path("out") + "' <'" + path("in.jsonl") + "'");
+  ASSERT_EQ(piped.status, 0) << piped.err;
+  EXPECT_EQ(piped.out, slurp(dir_ / "out.jsonl"));
+}
+
+TEST_F(ServingCliTest, ABadLineIsOneErrorNamingItAndWritesNothing) {
+  ASSERT_EQ(garden("export --experiment tabular/iris --model_dir '" + run("iris") +
+                   "' --export_dir '" + path("out") + "'")
+                .status,
+            0);
+  spit(dir_ / "in.jsonl", "[1, 2, 3, 4]\n{\"sepal_length\": 1}\n");
+  expect_one_error_line(garden("predict --export_dir '" + path("out") + "' --input '" +
+                               path("in.jsonl") + "' --output '" + path("o.jsonl") + "'"),
+                        {"--input line 2", "has no input"});
+  EXPECT_FALSE(fs::exists(dir_ / "o.jsonl"));
+  spit(dir_ / "in.jsonl", "[1, 2, 3, 4]\nnot json\n");
+  expect_one_error_line(
+      garden("predict --export_dir '" + path("out") + "' --input '" + path("in.jsonl") + "'"),
+      {"--input line 2 is not JSON"});
+  expect_one_error_line(garden("predict --export_dir '" + path("none") + "'"),
+                        {"export '" + path("none") + "' does not exist"});
+  expect_one_error_line(garden("export --experiment wmt_transformer/demo --model_dir '" +
+                               run("iris") + "' --export_dir '" + path("x") + "'"),
+                        {"params.yaml", "wmt_transformer/demo"});
+  expect_one_error_line(garden("export --experiment tabular/iris --model_dir '" + path("none") +
+                               "' --export_dir '" + path("x") + "'"),
+                        {"has no params.yaml"});
+  EXPECT_FALSE(fs::exists(dir_ / "x"));
+}
+
+TEST_F(ServingCliTest, PredictOnTextLinesTranslatesAsGardenTranslateDoes) {
+  ASSERT_EQ(garden("export --experiment wmt_transformer/demo --model_dir '" + run("translation") +
+                   "' --export_dir '" + path("out") + "'")
+                .status,
+            0);
+  std::string text;
+  for (int i = 0; i < 6; ++i) text += sources_[i] + "\n";
+  spit(dir_ / "in.txt", text);
+  const CliRun translated =
+      garden("translate --model_dir '" + run("translation") + "' --input '" + path("in.txt") + "'");
+  ASSERT_EQ(translated.status, 0) << translated.err;
+  const CliRun predicted =
+      garden("predict --export_dir '" + path("out") + "' --input '" + path("in.txt") + "'");
+  ASSERT_EQ(predicted.status, 0) << predicted.err;
+  const auto expected = lines_of(translated.out);
+  const auto got = lines_of(predicted.out);
+  ASSERT_EQ(got.size(), 6u);
+  ASSERT_EQ(expected.size(), 6u);
+  for (std::size_t i = 0; i < got.size(); ++i)
+    EXPECT_EQ(json::parse(got[i]).at("outputs").get<std::string>(), expected[i]) << sources_[i];
+}
+
+TEST_F(ServingCliTest, ServeAnswersThenStopsCleanlyOnSigterm) {
+  ASSERT_EQ(garden("export --experiment tabular/iris --model_dir '" + run("iris") +
+                   "' --export_dir '" + path("out") + "'")
+                .status,
+            0);
+  const std::string err = path("serve.err");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::freopen(err.c_str(), "w", stderr);
+    std::freopen("/dev/null", "w", stdout);
+    const std::string dir = path("out");
+    execl(GARDEN_CLI_PATH, GARDEN_CLI_PATH, "serve", "--export_dir", dir.c_str(), "--port", "0",
+          "--model_name", "iris", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int port = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (port == 0 && std::chrono::steady_clock::now() < deadline) {
+    const std::string text = slurp(err);
+    const auto at = text.find("http://127.0.0.1:");
+    if (at != std::string::npos) port = std::atoi(text.c_str() + at + 17);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GT(port, 0) << slurp(err);
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(30);
+  int status_code = 0;
+  std::string body;
+  for (int i = 0; i < 200 && status_code != 200; ++i) {
+    auto answer = client.Post("/v1/models/iris:predict", "{\"instances\": [[5.1, 3.5, 1.4, 0.2]]}",
+                              "application/json");
+    if (answer) {
+      status_code = answer->status;
+      body = answer->body;
+    }
+    if (status_code != 200)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // 503 while loading
+  }
+  EXPECT_EQ(status_code, 200) << body;
+  if (status_code == 200) {
+    EXPECT_EQ(json::parse(body)["predictions"][0]["classes"], "setosa");
+  }
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << slurp(err);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << slurp(err);
+  EXPECT_NE(slurp(err).find("SIGTERM: finishing the requests in flight"), std::string::npos);
+  EXPECT_NE(slurp(err).find("server stopped"), std::string::npos);
+}
+
+}  // namespace
