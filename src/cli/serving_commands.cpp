@@ -173,8 +173,12 @@ void run_serve(const std::string& export_dir, const serving::ServerOptions& opti
   sigaction(SIGTERM, &action, &old_term);
   sigaction(SIGINT, &action, &old_int);
   ::signal(SIGPIPE, SIG_IGN);
-  std::cerr << "garden: listening on http://" << options.host << ":" << port << "/v1/models/"
-            << options.model_name << " (loading '" << export_dir << "')" << std::endl;
+  // Announced once the model answers (a bad export is one error line).
+  std::thread announcer([&server, &options, port] {
+    if (server.wait_until_loaded())
+      std::cerr << "garden: serving at http://" << options.host << ":" << port << "/v1/models/"
+                << options.model_name << std::endl;
+  });
   std::atomic<bool> done{false};
   std::thread waiter([&] {
     while (!done) {
@@ -190,6 +194,7 @@ void run_serve(const std::string& export_dir, const serving::ServerOptions& opti
   auto restore = [&] {
     done = true;
     waiter.join();
+    announcer.join();
     sigaction(SIGTERM, &old_term, nullptr);
     sigaction(SIGINT, &old_int, nullptr);
   };

@@ -426,11 +426,11 @@ struct ModelServer::State {
   }
 
   void add_routes() {
-    http.Get(R"(/v1/models/([^/:]+))",
+    http.Get("/v1/models/([^/:]+)",
              [this](const httplib::Request& request, httplib::Response& response) {
                answer(response, [&] { return status_body(request.matches[1]); });
              });
-    http.Get(R"(/v1/models/([^/:]+)/metadata)",
+    http.Get("/v1/models/([^/:]+)/metadata",
              [this](const httplib::Request& request, httplib::Response& response) {
                answer(response, [&] {
                  const auto model = serving_model(request.matches[1]);
@@ -441,7 +441,7 @@ struct ModelServer::State {
                              {"metadata", {{"signature_def", model->signature_def()}}}};
                });
              });
-    http.Post(R"(/v1/models/([^/:]+)(?:/versions/([0-9]+))?:predict)",
+    http.Post("/v1/models/([^/:]+)(?:/versions/([0-9]+))?:predict",
               [this](const httplib::Request& request, httplib::Response& response) {
                 answer(response, [&] {
                   return predict_body(request.matches[1], request.matches[2], request.body);
@@ -513,8 +513,7 @@ int ModelServer::start() {
       log_info() << "serving version " << first->version() << " of '" << s.export_dir << "' as '"
                  << s.options.model_name << "'";
     } catch (const std::exception& e) {
-      s.fail_load(e.what());
-      s.http.stop();
+      s.fail_load(e.what());  // run() stops listening and throws it
       return;
     }
     std::error_code ec;
@@ -535,11 +534,33 @@ bool ModelServer::wait_until_loaded() const {
 
 void ModelServer::run() {
   State& s = *state_;
+  // httplib's stop() does nothing before the listen loop runs, so a stop
+  // asked for early (a SIGTERM at once, a first version that fails to load
+  // in milliseconds) is carried out by this guard once the loop is running.
+  std::atomic<bool> listening_done{false};
+  std::thread guard([&s, &listening_done] {
+    while (!listening_done) {
+      bool stop_now = false;
+      {
+        std::lock_guard<std::mutex> lock(s.model_mutex);
+        stop_now = s.load == State::Load::kFailed;
+      }
+      {
+        std::lock_guard<std::mutex> lock(s.stop_mutex);
+        stop_now = stop_now || s.stopping;
+      }
+      if (stop_now && s.http.is_running()) {
+        s.http.stop();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
   s.http.listen_after_bind();
-  {
-    std::lock_guard<std::mutex> lock(s.model_mutex);
-    if (s.load == State::Load::kFailed) throw Error(s.load_error);
-  }
+  listening_done = true;
+  guard.join();
+  std::lock_guard<std::mutex> lock(s.model_mutex);
+  if (s.load == State::Load::kFailed) throw Error(s.load_error);
 }
 
 void ModelServer::shutdown(double grace_seconds) {

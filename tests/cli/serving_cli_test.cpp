@@ -219,4 +219,13 @@ TEST_F(ServingCliTest, ServeAnswersThenStopsCleanlyOnSigterm) {
   EXPECT_NE(slurp(err).find("server stopped"), std::string::npos);
 }
 
+TEST_F(ServingCliTest, AnExportThatDoesNotLoadIsOneErrorLine) {
+  std::filesystem::create_directories(dir_ / "bad" / "7");
+  spit(dir_ / "bad" / "7" / "signature.json", "{\"experiment\": \"tabular/iris\"}");
+  expect_one_error_line(garden("serve --export_dir '" + path("bad") + "' --port 0"),
+                        {"params.yaml"});
+  expect_one_error_line(garden("serve --export_dir '" + path("none") + "' --port 0"),
+                        {"--export_dir '" + path("none") + "' is not a directory"});
+}
+
 }  // namespace
