@@ -75,20 +75,9 @@ void run_predict(const PredictFlags& flags) {
   std::unique_ptr<AtomicFile> output;
   if (!flags.output.empty()) output = cli::create_output(flags.output, "--output");
 
-  std::ifstream input_file;
-  if (!flags.input.empty()) {
-    input_file.open(flags.input, std::ios::binary);
-    if (!input_file) throw Error("--input '" + flags.input + "' cannot be read");
-  } else if (::isatty(STDIN_FILENO)) {
-    std::cerr << "garden: reading instances from the terminal, one a line (Ctrl-D ends)\n";
-  }
-  std::istream& in = flags.input.empty() ? std::cin : input_file;
-  std::ofstream output_file;
-  if (output) {
-    output_file.open(output->temporary_path(), std::ios::binary | std::ios::trunc);
-    if (!output_file) throw Error("--output '" + flags.output + "' cannot be written");
-  }
-  std::ostream& out = output ? output_file : std::cout;
+  cli::LineStreams streams(flags.input, std::move(output), flags.output, "instances");
+  std::istream& in = streams.in();
+  std::ostream& out = streams.out();
 
   const auto start = std::chrono::steady_clock::now();
   int64_t lines = 0, predicted = 0;
@@ -138,15 +127,7 @@ void run_predict(const PredictFlags& flags) {
     if (static_cast<int64_t>(instances.size()) >= flags.batch_size) flush();
   }
   if (!blank.empty()) flush();
-  if (input_file.is_open() && input_file.bad())
-    throw Error("--input '" + flags.input + "' cannot be read");
-  if (output) {
-    output_file.close();
-    if (!output_file) throw Error("--output '" + flags.output + "' cannot be written");
-    output->commit();
-  } else if (!out.flush()) {
-    throw Error("writing the predictions failed");
-  }
+  streams.finish();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cerr << "garden: predicted " << predicted << " instances (" << lines << " lines) in "

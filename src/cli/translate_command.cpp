@@ -98,20 +98,9 @@ void run_translate(const TranslateFlags& flags) {
   const nlp::DecodeOptions decode = task.decode_options();
   const int64_t max_length = task_config->validation_data.max_seq_length;
 
-  std::ifstream input_file;
-  if (!flags.input.empty()) {
-    input_file.open(flags.input, std::ios::binary);
-    if (!input_file) throw Error("--input '" + flags.input + "' cannot be read");
-  } else if (::isatty(STDIN_FILENO)) {
-    std::cerr << "garden: reading sentences from the terminal, one a line (Ctrl-D ends)\n";
-  }
-  std::istream& in = flags.input.empty() ? std::cin : input_file;
-  std::ofstream output_file;
-  if (output) {
-    output_file.open(output->temporary_path(), std::ios::binary | std::ios::trunc);
-    if (!output_file) throw Error("--output '" + flags.output + "' cannot be written");
-  }
-  std::ostream& out = output ? output_file : std::cout;
+  cli::LineStreams streams(flags.input, std::move(output), flags.output, "sentences");
+  std::istream& in = streams.in();
+  std::ostream& out = streams.out();
 
   const auto start = std::chrono::steady_clock::now();
   int64_t lines = 0, translated = 0;
@@ -176,15 +165,7 @@ void run_translate(const TranslateFlags& flags) {
     if (static_cast<int64_t>(texts.size()) >= window) flush_window();
   }
   if (!texts.empty()) flush_window();
-  if (input_file.is_open() && input_file.bad())
-    throw Error("--input '" + flags.input + "' cannot be read");
-  if (output) {
-    output_file.close();
-    if (!output_file) throw Error("--output '" + flags.output + "' cannot be written");
-    output->commit();
-  } else if (!out) {
-    throw Error("writing the translations failed");
-  }
+  streams.finish();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cerr << "garden: translated " << lines << " lines (" << translated << " non-empty) in "

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/cli_fixture.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -117,12 +119,7 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
+using garden_test::lines_of;
 
 // Every file under `root` with its contents (directories as "<dir>").
 std::map<std::string, std::string> snapshot(const fs::path& root) {

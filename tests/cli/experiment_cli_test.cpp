@@ -17,12 +17,7 @@ using garden_test::expect_one_error_line;
 using garden_test::slurp;
 using garden_test::spit;
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
+using garden_test::lines_of;
 
 class ExperimentCliTest : public garden_test::CliFixture {
  protected:

@@ -18,13 +18,7 @@ using garden_test::CliRun;
 using garden_test::slurp;
 using garden_test::spit;
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(line);
-  return lines;
-}
+using garden_test::lines_of;
 
 class TranslateCliTest : public CliFixture {
  protected:
