@@ -40,7 +40,7 @@ sentence=$(sed -n '35p' data/translation/en_de_valid.tsv | cut -f1 | sed 's/\\/\
 echo "{\"instances\": [\"$sentence\"]}" >"$scratch/translation.json"
 
 ready() {  # the model answers its status as AVAILABLE
-  exec 3<>"/dev/tcp/127.0.0.1/$1" 2>/dev/null || return 1
+  { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
   printf 'GET /v1/models/m HTTP/1.0\r\n\r\n' >&3
   local status=1
   grep -q AVAILABLE <&3 && status=0
@@ -66,8 +66,14 @@ for name in iris translation; do
     rps=$(awk '/Requests\/sec/ {print $2}' "$scratch/hey.txt")
     p50=$(awk '/ 50% in/ {printf "%.1f", $3 * 1000}' "$scratch/hey.txt")
     p99=$(awk '/ 99% in/ {printf "%.1f", $3 * 1000}' "$scratch/hey.txt")
-    errors=$(awk '/Status code distribution/ {on=1; next} on && /\[/ {gsub(/[\[\]]/, "", $1); if ($1 != 200) n += $2} END {print n + 0}' "$scratch/hey.txt")
-    errors=$((errors + $(grep -c '^  \[' <(sed -n '/Error distribution/,$p' "$scratch/hey.txt") || true)))
+    errors=$(awk '/Status code distribution/ {s = 1; e = 0; next}
+      /Error distribution/ {s = 0; e = 1; next}
+      match($0, /\[[0-9]+\]/) {
+        v = substr($0, RSTART + 1, RLENGTH - 2)
+        if (s && v != 200) n += $2
+        if (e) n += v
+      }
+      END {print n + 0}' "$scratch/hey.txt")
     batch=$(awk '/^garden_serving_batch_size_sum/ {s=$2} /^garden_serving_batch_size_count/ {c=$2} END {if (c) printf "%.2f", s / c}' <<<"$metrics")
     printf '%-12s %-9s %10s %10s %10s %8s %s\n' "$name" "$batching" "$rps" "$p50" "$p99" "$errors" "$batch"
   done
