@@ -37,8 +37,10 @@ void run_export(const serving::ExportOptions& options) {
   const auto result = serving::export_model(options);
   std::cout << "export:     " << fs::absolute(result.directory).string() << "\n"
             << "version:    " << result.version << "\n"
-            << "checkpoint: " << fs::absolute(result.checkpoint).string() << " (step "
-            << result.global_step << (result.ema ? ", moving averages" : "") << ")\n";
+            << "checkpoint: " << fs::absolute(result.checkpoint).string();
+  if (result.global_step >= 0)
+    std::cout << " (step " << result.global_step << (result.ema ? ", moving averages" : "") << ")";
+  std::cout << "\n";
 }
 
 struct PredictFlags {
@@ -195,11 +197,12 @@ void add_serving_commands(CLI::App& app) {
   auto export_options = std::make_shared<serving::ExportOptions>();
   auto* export_command = app.add_subcommand(
       "export", "Write a self-contained export (weights, config, tokenizer, signature) of a run");
+  export_command->add_option(
+      "--experiment", export_options->experiment,
+      "The registered experiment the run was trained with (not for a garden fx train job)");
   export_command
-      ->add_option("--experiment", export_options->experiment,
-                   "The registered experiment the run was trained with")
-      ->required();
-  export_command->add_option("--model_dir", export_options->model_dir, "model_dir of the run")
+      ->add_option("--model_dir", export_options->model_dir,
+                   "model_dir of the run, or the --output of garden fx train")
       ->required();
   export_command->add_option("--checkpoint", export_options->checkpoint,
                              "Checkpoint file or directory, or `best` (default: the latest)");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <utility>
 
@@ -15,6 +16,7 @@
 #include "garden/config/yaml_io.h"
 #include "garden/core/checkpoint.h"
 #include "garden/core/safetensors.h"
+#include "garden/fx/prediction.h"
 #include "garden/serving/predictor.h"
 
 namespace garden::serving {
@@ -96,22 +98,98 @@ nlohmann::json signature_def_json(const ServingSignature& signature) {
               {"method_name", "tensorflow/serving/predict"}}}}}};
 }
 
+std::string tensorfx_model_dir(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / "model.yaml", ec)) return dir;
+  if (fs::exists(fs::path(dir) / "model" / "model.yaml", ec))
+    return (fs::path(dir) / "model").string();
+  return "";
+}
+
+namespace {
+
+// Makes export_dir/<version>: `fill` writes a staging directory, which must
+// then load as a Predictor before it is renamed into place.
+ExportResult write_version(const std::string& export_dir, const std::string& model_dir,
+                           const std::function<void(const fs::path&)>& fill) {
+  if (export_dir.empty()) throw Error("--export_dir is empty");
+  std::error_code ec;
+  if (fs::exists(export_dir, ec) && !fs::is_directory(export_dir, ec))
+    throw Error("--export_dir '" + export_dir + "' is a file, not a directory");
+  const fs::path run = fs::weakly_canonical(model_dir, ec);
+  if (!run.empty() && fs::weakly_canonical(export_dir, ec) == run)
+    throw Error("--export_dir '" + export_dir + "' is the model_dir itself");
+  fs::create_directories(export_dir, ec);
+  if (ec) throw Error("--export_dir '" + export_dir + "' cannot be made: " + ec.message());
+  const auto versions = export_versions(export_dir);
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  ExportResult result;
+  result.version = std::max(now, versions.empty() ? int64_t{0} : versions.back() + 1);
+  const fs::path final_dir = fs::path(export_dir) / std::to_string(result.version);
+  const fs::path staging = fs::path(export_dir) / (".tmp-" + std::to_string(result.version) + "-" +
+                                                   std::to_string(::getpid()));
+  fs::remove_all(staging, ec);
+  struct Cleanup {
+    fs::path path;
+    bool armed = true;
+    ~Cleanup() {
+      std::error_code ignored;
+      if (armed) fs::remove_all(path, ignored);
+    }
+  } cleanup{staging};
+  fs::create_directories(staging, ec);
+  if (ec) throw Error("cannot write in --export_dir '" + export_dir + "': " + ec.message());
+  fill(staging);
+  // What was written loads, before anyone can see it.
+  Predictor check(staging.string(), "cpu");
+  fs::rename(staging, final_dir, ec);
+  if (ec)
+    throw Error("cannot rename the export into '" + final_dir.string() + "': " + ec.message());
+  cleanup.armed = false;
+  sync_directory(export_dir);
+  result.directory = final_dir.string();
+  return result;
+}
+
+ExportResult export_tensorfx(const ExportOptions& options, const std::string& source) {
+  auto model = fx::Model::load(source);  // a model that does not load is not exported
+  const std::string weights = (fs::path(source) / "weights").string();
+  ExportResult result =
+      write_version(options.export_dir, options.model_dir, [&](const fs::path& staging) {
+        std::error_code ec;
+        fs::copy(source, staging / kTensorFxDir, fs::copy_options::recursive, ec);
+        if (ec) throw Error("cannot copy '" + source + "' into the export: " + ec.message());
+        nlohmann::json info = {{"experiment", ""},
+                               {"tensorfx", true},
+                               {"global_step", nullptr},  // TensorFX's model/ has no step
+                               {"ema", false},
+                               {"source_checkpoint", fs::absolute(weights).string()}};
+        info.update(signature_def_json(tensorfx_signature(*model)));
+        write_file_atomically((staging / kSignatureFile).string(), info.dump(2) + "\n");
+      });
+  result.checkpoint = weights;
+  result.global_step = -1;
+  return result;
+}
+
+}  // namespace
+
 ExportResult export_model(const ExportOptions& options) {
+  if (options.experiment.empty()) {
+    const std::string source = tensorfx_model_dir(options.model_dir);
+    if (source.empty())
+      throw Error("--experiment is needed: '" + options.model_dir +
+                  "' is not the job directory of garden fx train");
+    return export_tensorfx(options, source);
+  }
   if (options.export_dir.empty()) throw Error("--export_dir is empty");
   auto params = read_run_params(options.experiment, options.model_dir);
-  ExportResult result;
-  result.checkpoint = resolve_checkpoint(options.model_dir, options.checkpoint, *params);
-  std::error_code ec;
-  if (fs::exists(options.export_dir, ec) && !fs::is_directory(options.export_dir, ec))
-    throw Error("--export_dir '" + options.export_dir + "' is a file, not a directory");
-  const fs::path model_dir = fs::weakly_canonical(options.model_dir, ec);
-  const fs::path base = fs::weakly_canonical(options.export_dir, ec);
-  if (!model_dir.empty() && base == model_dir)
-    throw Error("--export_dir '" + options.export_dir + "' is the model_dir itself");
-
-  const CheckpointData checkpoint = read_checkpoint_file(result.checkpoint);
-  const nlohmann::json task_meta = checkpoint.meta.value("task", nlohmann::json::object());
-  result.global_step = checkpoint.meta.value("global_step", int64_t{0});
+  const std::string checkpoint = resolve_checkpoint(options.model_dir, options.checkpoint, *params);
+  const CheckpointData data = read_checkpoint_file(checkpoint);
+  const nlohmann::json task_meta = data.meta.value("task", nlohmann::json::object());
+  const int64_t step = data.meta.value("global_step", int64_t{0});
 
   TaskPtr task = get_task(params->task, options.model_dir);
   // The signature first: a task that cannot be served stops here.
@@ -122,75 +200,53 @@ ExportResult export_model(const ExportOptions& options) {
 
   // The weights: the moving averages where the run kept them (what Model
   // Garden evaluates and exports), else the live ones.
+  bool ema = false;
   CheckpointData weights;
   std::vector<std::pair<std::string, at::Tensor>> named;
   for (const auto& [name, tensor] : model_state(*model)) {
-    const auto live = checkpoint.tensors.find("model/" + name);
-    if (live == checkpoint.tensors.end())
-      throw Error("checkpoint '" + result.checkpoint + "' has no weight '" + name + "'");
-    const auto average = checkpoint.tensors.find("optimizer/ema/" + name);
-    const bool use_average = average != checkpoint.tensors.end();
-    result.ema = result.ema || use_average;
+    const auto live = data.tensors.find("model/" + name);
+    if (live == data.tensors.end())
+      throw Error("checkpoint '" + checkpoint + "' has no weight '" + name + "'");
+    const auto average = data.tensors.find("optimizer/ema/" + name);
+    const bool use_average = average != data.tensors.end();
+    ema = ema || use_average;
     const at::Tensor& value = use_average ? average->second : live->second;
     weights.tensors["model/" + name] = value;
     named.emplace_back(name, value);
   }
   load_model_state(*model, weights.tensors, "model/", /*strict=*/true);
+  const std::string source = fs::absolute(checkpoint).string();
   weights.meta = {
-      {"global_step", result.global_step},
+      {"global_step", step},
       {"task", task_meta},
-      {"checkpoint_items", checkpoint.meta.value("checkpoint_items", nlohmann::json::object())},
-      {"source_checkpoint", fs::absolute(result.checkpoint).string()},
-      {"ema", result.ema}};
+      {"checkpoint_items", data.meta.value("checkpoint_items", nlohmann::json::object())},
+      {"source_checkpoint", source},
+      {"ema", ema}};
 
-  fs::create_directories(options.export_dir, ec);
-  if (ec) throw Error("--export_dir '" + options.export_dir + "' cannot be made: " + ec.message());
-  const auto versions = export_versions(options.export_dir);
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  result.version = std::max(now, versions.empty() ? int64_t{0} : versions.back() + 1);
-  const fs::path final_dir = fs::path(options.export_dir) / std::to_string(result.version);
-  const fs::path staging =
-      fs::path(options.export_dir) /
-      (".tmp-" + std::to_string(result.version) + "-" + std::to_string(::getpid()));
-  fs::remove_all(staging, ec);
-  struct Cleanup {
-    fs::path path;
-    bool armed = true;
-    ~Cleanup() {
-      std::error_code ignored;
-      if (armed) fs::remove_all(path, ignored);
-    }
-  } cleanup{staging};
-  fs::create_directories(staging / kAssetsDir, ec);
-  if (ec) throw Error("cannot write in --export_dir '" + options.export_dir + "': " + ec.message());
-
-  write_file_atomically((staging / kParamsFile).string(), config::to_yaml_string(*params));
-  write_checkpoint_file((staging / kWeightsFile).string(), weights);
-  write_safetensors((staging / kSafetensorsFile).string(), named,
-                    {{"format", "pt"},
-                     {"garden_experiment", options.experiment},
-                     {"global_step", std::to_string(result.global_step)}});
-  for (const auto& [name, path] : assets)
-    write_file_atomically((staging / kAssetsDir / name).string(),
-                          read_file(path, "the task's asset '" + name + "'"));
-  nlohmann::json info = {{"experiment", options.experiment},
-                         {"task", task->name()},
-                         {"global_step", result.global_step},
-                         {"ema", result.ema},
-                         {"source_checkpoint", fs::absolute(result.checkpoint).string()}};
-  info.update(signature_def_json(signature));
-  write_file_atomically((staging / kSignatureFile).string(), info.dump(2) + "\n");
-
-  // What was written loads, before anyone can see it.
-  Predictor check(staging.string(), "cpu");
-  fs::rename(staging, final_dir, ec);
-  if (ec)
-    throw Error("cannot rename the export into '" + final_dir.string() + "': " + ec.message());
-  cleanup.armed = false;
-  sync_directory(options.export_dir);
-  result.directory = final_dir.string();
+  ExportResult result =
+      write_version(options.export_dir, options.model_dir, [&](const fs::path& staging) {
+        std::error_code ec;
+        fs::create_directories(staging / kAssetsDir, ec);
+        write_file_atomically((staging / kParamsFile).string(), config::to_yaml_string(*params));
+        write_checkpoint_file((staging / kWeightsFile).string(), weights);
+        write_safetensors((staging / kSafetensorsFile).string(), named,
+                          {{"format", "pt"},
+                           {"garden_experiment", options.experiment},
+                           {"global_step", std::to_string(step)}});
+        for (const auto& [name, path] : assets)
+          write_file_atomically((staging / kAssetsDir / name).string(),
+                                read_file(path, "the task's asset '" + name + "'"));
+        nlohmann::json info = {{"experiment", options.experiment},
+                               {"task", task->name()},
+                               {"global_step", step},
+                               {"ema", ema},
+                               {"source_checkpoint", source}};
+        info.update(signature_def_json(signature));
+        write_file_atomically((staging / kSignatureFile).string(), info.dump(2) + "\n");
+      });
+  result.checkpoint = checkpoint;
+  result.global_step = step;
+  result.ema = ema;
   return result;
 }
 

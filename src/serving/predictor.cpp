@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 
+#include "garden/base/encoding.h"
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/config/registry.h"
@@ -12,6 +13,7 @@
 #include "garden/config/yaml_io.h"
 #include "garden/core/checkpoint.h"
 #include "garden/core/runtime.h"
+#include "garden/fx/prediction.h"
 #include "garden/serving/export.h"
 
 namespace garden::serving {
@@ -49,6 +51,10 @@ Predictor::Predictor(const std::string& path, const std::string& device) {
   } catch (const nlohmann::json::exception& e) {
     throw Error("'" + signature_path + "' is not an export's signature: " + e.what());
   }
+  if (info.contains("tensorfx")) {
+    load_tensorfx(info);
+    return;
+  }
   params_ = config::get_experiment_config(experiment_);
   const std::string params_path = (fs::path(directory_) / kParamsFile).string();
   check_input_file(params_path, "the export's params.yaml");
@@ -81,7 +87,13 @@ Predictor::Predictor(const std::string& path, const std::string& device) {
 
 Predictor::~Predictor() = default;
 
+const config::ExperimentConfig& Predictor::params() const {
+  if (!params_) throw Error("the TensorFX export '" + directory_ + "' has no params.yaml");
+  return *params_;
+}
+
 void Predictor::apply_runtime() const {
+  if (!params_) return;  // TensorFX: its own settings
   config::RuntimeConfig runtime = params_->runtime;
   runtime.device = device_.str();
   garden::apply_runtime(runtime);
@@ -124,6 +136,7 @@ std::vector<nlohmann::json> Predictor::predict(const std::vector<nlohmann::json>
     objects.push_back(normalize_instance(instances[i], i));
   std::lock_guard<std::mutex> lock(mutex_);
   c10::InferenceMode inference;
+  if (fx_model_) return predict_tensorfx(objects);
   Batch inputs = task_->serving_inputs(objects);
   for (auto& [name, tensor] : inputs) tensor = tensor.to(device_);
   const Batch outputs = task_->inference_step(inputs, *model_);
@@ -131,11 +144,65 @@ std::vector<nlohmann::json> Predictor::predict(const std::vector<nlohmann::json>
 }
 
 Batch Predictor::predict_batch(const Batch& inputs) const {
+  if (fx_model_) throw Error("a TensorFX export predicts instances, not tensors");
   std::lock_guard<std::mutex> lock(mutex_);
   c10::InferenceMode inference;
   Batch moved;
   for (const auto& [name, tensor] : inputs) moved[name] = tensor.to(device_);
   return task_->inference_step(moved, *model_);
+}
+
+void Predictor::load_tensorfx(const nlohmann::json& info) {
+  const fs::path model_dir = fs::path(directory_) / kTensorFxDir;
+  fx_model_ = fx::Model::load(model_dir.string());
+  signature_ = tensorfx_signature(*fx_model_);
+  signature_def_ = signature_def_json(signature_);
+  const auto step = info.find("global_step");
+  global_step_ = step != info.end() && step->is_number_integer() ? step->get<int64_t>() : -1;
+}
+
+std::vector<nlohmann::json> Predictor::predict_tensorfx(
+    const std::vector<nlohmann::json>& objects) const {
+  // TensorFX's instances: CSV lines, or serialized tf.Examples, which JSON
+  // carries as TF Serving's {"b64": "..."}.
+  std::vector<std::string> lines;
+  lines.reserve(objects.size());
+  for (std::size_t i = 0; i < objects.size(); ++i) {
+    const auto& value = objects[i].at("inputs");
+    std::string line;
+    if (value.is_string()) {
+      line = value.get<std::string>();
+    } else if (value.is_object() && value.size() == 1 && value.contains("b64") &&
+               value.at("b64").is_string()) {
+      if (!base64_decode(value.at("b64").get<std::string>(), line))
+        throw InputError("instance " + std::to_string(i) + ": 'b64' is not base64");
+    } else {
+      throw InputError("instance " + std::to_string(i) +
+                       ": input 'inputs' must be a CSV line (string) or {\"b64\": ...}, not " +
+                       std::string(value.type_name()));
+    }
+    lines.push_back(std::move(line));
+  }
+  std::vector<fx::Model::Prediction> predictions;
+  try {
+    predictions = fx_model_->predict(lines);
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    // The model reads each line as its data set does: what it refuses is the
+    // caller's input.
+    throw InputError(e.what());
+  }
+  std::vector<nlohmann::json> rows;
+  rows.reserve(predictions.size());
+  for (const auto& p : predictions) rows.push_back({{"label", p.label}, {"scores", p.scores}});
+  return rows;
+}
+
+ServingSignature tensorfx_signature(const fx::Model& model) {
+  return {{{"inputs", {"DT_STRING", {}}}},
+          {{"label", {"DT_STRING", {}}},
+           {"scores", {"DT_FLOAT", {static_cast<int64_t>(model.labels().size())}}}}};
 }
 
 }  // namespace garden::serving

@@ -213,6 +213,52 @@ TEST_F(ServingCliTest, ServeAnswersThenStopsCleanlyOnSigterm) {
   EXPECT_NE(slurp(err).find("server stopped"), std::string::npos);
 }
 
+TEST_F(ServingCliTest, ATensorFxJobExportsAndPredictsAsGardenFxPredictDoes) {
+  const std::string sample = std::string(GARDEN_SOURCE_DIR) + "/data/fx/iris/";
+  const CliRun trained = garden(
+      "fx train --model feedforward_classification --output '" + path("job") + "' --data-train " +
+      sample + "train.csv --data-eval " + sample + "eval.csv --data-schema " + sample +
+      "schema.yaml --data-metadata " + sample + "metadata.json --data-features " + sample +
+      "features.yaml --batch-size 5 --max-steps 200 --hidden-layers:1 10 --seed 1");
+  ASSERT_EQ(trained.status, 0) << trained.err;
+  const CliRun exported =
+      garden("export --model_dir '" + path("job") + "' --export_dir '" + path("out") + "'");
+  ASSERT_EQ(exported.status, 0) << exported.err;
+  EXPECT_EQ(exported.out.find("(step"), std::string::npos) << exported.out;
+  const auto eval = lines_of(slurp(sample + "eval.csv"));
+  std::string csv, jsonl;
+  for (int i = 0; i < 5; ++i) {
+    csv += eval[i] + "\n";
+    jsonl += json(eval[i]).dump() + "\n";
+  }
+  // The last line again, as TF Serving's {"b64": ...} (how tf.Examples travel).
+  jsonl += "{\"b64\": \"" + garden_test::base64(eval[4]) + "\"}\n";
+  spit(dir_ / "in.csv", csv);
+  spit(dir_ / "in.jsonl", jsonl);
+  const CliRun reference =
+      garden("fx predict --model '" + path("job") + "/model' --input '" + path("in.csv") + "'");
+  ASSERT_EQ(reference.status, 0) << reference.err;
+  const CliRun predicted =
+      garden("predict --export_dir '" + path("out") + "' --input '" + path("in.jsonl") + "'");
+  ASSERT_EQ(predicted.status, 0) << predicted.err;
+  const auto expected = lines_of(reference.out);
+  const auto got = lines_of(predicted.out);
+  ASSERT_EQ(expected.size(), 5u);
+  ASSERT_EQ(got.size(), 6u);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const json want = json::parse(expected[std::min<std::size_t>(i, 4)]);
+    const json have = json::parse(got[i]);
+    EXPECT_EQ(have.at("label"), want.at("label")) << i;
+    ASSERT_EQ(have.at("scores").size(), want.at("scores").size());
+    for (std::size_t c = 0; c < have.at("scores").size(); ++c)  // fx predict prints 5 decimals
+      EXPECT_NEAR(have["scores"][c].get<double>(), want["scores"][c].get<double>(), 5.1e-6);
+  }
+  spit(dir_ / "bad.jsonl", "\"5.0,3.6,1.4,0.2\"\n\"5.0,abc,1.4,0.2\"\n");
+  expect_one_error_line(
+      garden("predict --export_dir '" + path("out") + "' --input '" + path("bad.jsonl") + "'"),
+      {"--input line 2"});
+}
+
 TEST_F(ServingCliTest, AnExportThatDoesNotLoadIsOneErrorLine) {
   std::filesystem::create_directories(dir_ / "bad" / "7");
   spit(dir_ / "bad" / "7" / "signature.json", "{\"experiment\": \"tabular/iris\"}");

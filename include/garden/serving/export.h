@@ -33,6 +33,7 @@ inline constexpr const char* kWeightsFile = "weights.ckpt";
 inline constexpr const char* kSafetensorsFile = "weights.safetensors";
 inline constexpr const char* kParamsFile = "params.yaml";
 inline constexpr const char* kAssetsDir = "assets";
+inline constexpr const char* kTensorFxDir = "tensorfx";  // a TensorFX model's own directory
 
 // The checkpoint a command uses: `checkpoint` (a file, a directory, or
 // `best`: the run's best-checkpoint export), else the latest in model_dir.
@@ -46,7 +47,9 @@ std::shared_ptr<config::ExperimentConfig> read_run_params(const std::string& exp
                                                           const std::string& model_dir);
 
 struct ExportOptions {
-  std::string experiment;  // the registered experiment the run was trained with
+  // The registered experiment the run was trained with; empty for the job
+  // directory of `garden fx train` (or its model/).
+  std::string experiment;
   std::string model_dir;
   std::string checkpoint;  // empty: the latest; a path; or "best"
   std::string export_dir;  // the base directory; the version goes under it
@@ -56,13 +59,19 @@ struct ExportResult {
   std::string directory;  // export_dir/<version>
   int64_t version = 0;
   std::string checkpoint;
-  int64_t global_step = 0;
-  bool ema = false;  // the weights are the moving averages
+  int64_t global_step = 0;  // -1: not recorded (a TensorFX model)
+  bool ema = false;         // the weights are the moving averages
 };
 
 // Writes a new version of the export. Loads what it wrote back before
 // renaming it into place, so a version that exists is one that loads.
+// A TensorFX model's version holds its model/ directory as tensorfx/,
+// beside signature.json.
 ExportResult export_model(const ExportOptions& options);
+
+// The model/ directory of a TensorFX job directory (or `dir` itself when it
+// is one), or "" when `dir` is neither.
+std::string tensorfx_model_dir(const std::string& dir);
 
 // The integer-named version directories under `export_dir`, ascending.
 std::vector<int64_t> export_versions(const std::string& export_dir);

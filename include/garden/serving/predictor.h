@@ -1,7 +1,8 @@
 // garden::serving::Predictor: loads an export (garden/serving/export.h) and
 // answers batches of instances. It needs the export and the registered
 // experiment it names (garden::register_builtins() registers Garden's own),
-// nothing else: no model_dir, no training data.
+// nothing else: no model_dir, no training data. An export of a TensorFX
+// model (garden fx train) is served by its fx::Model.
 //
 //   garden::register_builtins();
 //   garden::serving::Predictor predictor("/exports/iris");  // the highest version
@@ -20,6 +21,10 @@
 #include "garden/base/types.h"
 #include "garden/core/task.h"
 
+namespace garden::fx {
+class Model;
+}
+
 namespace garden::serving {
 
 class Predictor {
@@ -35,12 +40,14 @@ class Predictor {
   // The version directory's number (0 when its name is not a number).
   int64_t version() const { return version_; }
   const std::string& experiment() const { return experiment_; }
-  int64_t global_step() const { return global_step_; }
+  int64_t global_step() const { return global_step_; }  // -1: not recorded
   const ServingSignature& signature() const { return signature_; }
   // TF Serving's signature_def JSON (GET /v1/models/NAME/metadata).
   const nlohmann::json& signature_def() const { return signature_def_; }
-  // The export's params.yaml, resolved.
-  const config::ExperimentConfig& params() const { return *params_; }
+  // The export's params.yaml, resolved (a TensorFX export has none: throws).
+  const config::ExperimentConfig& params() const;
+  // Whether this is a TensorFX model's export.
+  bool tensorfx() const { return fx_model_ != nullptr; }
   // LibTorch's thread settings and seed from the export's runtime section
   // (what garden predict and serve do before predicting); process-wide.
   void apply_runtime() const;
@@ -51,13 +58,17 @@ class Predictor {
   // Thread-safe (calls run one at a time, in inference mode). A wrong
   // instance throws InputError naming it.
   std::vector<nlohmann::json> predict(const std::vector<nlohmann::json>& instances) const;
-  // The same on tensors: the task's batch in, inference_step's outputs out.
+  // The same on tensors: the task's batch in, inference_step's outputs out
+  // (not for a TensorFX export: its model takes CSV lines or tf.Examples).
   Batch predict_batch(const Batch& inputs) const;
 
   // An instance in the object form predict's task takes (see predict).
   nlohmann::json normalize_instance(const nlohmann::json& instance, std::size_t index) const;
 
  private:
+  void load_tensorfx(const nlohmann::json& info);
+  std::vector<nlohmann::json> predict_tensorfx(const std::vector<nlohmann::json>& objects) const;
+
   std::string directory_;
   int64_t version_ = 0;
   std::string experiment_;
@@ -67,8 +78,13 @@ class Predictor {
   std::shared_ptr<config::ExperimentConfig> params_;
   TaskPtr task_;
   ModelPtr model_;
+  std::shared_ptr<fx::Model> fx_model_;
   c10::Device device_{c10::kCPU};
   mutable std::mutex mutex_;
 };
+
+// A TensorFX model's signature: "inputs", a CSV line (or a serialized
+// tf.Example as {"b64": ...}) -> "label" and "scores" (per label).
+ServingSignature tensorfx_signature(const fx::Model& model);
 
 }  // namespace garden::serving
