@@ -25,6 +25,7 @@
 #include "garden/data/sentencepiece.h"
 #include "garden/nlp/translation.h"
 #include "garden/serving/export.h"
+#include "garden/serving/predictor.h"
 
 namespace garden {
 
@@ -75,8 +76,9 @@ void run_translate(const TranslateFlags& flags) {
   const std::string checkpoint =
       serving::resolve_checkpoint(flags.model_dir, flags.checkpoint, *params);
 
-  nlp::TranslationTask task(task_config, flags.model_dir);
-  task.set_tokenizer_training(false);
+  // The model, its task and tokenizer, as garden serve would load them.
+  serving::Predictor predictor(params, flags.model_dir, checkpoint, params->runtime.device);
+  auto& task = dynamic_cast<nlp::TranslationTask&>(predictor.task());
   // The output is never a file this run reads, and replaces an existing
   // file only once every line is translated.
   std::unique_ptr<AtomicFile> output;
@@ -87,14 +89,6 @@ void run_translate(const TranslateFlags& flags) {
     output = cli::create_output(flags.output, "--output");
   }
   const auto& tokenizer = task.tokenizer();
-  ModelPtr model = task.build_model();
-  const CheckpointData data = read_checkpoint_file(checkpoint);
-  if (data.meta.contains("task")) task.restore_checkpoint_metadata(data.meta.at("task"));
-  load_model_state(*model, data.tensors, "model/", /*strict=*/true);
-  const torch::Device device(params->runtime.device);
-  model->to(device);
-  model->eval();
-  auto* transformer = model->as<nlp::Seq2SeqTransformerImpl>();
   const nlp::DecodeOptions decode = task.decode_options();
   const int64_t max_length = task_config->validation_data.max_seq_length;
 
@@ -146,12 +140,16 @@ void run_translate(const TranslateFlags& flags) {
         std::copy(ids.begin(), ids.end(),
                   source.data_ptr<int64_t>() + static_cast<int64_t>(k - begin) * source.size(1));
       }
-      const auto outputs =
-          nlp::translate_ids(*transformer, source.to(device), tokenizer.eos_id(), decode);
+      // The decoded ids [B, L], 0-padded, without EOS.
+      const at::Tensor outputs =
+          predictor.predict_batch({{"inputs", source}}).at("outputs").cpu().contiguous();
       for (std::size_t k = begin; k < end; ++k) {
         const Line& line = pending[order[k]];
-        results[static_cast<std::size_t>(line.number - first_number)] =
-            tokenizer.decode(outputs[k - begin]);
+        const int64_t* row =
+            outputs.data_ptr<int64_t>() + static_cast<int64_t>(k - begin) * outputs.size(1);
+        std::vector<int64_t> ids(row, row + outputs.size(1));
+        while (!ids.empty() && ids.back() == 0) ids.pop_back();
+        results[static_cast<std::size_t>(line.number - first_number)] = tokenizer.decode(ids);
       }
       translated += static_cast<int64_t>(end - begin);
     }

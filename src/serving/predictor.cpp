@@ -73,16 +73,36 @@ Predictor::Predictor(const std::string& path, const std::string& device) {
     for (const auto& entry : fs::directory_iterator(assets_dir, ec))
       assets[entry.path().filename().string()] = entry.path().string();
 
+  device_ = c10::Device(device);
   task_ = get_task(params_->task, "");
+  load_task(weights, assets);
+}
+
+Predictor::Predictor(std::shared_ptr<config::ExperimentConfig> params, const std::string& model_dir,
+                     const std::string& checkpoint, const std::string& device)
+    : directory_(model_dir), experiment_(""), params_(std::move(params)) {
+  const CheckpointData weights = read_checkpoint_file(checkpoint);
+  global_step_ = weights.meta.value("global_step", int64_t{0});
+  device_ = c10::Device(device);
+  task_ = get_task(params_->task, model_dir);
+  load_task(weights, task_->serving_assets());
+}
+
+void Predictor::load_task(const CheckpointData& weights,
+                          const std::map<std::string, std::string>& assets) {
   task_->prepare_serving(weights.meta.value("task", nlohmann::json::object()), assets);
   signature_ = task_->serving_signature();
   signature_def_ = signature_def_json(signature_);
   model_ = task_->build_model();
   load_model_state(*model_, weights.tensors, "model/", /*strict=*/true);
-  device_ = c10::Device(device);
   task_->set_mixed_precision(std::nullopt, device_);
   model_->to(device_);
   model_->eval();
+}
+
+Task& Predictor::task() const {
+  if (!task_) throw Error("the TensorFX export '" + directory_ + "' has no Garden task");
+  return *task_;
 }
 
 Predictor::~Predictor() = default;

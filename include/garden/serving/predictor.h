@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "garden/base/types.h"
+#include "garden/core/checkpoint.h"
 #include "garden/core/task.h"
 
 namespace garden::fx {
@@ -32,6 +34,11 @@ class Predictor {
   // `path`: a version directory (it holds signature.json) or an export's
   // base directory (its highest version). `device`: "cpu", "cuda", "cuda:1".
   explicit Predictor(const std::string& path, const std::string& device = "cpu");
+  // A run's checkpoint, served as it is (garden translate): `params` as the
+  // run resolved them (its params.yaml), the task's files from model_dir,
+  // the checkpoint's live weights. version() is 0.
+  Predictor(std::shared_ptr<config::ExperimentConfig> params, const std::string& model_dir,
+            const std::string& checkpoint, const std::string& device = "cpu");
   ~Predictor();
   Predictor(const Predictor&) = delete;
   Predictor& operator=(const Predictor&) = delete;
@@ -46,6 +53,9 @@ class Predictor {
   const nlohmann::json& signature_def() const { return signature_def_; }
   // The export's params.yaml, resolved (a TensorFX export has none: throws).
   const config::ExperimentConfig& params() const;
+  // The task behind the model (a TensorFX export has none: throws). Use it
+  // only while no predict() runs: predict() holds it for its call.
+  Task& task() const;
   // Whether this is a TensorFX model's export.
   bool tensorfx() const { return fx_model_ != nullptr; }
   // LibTorch's thread settings and seed from the export's runtime section
@@ -66,6 +76,7 @@ class Predictor {
   nlohmann::json normalize_instance(const nlohmann::json& instance, std::size_t index) const;
 
  private:
+  void load_task(const CheckpointData& weights, const std::map<std::string, std::string>& assets);
   void load_tensorfx(const nlohmann::json& info);
   std::vector<nlohmann::json> predict_tensorfx(const std::vector<nlohmann::json>& objects) const;
 
