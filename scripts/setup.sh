@@ -2,7 +2,8 @@
 # Installs every Debian package Garden needs to build, test and run.
 # Idempotent: packages already present are left as they are.
 # --bench also installs Debian's PyTorch for Python, which the peer
-# benchmarks in ../shared/bench need (run them with /usr/bin/python3).
+# benchmarks in ../shared/bench need (run them with /usr/bin/python3), and
+# the HTTP load generators hey and wrk (bench/serving_load.sh).
 set -euo pipefail
 
 packages=(
