@@ -34,9 +34,22 @@ std::string version_directory(const std::string& path) {
   return (fs::path(path) / std::to_string(versions.back())).string();
 }
 
+// The device to serve on, checked before anything loads.
+c10::Device parse_device(const std::string& device) {
+  try {
+    const c10::Device parsed(device);
+    if (parsed.is_cuda() && !torch::cuda::is_available())
+      throw Error("device '" + device + "': this LibTorch has no CUDA device; use cpu");
+    return parsed;
+  } catch (const c10::Error& e) {
+    throw Error("device '" + device + "' is not a device: " + e.what_without_backtrace());
+  }
+}
+
 }  // namespace
 
 Predictor::Predictor(const std::string& path, const std::string& device) {
+  device_ = parse_device(device);
   directory_ = version_directory(path);
   const std::string name = fs::path(directory_).filename().string();
   version_ = !name.empty() && name.size() <= 18 &&
@@ -73,7 +86,6 @@ Predictor::Predictor(const std::string& path, const std::string& device) {
     for (const auto& entry : fs::directory_iterator(assets_dir, ec))
       assets[entry.path().filename().string()] = entry.path().string();
 
-  device_ = c10::Device(device);
   task_ = get_task(params_->task, "");
   load_task(weights, assets);
 }
@@ -81,9 +93,9 @@ Predictor::Predictor(const std::string& path, const std::string& device) {
 Predictor::Predictor(std::shared_ptr<config::ExperimentConfig> params, const std::string& model_dir,
                      const std::string& checkpoint, const std::string& device)
     : directory_(model_dir), experiment_(""), params_(std::move(params)) {
+  device_ = parse_device(device);
   const CheckpointData weights = read_checkpoint_file(checkpoint);
   global_step_ = weights.meta.value("global_step", int64_t{0});
-  device_ = c10::Device(device);
   task_ = get_task(params_->task, model_dir);
   load_task(weights, task_->serving_assets());
 }

@@ -378,6 +378,14 @@ TEST_F(ServingTest, ExportAndLoadErrorsAreOneLineNamingWhatIsWrong) {
             std::string::npos);
   EXPECT_FALSE(fs::exists(root_ / "out"));
 
+  EXPECT_EQ(error_of([&] {
+              garden::serving::Predictor p(iris_export_, "gpu");
+            }).rfind("device 'gpu' is not a device: ", 0),
+            0u);
+  if (!torch::cuda::is_available()) {
+    EXPECT_EQ(error_of([&] { garden::serving::Predictor p(iris_export_, "cuda"); }),
+              "device 'cuda': this LibTorch has no CUDA device; use cpu");
+  }
   EXPECT_EQ(error_of([&] { garden::serving::Predictor p((root_ / "nowhere").string()); }),
             "export '" + (root_ / "nowhere").string() + "' does not exist");
   fs::create_directories(root_ / "empty_export");
