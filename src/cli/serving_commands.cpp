@@ -123,7 +123,13 @@ void run_predict(const PredictFlags& flags) {
     const bool is_blank = line.find_first_not_of(" \t") == std::string::npos;
     blank.push_back(is_blank);
     if (!is_blank) {
-      instances.push_back(predictor.normalize_instance(parse_line(line, text_input, lines), 0));
+      try {
+        instances.push_back(predictor.normalize_instance(parse_line(line, text_input, lines), 0));
+      } catch (const InputError& e) {
+        std::string message = e.what();
+        if (message.rfind("instance 0", 0) == 0) message = message.substr(11);
+        throw InputError("--input line " + std::to_string(lines) + ": " + message);
+      }
       numbers.push_back(lines);
     }
     if (static_cast<int64_t>(instances.size()) >= flags.batch_size) flush();

@@ -124,6 +124,10 @@ TEST_F(ServingCliTest, ABadLineIsOneErrorNamingItAndWritesNothing) {
                                path("in.jsonl") + "' --output '" + path("o.jsonl") + "'"),
                         {"--input line 2", "has no input"});
   EXPECT_FALSE(fs::exists(dir_ / "o.jsonl"));
+  spit(dir_ / "in.jsonl", "[1, 2, 3, 4]\n[1, 2, 3, 4]\n{\"colour\": 1}\n");
+  expect_one_error_line(
+      garden("predict --export_dir '" + path("out") + "' --input '" + path("in.jsonl") + "'"),
+      {"--input line 3: has an unknown input 'colour'"});
   spit(dir_ / "in.jsonl", "[1, 2, 3, 4]\nnot json\n");
   expect_one_error_line(
       garden("predict --export_dir '" + path("out") + "' --input '" + path("in.jsonl") + "'"),
