@@ -565,8 +565,11 @@ TEST_F(DistributedCliTest, FxIrisSampleOnTwoWorkersTrainsResumesAndCountsEpochs)
   EXPECT_NE(run.err.find("[worker 1] "), std::string::npos) << run.err;
   const auto at = run.err.rfind("Evaluation metric: ");
   ASSERT_NE(at, std::string::npos) << run.err;
-  // Asynchronous updates arrive in an order that varies from run to run.
-  EXPECT_GE(std::stod(run.err.substr(at + 19)), 0.9) << run.err;
+  // Asynchronous updates arrive in an order that varies from run to run, and
+  // under load one worker may do most of the steps: 26 to 30 of the 30 eval
+  // rows were seen right, so the bar is "learned" (an untrained model gets
+  // about a third), not the synchronous runs' 0.93.
+  EXPECT_GE(std::stod(run.err.substr(at + 19)), 0.8) << run.err;
   EXPECT_TRUE(fs::exists(fs::path(path("job")) / "job.yaml"));
   EXPECT_TRUE(fs::exists(fs::path(path("job")) / "summaries" / "eval"));
   // The same command with more steps resumes.
