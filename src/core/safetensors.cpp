@@ -45,9 +45,9 @@ void write_safetensors(const std::string& path,
     if (name == "__metadata__" || !names.insert(name).second)
       throw Error(path + ": tensor name '" + name + "' is " +
                   (name == "__metadata__" ? "reserved" : "given twice"));
-    const auto it = std::find_if(dtypes().begin(), dtypes().end(), [&](const auto& entry) {
-      return entry.second == tensor.scalar_type();
-    });
+    const auto it = std::find_if(
+        dtypes().begin(), dtypes().end(),
+        [dtype = tensor.scalar_type()](const auto& entry) { return entry.second == dtype; });
     if (it == dtypes().end())
       throw Error(path + ": tensor '" + name + "' has dtype " +
                   std::string(c10::toString(tensor.scalar_type())) +

@@ -219,14 +219,15 @@ std::vector<std::string> registered_tasks() { return task_registry().names(); }
 
 TaskPtr get_task(std::shared_ptr<const config::TaskConfig> params, const std::string& logging_dir) {
   if (!params) throw Error("no task config");
+  const config::TaskConfig& config = *params;
   for (const auto& name : task_registry().names()) {
     const TaskEntry& entry = task_registry().get(name);
-    if (entry.config_type == std::type_index(typeid(*params)))
+    if (entry.config_type == std::type_index(typeid(config)))
       return entry.factory(std::move(params), logging_dir);
   }
   std::string known;
   for (const auto& n : registered_tasks()) known += (known.empty() ? "" : ", ") + n;
-  throw Error(std::string("no task is registered for config type ") + typeid(*params).name() +
+  throw Error(std::string("no task is registered for config type ") + typeid(config).name() +
               "; registered tasks: " + (known.empty() ? "(none)" : known) +
               ". Register it with garden::register_task<Config, Task>(name).");
 }

@@ -41,7 +41,8 @@ void TabularClassificationConfig::validate() const {
   for (const auto& [name, data] :
        {std::pair<std::string, const config::DataConfig*>{"train_data", &train_data},
         {"validation_data", &validation_data}}) {
-    const auto refuse_set = [&](const char* key, bool is_default, const std::string& value) {
+    const auto refuse_set = [&, &name = name](const char* key, bool is_default,
+                                              const std::string& value) {
       if (!is_default)
         config::refuse(name + "." + key,
                        value +
