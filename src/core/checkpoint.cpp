@@ -16,6 +16,7 @@
 #include "garden/base/crc32c.h"
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
+#include "garden/base/logging.h"
 
 namespace fs = std::filesystem;
 
@@ -30,9 +31,8 @@ std::string dtype_name(at::ScalarType t) { return c10::toString(t); }
 
 at::ScalarType dtype_from_name(const std::string& name, const std::string& path) {
   static const at::ScalarType kTypes[] = {
-      at::kByte,  at::kChar,  at::kShort,    at::kInt,      at::kLong,  at::kHalf,
-      at::kFloat, at::kDouble, at::kBool,    at::kBFloat16, at::kComplexFloat,
-      at::kComplexDouble};
+      at::kByte,  at::kChar,   at::kShort, at::kInt,      at::kLong,         at::kHalf,
+      at::kFloat, at::kDouble, at::kBool,  at::kBFloat16, at::kComplexFloat, at::kComplexDouble};
   for (auto t : kTypes)
     if (name == c10::toString(t)) return t;
   throw Error("checkpoint '" + path + "' holds a tensor of unknown dtype '" + name + "'");
@@ -87,11 +87,16 @@ CheckpointData read_checkpoint_file(const std::string& path) {
   check_input_file(path, "checkpoint");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot open checkpoint '" + path + "': " + errno_text());
+  std::error_code ec;
+  const uint64_t file_size = fs::file_size(path, ec);
+  if (ec) throw Error("cannot read checkpoint '" + path + "': " + ec.message());
   char magic[8];
   uint64_t header_size = 0;
   if (!in.read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0)
     throw Error("'" + path + "' is not a garden checkpoint (bad magic)");
-  if (!in.read(reinterpret_cast<char*>(&header_size), 8) || header_size > (1ull << 32))
+  // The header must fit in the file: a damaged size never allocates more.
+  if (!in.read(reinterpret_cast<char*>(&header_size), 8) || header_size > file_size ||
+      8 + 8 + header_size + 4 > file_size)
     throw Error("checkpoint '" + path + "' is truncated or corrupt (header size)");
   std::string header_text(header_size, '\0');
   uint32_t header_crc = 0;
@@ -100,40 +105,58 @@ CheckpointData read_checkpoint_file(const std::string& path) {
     throw Error("checkpoint '" + path + "' is truncated (in the header)");
   if (garden::unmask_crc(header_crc) != garden::crc32c(header_text.data(), header_text.size()))
     throw Error("checkpoint '" + path + "' is corrupt (header CRC mismatch)");
-  const nlohmann::json header = nlohmann::json::parse(header_text);
-  const std::streamoff data_start = 8 + 8 + static_cast<std::streamoff>(header_size) + 4;
+  const uint64_t data_start = 8 + 8 + header_size + 4;
+  const uint64_t data_size = file_size - data_start;
 
   CheckpointData out;
-  out.meta = header.at("meta");
-  for (const auto& entry : header.at("tensors")) {
-    const std::string name = entry.at("name");
-    const auto dtype = dtype_from_name(entry.at("dtype"), path);
-    const std::vector<int64_t> shape = entry.at("shape");
-    const uint64_t nbytes = entry.at("nbytes");
-    at::Tensor tensor = torch::empty(shape, torch::TensorOptions().dtype(dtype));
-    if (static_cast<uint64_t>(tensor.numel() * tensor.element_size()) != nbytes)
-      throw Error("checkpoint '" + path + "': tensor '" + name + "' size does not match its shape");
-    in.seekg(data_start + static_cast<std::streamoff>(entry.at("offset").get<uint64_t>()));
-    if (!in.read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(nbytes)))
-      throw Error("checkpoint '" + path + "' is truncated (in tensor '" + name + "')");
-    if (garden::crc32c(tensor.data_ptr(), nbytes) != entry.at("crc32c").get<uint32_t>())
-      throw Error("checkpoint '" + path + "' is corrupt (CRC mismatch in tensor '" + name + "')");
-    out.tensors.emplace(name, std::move(tensor));
+  try {
+    const nlohmann::json header = nlohmann::json::parse(header_text);
+    out.meta = header.at("meta");
+    for (const auto& entry : header.at("tensors")) {
+      const std::string name = entry.at("name");
+      const auto dtype = dtype_from_name(entry.at("dtype"), path);
+      const std::vector<int64_t> shape = entry.at("shape");
+      const uint64_t nbytes = entry.at("nbytes");
+      const uint64_t offset = entry.at("offset");
+      // The shape, the size and the place are checked before any memory is
+      // taken: they must agree, and the bytes must lie inside the file.
+      uint64_t count = 1;
+      bool fits = true;
+      for (int64_t d : shape) {
+        if (d < 0 || (d > 0 && count > data_size / static_cast<uint64_t>(d))) fits = false;
+        if (fits) count *= static_cast<uint64_t>(d);
+      }
+      const uint64_t element = c10::elementSize(dtype);
+      if (!fits || count > data_size / element || count * element != nbytes)
+        throw Error("checkpoint '" + path + "': tensor '" + name +
+                    "' size does not match its shape");
+      if (offset > data_size || nbytes > data_size - offset)
+        throw Error("checkpoint '" + path + "' is truncated (in tensor '" + name + "')");
+      at::Tensor tensor = torch::empty(shape, torch::TensorOptions().dtype(dtype));
+      in.seekg(static_cast<std::streamoff>(data_start + offset));
+      if (!in.read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(nbytes)))
+        throw Error("checkpoint '" + path + "' is truncated (in tensor '" + name + "')");
+      if (garden::crc32c(tensor.data_ptr(), nbytes) != entry.at("crc32c").get<uint32_t>())
+        throw Error("checkpoint '" + path + "' is corrupt (CRC mismatch in tensor '" + name + "')");
+      if (!out.tensors.emplace(name, std::move(tensor)).second)
+        throw Error("checkpoint '" + path + "' holds tensor '" + name + "' twice");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("checkpoint '" + path + "' has a malformed header: " + e.what());
   }
   return out;
 }
 
 // ---- CheckpointManager -----------------------------------------------------
 
-CheckpointManager::CheckpointManager(std::string directory, int64_t max_to_keep,
-                                     std::string prefix)
+CheckpointManager::CheckpointManager(std::string directory, int64_t max_to_keep, std::string prefix)
     : directory_(std::move(directory)), max_to_keep_(max_to_keep), prefix_(std::move(prefix)) {
   // A writer killed mid-write leaves only a temporary file: remove it. The
   // directory itself is made by the first save, so reading touches nothing.
   std::error_code ec;
   if (!fs::is_directory(directory_, ec)) return;
   // A writer still alive (a trainer beside this evaluator) keeps its file.
-  const std::regex temporary("^(" + prefix_ + "-[0-9]+|checkpoint)\\.tmp-([0-9]+)$");
+  const std::regex temporary("^(" + prefix_ + "-[0-9]+|checkpoint)\\.tmp-([0-9]{1,9})$");
   for (const auto& entry : fs::directory_iterator(directory_, ec)) {
     std::smatch match;
     const std::string name = entry.path().filename().string();
@@ -143,7 +166,7 @@ CheckpointManager::CheckpointManager(std::string directory, int64_t max_to_keep,
 }
 
 int64_t CheckpointManager::step_of(const std::string& path) {
-  static const std::regex pattern(".*-([0-9]+)$");
+  static const std::regex pattern(".*-([0-9]{1,18})$");
   std::smatch match;
   const std::string name = fs::path(path).filename().string();
   if (!std::regex_match(name, match, pattern)) return -1;
@@ -152,7 +175,7 @@ int64_t CheckpointManager::step_of(const std::string& path) {
 
 std::vector<std::string> CheckpointManager::scan() const {
   std::vector<std::pair<int64_t, std::string>> found;
-  const std::regex pattern("^" + prefix_ + "-([0-9]+)$");
+  const std::regex pattern("^" + prefix_ + "-([0-9]{1,18})$");
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(directory_, ec)) {
     std::smatch match;
@@ -188,6 +211,54 @@ std::vector<std::string> CheckpointManager::checkpoints() const {
 
 std::optional<std::string> CheckpointManager::latest_checkpoint() const {
   return garden::latest_checkpoint(directory_, prefix_);
+}
+
+std::optional<std::pair<std::string, CheckpointData>> CheckpointManager::read_latest_intact()
+    const {
+  // The index's latest first, then every kept one, newest first.
+  std::vector<std::string> candidates;
+  if (const auto latest = latest_checkpoint()) candidates.push_back(*latest);
+  auto kept = checkpoints();
+  for (const auto& name : scan()) kept.push_back((fs::path(directory_) / name).string());
+  std::sort(kept.begin(), kept.end(),
+            [](const std::string& a, const std::string& b) { return step_of(a) > step_of(b); });
+  for (const auto& path : kept)
+    if (std::find(candidates.begin(), candidates.end(), path) == candidates.end())
+      candidates.push_back(path);
+  // An index that names nothing usable (damaged, or its file gone) is said
+  // once; the directory's own checkpoints are used.
+  const fs::path index_path = fs::path(directory_) / "checkpoint";
+  std::error_code ec;
+  if (fs::exists(index_path, ec)) {
+    std::ifstream index(index_path);
+    static const std::regex latest("^model_checkpoint_path: \"(.*)\"$");
+    bool usable = false;
+    for (std::string line; std::getline(index, line);) {
+      std::smatch match;
+      if (std::regex_match(line, match, latest)) {
+        const fs::path named{std::string(match[1])};
+        usable = usable || fs::is_regular_file(
+                               named.is_absolute() ? named : fs::path(directory_) / named, ec);
+      }
+    }
+    if (!usable && !candidates.empty())
+      log_warning() << "checkpoint index '" << index_path.string()
+                    << "' names no checkpoint that exists; using the newest in " << directory_;
+  }
+  std::optional<std::string> first_fault;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    try {
+      CheckpointData data = read_checkpoint_file(candidates[i]);
+      if (first_fault) log_warning() << "resuming from the older " << candidates[i] << " instead";
+      return std::make_pair(candidates[i], std::move(data));
+    } catch (const Error& e) {
+      log_warning() << "checkpoint unusable, passed over: " << e.what();
+      if (!first_fault) first_fault = e.what();
+    }
+  }
+  if (first_fault)
+    throw Error(*first_fault + "; no older checkpoint in " + directory_ + " is intact either");
+  return std::nullopt;
 }
 
 void CheckpointManager::write_index(const std::vector<std::string>& names) const {
@@ -244,7 +315,7 @@ std::optional<std::string> latest_checkpoint(const std::string& directory_or_fil
   // No usable index: the highest-numbered <prefix>-N file.
   std::optional<std::string> best;
   int64_t best_step = -1;
-  static const std::regex numbered("^(.*)-([0-9]+)$");
+  static const std::regex numbered("^(.*)-([0-9]{1,18})$");
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::smatch match;
     const std::string name = entry.path().filename().string();

@@ -204,14 +204,14 @@ int64_t Controller::recover(double loss, int64_t step) {
   if (recoveries_ >= recovery.recovery_max_trials)
     throw Error("training diverged: " + what.str() + "; recovery_max_trials (" +
                 std::to_string(recovery.recovery_max_trials) + ") recoveries used up");
-  const auto latest = checkpoint_manager_ ? checkpoint_manager_->latest_checkpoint() : std::nullopt;
-  if (!latest)
-    throw Error("training diverged: " + what.str() + "; no checkpoint to recover from");
+  auto intact = checkpoint_manager_ ? checkpoint_manager_->read_latest_intact() : std::nullopt;
+  if (!intact) throw Error("training diverged: " + what.str() + "; no checkpoint to recover from");
   ++recoveries_;
   // Model and optimizer go back; the input moves on to new data.
-  trainer_->restore_checkpoint_state(read_checkpoint_file(*latest), /*restore_input=*/false);
-  log_warning() << what.str() << "; restored " << *latest << " (recovery " << recoveries_
-                << " of " << recovery.recovery_max_trials << ")";
+  trainer_->restore_checkpoint_state(intact->second, /*restore_input=*/false);
+  const std::string& latest = intact->first;
+  log_warning() << what.str() << "; restored " << latest << " (recovery " << recoveries_ << " of "
+                << recovery.recovery_max_trials << ")";
   return trainer_->global_step();
 }
 
@@ -219,10 +219,10 @@ void Controller::stop_for_preemption() {
   const int signal = PreemptionWatcher::pending();
   const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
   const int64_t step = trainer_->global_step();
-  std::string message = signal == 0 ? "another worker received a stop signal; stopping at step " +
-                                          std::to_string(step)
-                                    : std::string("received ") + name + " at step " +
-                                          std::to_string(step);
+  std::string message =
+      signal == 0
+          ? "another worker received a stop signal; stopping at step " + std::to_string(step)
+          : std::string("received ") + name + " at step " + std::to_string(step);
   if (const auto path = checkpoint_manager_ ? save_checkpoint() : std::nullopt)
     message += "; saved " + *path + "; run the same command to resume";
   else if (!trainer_->is_chief() && checkpoint_manager_)
@@ -261,8 +261,8 @@ Logs Controller::train_and_evaluate(int64_t train_steps, int64_t eval_steps,
   return logs;
 }
 
-Logs Controller::evaluate_continuously(int64_t steps, int64_t timeout_seconds,
-                                       int64_t train_steps, double poll_seconds) {
+Logs Controller::evaluate_continuously(int64_t steps, int64_t timeout_seconds, int64_t train_steps,
+                                       double poll_seconds) {
   if (!evaluator_ || !checkpoint_manager_)
     throw Error("continuous_eval needs an evaluator and a checkpoint directory");
   Logs logs;

@@ -34,7 +34,7 @@ void write_params_yaml(config::ExperimentConfig& params, const std::string& mode
   fs::create_directories(model_dir, ec);
   if (ec) throw Error("cannot create model_dir '" + model_dir + "': " + ec.message());
   write_file_atomically((fs::path(model_dir) / "params.yaml").string(),
-                        config::to_yaml_string(params));
+                        config::params_file_text(params));
 }
 
 namespace {
@@ -89,9 +89,10 @@ std::string describe(const std::vector<ConfigChange>& changes) {
 std::optional<std::string> restore(Controller& controller, CheckpointManager& checkpoints,
                                    config::ExperimentConfig& params, const Task& task,
                                    bool resuming_training) {
-  const auto latest = checkpoints.latest_checkpoint();
-  if (!latest) return controller.restore_checkpoint();  // initializes the model
-  const CheckpointData data = read_checkpoint_file(*latest);
+  auto intact = checkpoints.read_latest_intact();
+  if (!intact) return controller.restore_checkpoint();  // initializes the model
+  const std::optional<std::string> latest = intact->first;
+  const CheckpointData data = std::move(intact->second);
   std::vector<ConfigChange> changes;
   if (data.meta.contains("params"))  // older checkpoints do not carry it
     changes = config_changes(data.meta.at("params").get<std::string>(), params);
@@ -150,14 +151,16 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
   const bool chief = !group || group->is_chief();
   const bool async = group && group->cluster().parameter_server();
   if (params->runtime.distribution_strategy == "parameter_server" && !async)
-    throw Error("runtime.distribution_strategy is parameter_server but this run has no "
-                "parameter-server cluster: give it TF_CONFIG with chief, worker and ps tasks "
-                "(garden launch --ps=K writes it)");
+    throw Error(
+        "runtime.distribution_strategy is parameter_server but this run has no "
+        "parameter-server cluster: give it TF_CONFIG with chief, worker and ps tasks "
+        "(garden launch --ps=K writes it)");
   if (async) {
     // Checked in every process alike, before any of them waits for another.
     const auto refuse = [](const std::string& what) {
-      throw Error(what + " with runtime.distribution_strategy=parameter_server is not implemented "
-                         "yet");
+      throw Error(what +
+                  " with runtime.distribution_strategy=parameter_server is not implemented "
+                  "yet");
     };
     if (!torch::Device(params->runtime.device).is_cpu())
       refuse("runtime.device=" + params->runtime.device);
@@ -228,9 +231,9 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
   }
   controller_options.interactive = options.interactive;
   if (trains) {
-    controller_options.recovery = RecoveryOptions{trainer_config.loss_upper_bound,
-                                                  trainer_config.recovery_begin_steps,
-                                                  trainer_config.recovery_max_trials};
+    controller_options.recovery =
+        RecoveryOptions{trainer_config.loss_upper_bound, trainer_config.recovery_begin_steps,
+                        trainer_config.recovery_max_trials};
     controller_options.checkpoint_on_preemption = trainer_config.preemption_on_demand_checkpoint;
   }
   std::optional<PreemptionWatcher> preemption;
@@ -288,8 +291,7 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
         trainer_config.train_steps, options.continuous_eval_poll_seconds);
   }
   if (mode == "eval") {
-    if (!restored)
-      throw Error("eval: no checkpoint in '" + options.model_dir + "'; train first");
+    if (!restored) throw Error("eval: no checkpoint in '" + options.model_dir + "'; train first");
     return controller.evaluate(trainer_config.validation_steps);
   }
   try {
@@ -297,9 +299,9 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
       controller.train(trainer_config.train_steps);
     } else if (mode == "train_and_eval") {
       const bool trained_out = trainer.global_step() >= trainer_config.train_steps;
-      logs = controller.train_and_evaluate(trainer_config.train_steps,
-                                           trainer_config.validation_steps,
-                                           trainer_config.validation_interval);
+      logs =
+          controller.train_and_evaluate(trainer_config.train_steps, trainer_config.validation_steps,
+                                        trainer_config.validation_interval);
       // A finished run asked again still reports where it stands.
       if (trained_out) logs = controller.evaluate(trainer_config.validation_steps);
     } else if (mode == "train_and_post_eval") {
@@ -324,7 +326,7 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
 }
 
 Logs run_modes(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& options,
-              RunDirectory* run_dir) {
+               RunDirectory* run_dir) {
   Logs logs = run(std::move(params), options, run_dir);
   // The chief's store serves the others until every worker is done.
   if (options.process_group) options.process_group->barrier("the end of the run");

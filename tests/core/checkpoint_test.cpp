@@ -131,6 +131,70 @@ TEST_F(CheckpointTest, WithoutAnIndexTheHighestStepIsLatest) {
   EXPECT_EQ(manager.latest_checkpoint(), (dir_ / "ckpt-50").string());
 }
 
+// Found by fuzz/checkpoint_fuzz.cpp: a damaged header size (here 4 GiB in a
+// file of 40 bytes) made the reader allocate and fill it before failing.
+TEST_F(CheckpointTest, SizesThatDoNotFitTheFileAreRefusedBeforeAnyAllocation) {
+  fs::create_directories(dir_);
+  const std::string path = (dir_ / "ckpt-1").string();
+  std::string bytes = "GARDNCK1";
+  const uint64_t huge = 0xfffffffdull;
+  bytes.append(reinterpret_cast<const char*>(&huge), 8);
+  bytes.append(24, '\0');
+  std::ofstream(path, std::ios::binary) << bytes;
+  EXPECT_EQ(error_of([&] { garden::read_checkpoint_file(path); }),
+            "checkpoint '" + path + "' is truncated or corrupt (header size)");
+}
+
+TEST_F(CheckpointTest, ADamagedLatestCheckpointFallsBackToTheNewestIntactOne) {
+  garden::CheckpointManager manager(dir_.string(), 5);
+  EXPECT_FALSE(manager.read_latest_intact().has_value()) << "no checkpoint: start afresh";
+  for (int64_t step : {10, 20, 30}) manager.save(sample(step), step);
+  // ckpt-30 cut short, ckpt-20 with one byte of a tensor flipped.
+  fs::resize_file(dir_ / "ckpt-30", fs::file_size(dir_ / "ckpt-30") - 9);
+  {
+    std::fstream file(dir_ / "ckpt-20", std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(fs::file_size(dir_ / "ckpt-20")) - 3);
+    file.put('\x5a');
+  }
+  ::testing::internal::CaptureStderr();
+  const auto intact = manager.read_latest_intact();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(intact.has_value());
+  EXPECT_EQ(intact->first, (dir_ / "ckpt-10").string());
+  EXPECT_EQ(intact->second.meta.at("global_step"), 10);
+  EXPECT_TRUE(torch::equal(intact->second.tensors.at("model/w"), sample(10).tensors["model/w"]));
+  // Each damaged one named with its fault, and the one used instead.
+  EXPECT_NE(log.find((dir_ / "ckpt-30").string()), std::string::npos) << log;
+  EXPECT_NE(log.find((dir_ / "ckpt-20").string()), std::string::npos) << log;
+  EXPECT_NE(log.find("resuming from the older " + (dir_ / "ckpt-10").string()), std::string::npos)
+      << log;
+  // None intact: an error naming the newest's fault, never a fresh start.
+  fs::resize_file(dir_ / "ckpt-10", 5);
+  const std::string error = error_of([&] { manager.read_latest_intact(); });
+  EXPECT_EQ(error.rfind("checkpoint '" + (dir_ / "ckpt-30").string() + "' is truncated", 0), 0u)
+      << error;
+  EXPECT_NE(error.find("no older checkpoint in " + dir_.string() + " is intact either"),
+            std::string::npos)
+      << error;
+}
+
+TEST_F(CheckpointTest, StepNumbersTooLongForAnIntegerAreNotCheckpoints) {
+  garden::CheckpointManager manager(dir_.string(), 5);
+  manager.save(sample(7), 7);
+  std::ofstream(dir_ / "ckpt-99999999999999999999999") << "x";
+  std::ofstream(dir_ / "checkpoint") << "garbage\n";
+  EXPECT_EQ(garden::latest_checkpoint(dir_.string()), (dir_ / "ckpt-7").string());
+  EXPECT_EQ(garden::CheckpointManager::step_of("ckpt-99999999999999999999999"), -1);
+  // The damaged index is said, once, naming it.
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(manager.read_latest_intact()->first, (dir_ / "ckpt-7").string());
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("checkpoint index '" + (dir_ / "checkpoint").string() +
+                     "' names no checkpoint that exists"),
+            std::string::npos)
+      << log;
+}
+
 TEST_F(CheckpointTest, ACrashInTheMiddleOfAWriteLeavesThePreviousCheckpoint) {
   garden::CheckpointManager manager(dir_.string(), 5);
   manager.save(sample(1), 1);

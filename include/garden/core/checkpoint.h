@@ -53,6 +53,12 @@ class CheckpointManager {
     on_saved_ = std::move(on_saved);
   }
 
+  // The newest checkpoint that reads back whole (every CRC checked), with its
+  // data. One that does not (truncated, bit-flipped, not a checkpoint) is
+  // passed over with a warning naming it, its fault and the older one used
+  // instead. nullopt when there is no checkpoint; throws naming the newest
+  // one's fault when none is intact (a run never silently starts over).
+  std::optional<std::pair<std::string, CheckpointData>> read_latest_intact() const;
   // The step in a checkpoint path's name (ckpt-200 -> 200), or -1.
   static int64_t step_of(const std::string& path);
 
