@@ -5,13 +5,16 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <sstream>
 
+#include "garden/base/crc32c.h"
 #include "garden/base/file_io.h"
 
 namespace garden::config {
@@ -291,6 +294,48 @@ std::string to_yaml_string(Config& config) {
   return std::string(out.c_str()) + "\n";
 }
 
+namespace {
+
+constexpr const char* kChecksumLine = "# garden params: ";
+
+std::string hex32(uint32_t value) {
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", value);
+  return text;
+}
+
+// The first line "# garden params: N bytes, crc32c XXXXXXXX ..." must
+// describe the rest of the file.
+void check_params_checksum(const std::string& text, const std::string& file) {
+  if (text.rfind(kChecksumLine, 0) != 0) return;
+  const auto end = text.find('\n');
+  const std::string line = text.substr(0, end);
+  const std::string body = end == std::string::npos ? "" : text.substr(end + 1);
+  unsigned long long bytes = 0;
+  char crc[9] = {0};
+  if (std::sscanf(line.c_str() + std::strlen(kChecksumLine), "%llu bytes, crc32c %8[0-9a-f]",
+                  &bytes, crc) != 2)
+    throw ConfigError("config file '" + file + "' has a damaged first line (garden's checksum)");
+  if (bytes != body.size())
+    throw ConfigError("config file '" + file + "' is damaged: " + std::to_string(body.size()) +
+                      " bytes follow its checksum line, which says " + std::to_string(bytes) +
+                      " were written (cut short?); if you edited it on purpose, delete that "
+                      "first line");
+  if (hex32(crc32c(body.data(), body.size())) != crc)
+    throw ConfigError("config file '" + file +
+                      "' is damaged: its content does not match the CRC-32C written with it; if "
+                      "you edited it on purpose, delete its first line");
+}
+
+}  // namespace
+
+std::string params_file_text(Config& config) {
+  const std::string yaml = to_yaml_string(config);
+  return std::string(kChecksumLine) + std::to_string(yaml.size()) + " bytes, crc32c " +
+         hex32(crc32c(yaml.data(), yaml.size())) +
+         " (checked when read back; delete this line after editing)\n" + yaml;
+}
+
 void apply_file(Config& config, const std::string& file) {
   // A directory opens as a stream and fails inside the YAML reader without
   // a path: checked first, the error names the file and what is wrong.
@@ -299,11 +344,15 @@ void apply_file(Config& config, const std::string& file) {
   } catch (const Error& e) {
     throw ConfigError(std::string("cannot read config file: ") + e.what());
   }
-  std::ifstream in(file);
+  std::ifstream in(file, std::ios::binary);
   if (!in) throw ConfigError("config file '" + file + "' cannot be read");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  check_params_checksum(text, file);
   YAML::Node node;
   try {
-    node = YAML::Load(in);
+    node = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw ConfigError("config file '" + file + "' is not valid YAML: " + e.what());
   }

@@ -227,7 +227,7 @@ ExportResult export_model(const ExportOptions& options) {
       write_version(options.export_dir, options.model_dir, [&](const fs::path& staging) {
         std::error_code ec;
         fs::create_directories(staging / kAssetsDir, ec);
-        write_file_atomically((staging / kParamsFile).string(), config::to_yaml_string(*params));
+        write_file_atomically((staging / kParamsFile).string(), config::params_file_text(*params));
         write_checkpoint_file((staging / kWeightsFile).string(), weights);
         write_safetensors((staging / kSafetensorsFile).string(), named,
                           {{"format", "pt"},

@@ -372,6 +372,50 @@ TEST(ConfigValidationTest, SubnormalsAreNumbersAndOverflowIsRefused) {
             "1.8e308) (in --params_override)");
 }
 
+// ---- params.yaml's checksum line ------------------------------------------------
+
+TEST(ConfigValidationTest, AParamsFileCutShortOrChangedOnDiskIsRefusedNamingIt) {
+  const auto dir = fs::path(::testing::TempDir()) / "garden_config_checksum";
+  fs::create_directories(dir);
+  const auto file = (dir / "params.yaml").string();
+  auto written = gc::get_experiment_config("tabular/iris");
+  gc::apply_override(*written, "trainer.train_steps=77");
+  const std::string text = gc::params_file_text(*written);
+  // The checksum line, then exactly the YAML, with its length and CRC.
+  const auto newline = text.find('\n');
+  const std::string yaml = gc::to_yaml_string(*written);
+  EXPECT_EQ(text.substr(newline + 1), yaml);
+  EXPECT_EQ(text.rfind("# garden params: " + std::to_string(yaml.size()) + " bytes, crc32c ", 0),
+            0u)
+      << text;
+  auto write = [&](const std::string& bytes) { std::ofstream(file, std::ios::binary) << bytes; };
+
+  write(text);
+  auto read = gc::get_experiment_config("tabular/iris");
+  gc::apply_file(*read, file);
+  EXPECT_EQ(gc::to_yaml_string(*read), yaml);
+
+  // Cut at a line boundary: still valid YAML, but not what was written.
+  write(text.substr(0, text.rfind('\n', text.size() - 2) + 1));
+  const std::string cut = error_of([&] { gc::apply_file(*read, file); });
+  EXPECT_EQ(cut.rfind("config file '" + file + "' is damaged: ", 0), 0u) << cut;
+  EXPECT_NE(cut.find("(cut short?)"), std::string::npos) << cut;
+
+  std::string flipped = text;
+  flipped[flipped.find("77")] = '8';
+  write(flipped);
+  EXPECT_EQ(error_of([&] { gc::apply_file(*read, file); }),
+            "config file '" + file +
+                "' is damaged: its content does not match the CRC-32C written with it; if you "
+                "edited it on purpose, delete its first line");
+
+  // Edited on purpose, the checksum line deleted: taken as it is.
+  write(flipped.substr(newline + 1));
+  gc::apply_file(*read, file);
+  EXPECT_EQ(read->trainer.train_steps, 87);
+  fs::remove_all(dir);
+}
+
 // ---- duplicate keys -----------------------------------------------------------
 
 TEST(ConfigValidationTest, DuplicateKeysAreRefusedWithTheirLines) {

@@ -20,8 +20,15 @@ void read_config(Config& config, const YAML::Node& node, const std::string& path
 YAML::Node write_config(Config& config);
 std::string to_yaml_string(Config& config);
 
-// Reads a YAML (or JSON) file onto `config`; errors name the file.
+// Reads a YAML (or JSON) file onto `config`; errors name the file. A file
+// that starts with params_file_text's checksum line is refused, naming it,
+// when what follows is not what was written (cut short, a bit flipped, or
+// edited: deleting that line takes an edited file as it is).
 void apply_file(Config& config, const std::string& file);
+
+// params.yaml as Garden writes it (model_dir, exports): the whole config
+// behind one comment line with its size and CRC-32C.
+std::string params_file_text(Config& config);
 
 // Model Garden's --params_override: either `a.b=1,c.d='x',e=[1,2]` or a YAML
 // / JSON mapping such as `{a: {b: 1}}`. A key set twice (or set both as a
