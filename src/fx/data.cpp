@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "garden/base/encoding.h"
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/data/example.h"
@@ -24,6 +25,28 @@ YAML::Node load_yaml(const std::string& text, const std::string& source) {
   } catch (const YAML::Exception& e) {
     throw Error(source + " is not valid YAML: " + e.what());
   }
+}
+
+// Runs a parser of a YAML file: a value of the wrong kind that yaml-cpp
+// itself refuses (a list where a name belongs) is one line naming the file.
+template <class F>
+auto with_yaml_errors(const std::string& source, F&& parse) {
+  try {
+    return parse();
+  } catch (const YAML::Exception& e) {
+    throw Error(source + ": " + e.what());
+  }
+}
+
+// A field or feature name: text a CSV header, a tf.Example key and a
+// summary tag can carry (UTF-8, no control character).
+std::string checked_name(const YAML::Node& node, const std::string& where) {
+  const std::string name = node.as<std::string>();
+  bool control = false;
+  for (unsigned char c : name) control = control || c < 0x20 || c == 0x7f;
+  if (name.empty() || control || garden::unicode::invalid_utf8_offset(name) != std::string::npos)
+    throw Error(where + ": the name must be UTF-8 text without control characters");
+  return name;
 }
 
 std::string scalar_text(const YAML::Node& node) {
@@ -91,6 +114,10 @@ Schema::Schema(std::vector<SchemaField> fields) : fields_(std::move(fields)) {
 }
 
 Schema Schema::parse(const std::string& yaml, const std::string& source) {
+  return with_yaml_errors(source, [&] { return parse_schema(yaml, source); });
+}
+
+Schema Schema::parse_schema(const std::string& yaml, const std::string& source) {
   const YAML::Node root = load_yaml(yaml, source);
   if (!root.IsMap() || !root["fields"] || !root["fields"].IsSequence())
     throw Error(source + " has no 'fields:' list (each entry: name, type: integer|real|discrete)");
@@ -100,7 +127,7 @@ Schema Schema::parse(const std::string& yaml, const std::string& source) {
     if (!entry.IsMap() || !entry["name"] || !entry["type"])
       throw Error(where + " needs a name and a type");
     SchemaField field;
-    field.name = entry["name"].as<std::string>();
+    field.name = checked_name(entry["name"], where);
     const std::string type = entry["type"].as<std::string>();
     if (type == "integer")
       field.type = FieldType::kInteger;
@@ -239,7 +266,7 @@ namespace {
 Feature parse_feature(const YAML::Node& node, const std::string& source) {
   if (!node.IsMap() || !node["name"]) throw Error(source + ": every feature needs a name");
   Feature feature;
-  feature.name = node["name"].as<std::string>();
+  feature.name = checked_name(node["name"], source + ": a feature");
   const std::string type = node["type"] ? node["type"].as<std::string>() : "identity";
   bool known = false;
   for (const auto t :
@@ -289,6 +316,10 @@ FeatureSet::FeatureSet(std::vector<Feature> features) : features_(std::move(feat
 }
 
 FeatureSet FeatureSet::parse(const std::string& yaml, const std::string& source) {
+  return with_yaml_errors(source, [&] { return parse_features(yaml, source); });
+}
+
+FeatureSet FeatureSet::parse_features(const std::string& yaml, const std::string& source) {
   const YAML::Node root = load_yaml(yaml, source);
   if (!root.IsMap() || !root["features"] || !root["features"].IsSequence())
     throw Error(source + " has no 'features:' list");

@@ -112,6 +112,20 @@ TEST(FxDataTest, EachFileErrorNamesTheFileAndTheField) {
       error_of([] { fx::FeatureSet::parse("features:\n- name: f\n  type: one_hot\n", "f.yaml"); }),
       "f.yaml feature 'f' has type 'one_hot'; the types are identity, target, concat, log, "
       "scale, bucketize, one-hot");
+  // Found by fuzz/fx_features_fuzz.cpp: a mapping where a name belongs got
+  // out as yaml-cpp's own exception, naming no file.
+  EXPECT_EQ(error_of([] {
+              fx::FeatureSet::parse("features:\n- name:\n    a: 1\n", "f.yaml");
+            }).rfind("f.yaml: yaml-cpp: error at line 3", 0),
+            0u);
+  // Found by fuzz/fx_schema_fuzz.cpp: a name that is not UTF-8 text did not
+  // survive being written back.
+  EXPECT_EQ(error_of([] { fx::Schema::parse("fields:\n- name: a\xff\n  type: real\n", "s.yaml"); }),
+            "s.yaml field 1: the name must be UTF-8 text without control characters");
+  EXPECT_EQ(error_of([] {
+              fx::Schema::parse("fields:\n- name: [a]\n  type: real\n", "s.yaml");
+            }).rfind("s.yaml: yaml-cpp: error at line 2", 0),
+            0u);
   const auto schema = fx::Schema::parse(kSchema, "s.yaml");
   const auto metadata = fx::Metadata::parse(kMetadata, "m.json");
   const auto transformer_error = [&](const std::string& yaml) {

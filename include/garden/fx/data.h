@@ -52,6 +52,7 @@ class Schema {
   std::string text() const { return text_.empty() ? format() : text_; }
 
  private:
+  static Schema parse_schema(const std::string& yaml, const std::string& source);
   std::vector<SchemaField> fields_;
   std::string source_ = "the schema";
   std::string text_;
@@ -117,6 +118,7 @@ class FeatureSet {
   const std::string& text() const { return text_; }
 
  private:
+  static FeatureSet parse_features(const std::string& yaml, const std::string& source);
   std::vector<Feature> features_;
   std::string source_ = "the features";
   std::string text_;
