@@ -38,18 +38,67 @@ struct HttpError : std::runtime_error {
 
 constexpr int kMaxJsonDepth = 64;
 
-json parse_body(const std::string& body) {
+}  // namespace
+
+PredictRequest parse_predict_request(const std::string& body,
+                                     const std::vector<std::string>& input_names) {
+  json request;
   try {
-    return json::parse(body, [](int depth, json::parse_event_t, json&) {
+    request = json::parse(body, [](int depth, json::parse_event_t, json&) {
       if (depth > kMaxJsonDepth)
-        throw HttpError(
-            400, "the JSON body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+        throw InputError("the JSON body nests deeper than " + std::to_string(kMaxJsonDepth) +
+                         " levels");
       return true;
     });
   } catch (const json::exception& e) {
-    throw HttpError(400, std::string("malformed JSON body: ") + e.what());
+    throw InputError(std::string("malformed JSON body: ") + e.what());
   }
+  if (!request.is_object()) throw InputError("the request body must be a JSON object");
+  if (request.contains("signature_name")) {
+    const json& signature = request.at("signature_name");
+    if (!signature.is_string() || (signature.get<std::string>() != "serving_default" &&
+                                   !signature.get<std::string>().empty()))
+      throw InputError("unknown signature_name " +
+                       signature.dump(-1, ' ', false, json::error_handler_t::replace) +
+                       "; this model has serving_default");
+  }
+  PredictRequest parsed;
+  parsed.rows = request.contains("instances");
+  if (parsed.rows == request.contains("inputs"))
+    throw InputError("the request must hold exactly one of 'instances' and 'inputs'");
+  std::vector<json>& instances = parsed.instances;
+  if (parsed.rows) {
+    const json& list = request.at("instances");
+    if (!list.is_array()) throw InputError("'instances' must be a list");
+    instances.assign(list.begin(), list.end());
+  } else {
+    const json& columns = request.at("inputs");
+    const bool one_unnamed =
+        input_names.size() == 1 && columns.is_object() && !columns.contains(input_names[0]);
+    if (columns.is_object() && !one_unnamed) {
+      std::size_t rows_count = 0;
+      bool first = true;
+      for (const auto& [key, value] : columns.items()) {
+        if (!value.is_array()) throw InputError("input '" + key + "' in 'inputs' must be a list");
+        if (!first && value.size() != rows_count)
+          throw InputError("the lists in 'inputs' differ in length");
+        rows_count = value.size();
+        first = false;
+      }
+      instances.assign(rows_count, json::object());
+      for (const auto& [key, value] : columns.items())
+        for (std::size_t i = 0; i < rows_count; ++i) instances[i][key] = value[i];
+    } else if (columns.is_array() && input_names.size() == 1) {
+      instances.assign(columns.begin(), columns.end());
+    } else {
+      throw InputError("'inputs' must be an object of lists, one per input");
+    }
+  }
+  if (instances.empty()) throw InputError("the request holds no instance");
+  return parsed;
 }
+
+namespace {
 
 // A cumulative histogram in Prometheus's form.
 class Histogram {
@@ -300,48 +349,12 @@ struct ModelServer::State {
     if (!version.empty() && version != std::to_string(model->version()))
       throw HttpError(404, "Servable not found for request: Specific(" + name + ", " + version +
                                "); serving version " + std::to_string(model->version()));
-    const json request = parse_body(body);
-    if (!request.is_object()) throw HttpError(400, "the request body must be a JSON object");
-    if (request.contains("signature_name")) {
-      const json& signature = request.at("signature_name");
-      if (!signature.is_string() || (signature.get<std::string>() != "serving_default" &&
-                                     !signature.get<std::string>().empty()))
-        throw HttpError(
-            400, "unknown signature_name " + signature.dump() + "; this model has serving_default");
-    }
-    const bool rows = request.contains("instances");
-    if (rows == request.contains("inputs"))
-      throw HttpError(400, "the request must hold exactly one of 'instances' and 'inputs'");
-    const auto& inputs = model->signature().inputs;
+    std::vector<std::string> input_names;
+    for (const auto& input : model->signature().inputs) input_names.push_back(input.first);
     const auto& outputs = model->signature().outputs;
-    std::vector<json> instances;
-    if (rows) {
-      const json& list = request.at("instances");
-      if (!list.is_array()) throw HttpError(400, "'instances' must be a list");
-      instances.assign(list.begin(), list.end());
-    } else {
-      const json& columns = request.at("inputs");
-      if (columns.is_object() && !(inputs.size() == 1 && !columns.contains(inputs[0].first))) {
-        std::size_t rows_count = 0;
-        bool first = true;
-        for (const auto& [key, value] : columns.items()) {
-          if (!value.is_array())
-            throw HttpError(400, "input '" + key + "' in 'inputs' must be a list");
-          if (!first && value.size() != rows_count)
-            throw HttpError(400, "the lists in 'inputs' differ in length");
-          rows_count = value.size();
-          first = false;
-        }
-        instances.assign(rows_count, json::object());
-        for (const auto& [key, value] : columns.items())
-          for (std::size_t i = 0; i < rows_count; ++i) instances[i][key] = value[i];
-      } else if (columns.is_array() && inputs.size() == 1) {
-        instances.assign(columns.begin(), columns.end());
-      } else {
-        throw HttpError(400, "'inputs' must be an object of lists, one per input");
-      }
-    }
-    if (instances.empty()) throw HttpError(400, "the request holds no instance");
+    PredictRequest request = parse_predict_request(body, input_names);
+    const bool rows = request.rows;
+    std::vector<json> instances = std::move(request.instances);
     for (std::size_t i = 0; i < instances.size(); ++i)
       instances[i] = model->normalize_instance(instances[i], i);
     const std::vector<json> results = predict(*model, std::move(instances));

@@ -21,8 +21,26 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace garden::serving {
+
+// A :predict request's body, parsed: one JSON value per instance, from the
+// row form {"instances": [...]} (rows) or the columnar {"inputs": ...}.
+// `input_names` are the signature's inputs: a model with one input also
+// takes {"inputs": [...]}, the list of its values.
+// Throws InputError (HTTP 400) naming what is wrong: malformed JSON (or
+// nested deeper than 64), not an object, an unknown signature_name, neither
+// or both forms, columns of different lengths, no instance. Instances are
+// checked against the signature later (Predictor::normalize_instance).
+struct PredictRequest {
+  std::vector<nlohmann::json> instances;
+  bool rows = true;  // answer {"predictions"} (true) or {"outputs"}
+};
+PredictRequest parse_predict_request(const std::string& body,
+                                     const std::vector<std::string>& input_names);
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
