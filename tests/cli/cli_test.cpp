@@ -168,8 +168,8 @@ void expect_one_line_error(const Result& r, std::initializer_list<std::string> p
   EXPECT_EQ(lines.size(), 1u) << "stderr is not exactly one line\n" << r;
   EXPECT_EQ(r.err.rfind("garden: error: ", 0), 0u) << r;
   for (const auto& part : parts) EXPECT_TRUE(contains(r.err, part)) << "no '" << part << "'\n" << r;
-  for (const char* trace : {"Exception raised from", "frame #", "terminate called", "what():",
-                            "Aborted", "Segmentation fault", "Traceback"})
+  for (const char* trace : {"Exception raised from", "frame #", "terminate called",
+                            "what():", "Aborted", "Segmentation fault", "Traceback"})
     EXPECT_FALSE(contains(r.err, trace)) << "looks like a stack trace\n" << r;
 }
 
@@ -200,7 +200,7 @@ void expect_train_fails_cleanly(const std::vector<std::string>& args,
     const Result r = run_garden(full, dir.path());
     expect_one_line_error(r, parts, status);
     EXPECT_EQ(changes(before, snapshot(model_dir)), "") << "the failed run changed model_dir\n"
-                                                       << r;
+                                                        << r;
   }
 }
 
@@ -254,9 +254,9 @@ TEST(CliConfig, PrintsParseableYaml) {
 
 TEST(CliConfig, ParamsOverrideApplies) {
   TempDir dir;
-  const Result r = run_garden(
-      {"config", "--experiment=tabular/iris", "--params_override=trainer.train_steps=7"},
-      dir.path());
+  const Result r =
+      run_garden({"config", "--experiment=tabular/iris", "--params_override=trainer.train_steps=7"},
+                 dir.path());
   ASSERT_EQ(r.status, 0) << r;
   const YAML::Node node = YAML::Load(r.out);
   EXPECT_EQ(node["trainer"]["train_steps"].as<int64_t>(), 7) << r;
@@ -292,10 +292,10 @@ TEST(CliConfig, ConfigFilesInOrderThenParamsOverrideLast) {
   write_file(second, "trainer:\n  train_steps: 22\n");
   {
     SCOPED_TRACE("the later config file wins; keys it does not set survive");
-    const Result r = run_garden({"config", "--experiment=tabular/iris",
-                                 "--config_file=" + first.string(),
-                                 "--config_file=" + second.string()},
-                                dir.path());
+    const Result r =
+        run_garden({"config", "--experiment=tabular/iris", "--config_file=" + first.string(),
+                    "--config_file=" + second.string()},
+                   dir.path());
     ASSERT_EQ(r.status, 0) << r;
     const YAML::Node node = YAML::Load(r.out);
     EXPECT_EQ(node["trainer"]["train_steps"].as<int64_t>(), 22) << r;
@@ -304,20 +304,19 @@ TEST(CliConfig, ConfigFilesInOrderThenParamsOverrideLast) {
   }
   {
     SCOPED_TRACE("file order is the command line's");
-    const Result r = run_garden({"config", "--experiment=tabular/iris",
-                                 "--config_file=" + second.string(),
-                                 "--config_file=" + first.string()},
-                                dir.path());
+    const Result r =
+        run_garden({"config", "--experiment=tabular/iris", "--config_file=" + second.string(),
+                    "--config_file=" + first.string()},
+                   dir.path());
     ASSERT_EQ(r.status, 0) << r;
     EXPECT_EQ(YAML::Load(r.out)["trainer"]["train_steps"].as<int64_t>(), 11) << r;
   }
   {
     SCOPED_TRACE("params_override comes last, wherever it is on the command line");
-    const Result r = run_garden({"config", "--experiment=tabular/iris",
-                                 "--params_override=trainer.train_steps=7",
-                                 "--config_file=" + first.string(),
-                                 "--config_file=" + second.string()},
-                                dir.path());
+    const Result r = run_garden(
+        {"config", "--experiment=tabular/iris", "--params_override=trainer.train_steps=7",
+         "--config_file=" + first.string(), "--config_file=" + second.string()},
+        dir.path());
     ASSERT_EQ(r.status, 0) << r;
     const YAML::Node node = YAML::Load(r.out);
     EXPECT_EQ(node["trainer"]["train_steps"].as<int64_t>(), 7) << r;
@@ -359,8 +358,9 @@ TEST(CliErrors, InvalidYamlInConfigFile) {
   TempDir dir;
   const fs::path bad = dir / "bad.yaml";
   write_file(bad, "trainer:\n  train_steps: [1, 2\n  max_to_keep: {\n");
-  expect_train_fails_cleanly({"train", "--experiment=tabular/iris", "--config_file=" + bad.string()},
-                             {bad.string(), "YAML"});
+  expect_train_fails_cleanly(
+      {"train", "--experiment=tabular/iris", "--config_file=" + bad.string()},
+      {bad.string(), "YAML"});
 }
 
 TEST(CliErrors, FailedValidation) {
@@ -392,9 +392,8 @@ TEST(CliErrors, MissingRequiredFlagIsUsageError) {
   {
     SCOPED_TRACE("no --experiment");
     const fs::path model_dir = dir / "model";
-    expect_one_line_error(
-        run_garden({"train", "--model_dir=" + model_dir.string()}, dir.path()),
-        {"--experiment"}, 2);
+    expect_one_line_error(run_garden({"train", "--model_dir=" + model_dir.string()}, dir.path()),
+                          {"--experiment"}, 2);
     EXPECT_FALSE(fs::exists(model_dir));
   }
   {
@@ -412,10 +411,10 @@ TEST(CliErrors, MissingRequiredFlagIsUsageError) {
 TEST(CliTrain, TrainAndEvalWritesModelDir) {
   TempDir dir;
   const fs::path model_dir = dir / "model";
-  const Result r = run_garden({"train", "--experiment=tabular/iris", "--mode=train_and_eval",
-                               "--params_override=" + kQuickIris,
-                               "--model_dir=" + model_dir.string()},
-                              dir.path());
+  const Result r =
+      run_garden({"train", "--experiment=tabular/iris", "--mode=train_and_eval",
+                  "--params_override=" + kQuickIris, "--model_dir=" + model_dir.string()},
+                 dir.path());
   ASSERT_EQ(r.status, 0) << r;
   const std::string absolute = fs::absolute(model_dir).string();
   bool saw_model_dir = false, saw_params = false, saw_summaries = false, saw_evaluation = false;
@@ -450,15 +449,14 @@ TEST(CliTrain, RerunFromParamsYamlIsBitIdentical) {
   const fs::path first = dir / "first";
   const fs::path second = dir / "second";
   const Result a = run_garden({"train", "--experiment=tabular/iris", "--mode=train_and_eval",
-                               "--params_override=" + kQuickIris,
-                               "--model_dir=" + first.string()},
+                               "--params_override=" + kQuickIris, "--model_dir=" + first.string()},
                               dir.path());
   ASSERT_EQ(a.status, 0) << a;
   ASSERT_TRUE(fs::is_regular_file(first / "ckpt-100")) << a;
-  const Result b = run_garden({"train", "--experiment=tabular/iris", "--mode=train_and_eval",
-                               "--config_file=" + (first / "params.yaml").string(),
-                               "--model_dir=" + second.string()},
-                              dir.path());
+  const Result b = run_garden(
+      {"train", "--experiment=tabular/iris", "--mode=train_and_eval",
+       "--config_file=" + (first / "params.yaml").string(), "--model_dir=" + second.string()},
+      dir.path());
   ASSERT_EQ(b.status, 0) << b;
   ASSERT_TRUE(fs::is_regular_file(second / "ckpt-100")) << b;
   const std::string bytes_a = read_file(first / "ckpt-100");
@@ -478,20 +476,47 @@ TEST(CliTrain, RerunFromParamsYamlIsBitIdentical) {
 TEST(CliTrain, IncompatibleResumeLeavesModelDirUnchanged) {
   TempDir dir;
   const fs::path model_dir = dir / "model";
-  const Result t = run_garden({"train", "--experiment=tabular/iris", "--mode=train",
-                               "--params_override=" + kQuickIris,
-                               "--model_dir=" + model_dir.string()},
-                              dir.path());
+  const Result t =
+      run_garden({"train", "--experiment=tabular/iris", "--mode=train",
+                  "--params_override=" + kQuickIris, "--model_dir=" + model_dir.string()},
+                 dir.path());
   ASSERT_EQ(t.status, 0) << t;
   const auto before = snapshot(model_dir);
-  const Result r = run_garden(
-      {"train", "--experiment=tabular/iris", "--mode=train",
-       "--params_override=trainer.train_steps=200,task.model.hidden_layer_sizes=[8]",
-       "--model_dir=" + model_dir.string()},
-      dir.path());
+  const Result r =
+      run_garden({"train", "--experiment=tabular/iris", "--mode=train",
+                  "--params_override=trainer.train_steps=200,task.model.hidden_layer_sizes=[8]",
+                  "--model_dir=" + model_dir.string()},
+                 dir.path());
   expect_one_line_error(r, {"has shape"});
   EXPECT_EQ(changes(before, snapshot(model_dir)), "") << "the failed resume changed model_dir\n"
                                                       << r;
+}
+
+// A damaged newest checkpoint (cut short by a full disk, a bit flipped on
+// the way) is passed over with one line naming it: the run resumes from the
+// one before, and ends where an undisturbed run ends, bit for bit.
+TEST(CliTrain, ResumesFromTheNewestIntactCheckpointAndSaysSo) {
+  TempDir dir;
+  const std::string every50 = "trainer.checkpoint_interval=50,trainer.steps_per_loop=50,";
+  auto train = [&](const fs::path& model_dir, int steps) {
+    return run_garden(
+        {"train", "--experiment=tabular/iris", "--mode=train",
+         "--params_override=" + every50 + "trainer.train_steps=" + std::to_string(steps),
+         "--model_dir=" + model_dir.string()},
+        dir.path());
+  };
+  const fs::path damaged = dir / "damaged", whole = dir / "whole";
+  ASSERT_EQ(train(damaged, 100).status, 0);
+  fs::resize_file(damaged / "ckpt-100", fs::file_size(damaged / "ckpt-100") / 2);
+  const Result r = train(damaged, 150);
+  ASSERT_EQ(r.status, 0) << r;
+  EXPECT_TRUE(contains(r.err, "checkpoint '" + (damaged / "ckpt-100").string() + "' is truncated"))
+      << r;
+  EXPECT_TRUE(contains(r.err, "resuming from the older " + (damaged / "ckpt-50").string())) << r;
+  const Result u = train(whole, 150);
+  ASSERT_EQ(u.status, 0) << u;
+  EXPECT_TRUE(read_file(damaged / "ckpt-150") == read_file(whole / "ckpt-150"))
+      << "the resumed run ended elsewhere than an undisturbed one";
 }
 
 // ---- garden train --mode=eval --------------------------------------------------------
@@ -502,23 +527,23 @@ TEST(CliEval, NeedsACheckpointThenEvaluates) {
   fs::create_directories(model_dir);
   {
     SCOPED_TRACE("empty model_dir");
-    const Result r = run_garden({"train", "--experiment=tabular/iris", "--mode=eval",
-                                 "--model_dir=" + model_dir.string()},
-                                dir.path());
+    const Result r = run_garden(
+        {"train", "--experiment=tabular/iris", "--mode=eval", "--model_dir=" + model_dir.string()},
+        dir.path());
     expect_one_line_error(r, {"no checkpoint"});
     EXPECT_EQ(changes({}, snapshot(model_dir)), "") << "eval wrote into model_dir\n" << r;
   }
-  const Result t = run_garden({"train", "--experiment=tabular/iris", "--mode=train",
-                               "--params_override=" + kQuickIris,
-                               "--model_dir=" + model_dir.string()},
-                              dir.path());
+  const Result t =
+      run_garden({"train", "--experiment=tabular/iris", "--mode=train",
+                  "--params_override=" + kQuickIris, "--model_dir=" + model_dir.string()},
+                 dir.path());
   ASSERT_EQ(t.status, 0) << t;
   {
     SCOPED_TRACE("after training");
-    const Result r = run_garden({"train", "--experiment=tabular/iris", "--mode=eval",
-                                 "--params_override=" + kQuickIris,
-                                 "--model_dir=" + model_dir.string()},
-                                dir.path());
+    const Result r =
+        run_garden({"train", "--experiment=tabular/iris", "--mode=eval",
+                    "--params_override=" + kQuickIris, "--model_dir=" + model_dir.string()},
+                   dir.path());
     ASSERT_EQ(r.status, 0) << r;
     bool evaluated = false;
     for (const auto& line : lines_of(r.out))
