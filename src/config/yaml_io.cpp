@@ -438,6 +438,7 @@ YAML::Node parse_override(std::string_view text) {
     if (eq == std::string::npos)
       throw ConfigError("params_override: '" + item + "' is not of the form key=value");
     const std::string key = trim(item.substr(0, eq));
+    if (key.empty()) throw ConfigError("params_override: '" + item + "' has no key before '='");
     const std::string value_text = trim(item.substr(eq + 1));
     YAML::Node value;
     try {

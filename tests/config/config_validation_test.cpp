@@ -372,6 +372,16 @@ TEST(ConfigValidationTest, SubnormalsAreNumbersAndOverflowIsRefused) {
             "1.8e308) (in --params_override)");
 }
 
+// Found by fuzz/params_override_fuzz.cpp: an item with nothing before its
+// '=' reached back() of an empty list of key segments.
+TEST(ConfigValidationTest, AnOverrideWithoutAKeyIsRefused) {
+  auto config = gc::get_experiment_config("tabular/iris");
+  EXPECT_EQ(error_of([&] { gc::apply_override(*config, "trainer.train_steps=5,=3"); }),
+            "params_override: '=3' has no key before '='");
+  EXPECT_EQ(error_of([&] { gc::apply_override(*config, "a=1, =2"); }),
+            "params_override: '=2' has no key before '='");
+}
+
 // ---- params.yaml's checksum line ------------------------------------------------
 
 TEST(ConfigValidationTest, AParamsFileCutShortOrChangedOnDiskIsRefusedNamingIt) {
