@@ -159,8 +159,10 @@ bool FeatureValue::operator==(const FeatureValue& other) const {
       return bytes == other.bytes;
     case Kind::kFloat:
       // Bitwise, so that NaN equals NaN and a round trip can be checked with ==.
+      // (memcmp must not see the null data() of an empty vector.)
       return floats.size() == other.floats.size() &&
-             std::memcmp(floats.data(), other.floats.data(), floats.size() * sizeof(float)) == 0;
+             (floats.empty() ||
+              std::memcmp(floats.data(), other.floats.data(), floats.size() * sizeof(float)) == 0);
     case Kind::kInt64:
       return ints == other.ints;
   }
