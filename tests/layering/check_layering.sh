@@ -22,7 +22,7 @@ for item in "${upward[@]}"; do
   if cmake --build "$build_dir" --target "$target" >"$log" 2>&1; then
     echo "layering: FAIL: $target built, but its layer may not include $header"
     failures=$((failures + 1))
-  elif ! grep -q "$header: No such file or directory" "$log"; then
+  elif ! grep -qE "$header: No such file or directory|'$header' file not found" "$log"; then  # gcc, clang
     echo "layering: FAIL: $target failed for another reason than the missing $header:"
     tail -n 20 "$log"
     failures=$((failures + 1))
