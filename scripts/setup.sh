@@ -4,6 +4,8 @@
 # --bench also installs Debian's PyTorch for Python, which the peer
 # benchmarks in ../shared/bench need (run them with /usr/bin/python3), and
 # the HTTP load generators hey and wrk (bench/serving_load.sh).
+# --fuzz also installs clang and its libFuzzer / sanitizer runtimes
+# (scripts/fuzz.sh, scripts/sanitize.sh).
 set -euo pipefail
 
 packages=(
@@ -15,7 +17,13 @@ packages=(
   libsentencepiece-dev sentencepiece
   libcpp-httplib-dev
 )
-if [ "${1:-}" = "--bench" ]; then packages+=(python3-torch wrk hey); fi
+for option in "$@"; do
+  case "$option" in
+    --bench) packages+=(python3-torch wrk hey) ;;
+    --fuzz) packages+=(clang libclang-rt-dev) ;;
+    *) echo "setup: unknown option $option (--bench, --fuzz)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
