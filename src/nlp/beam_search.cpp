@@ -56,8 +56,60 @@ at::Tensor gather_beams(const at::Tensor& values, const at::Tensor& indices) {
   return values.gather(1, index.expand(shape));
 }
 
-void reorder_cache(Cache& cache, const at::Tensor& flat_rows) {
-  for (auto& entry : cache) entry.second = entry.second.index_select(0, flat_rows);
+// Rows `rows` of a cache entry, as a new tensor. A "steps/" entry keeps its
+// capacity; only its first `filled` positions are copied (the rest was never
+// written). `into`, when it has the result's shape, is reused.
+at::Tensor select_rows(const std::string& name, const at::Tensor& tensor, const at::Tensor& rows,
+                       int64_t filled, at::Tensor into = {}) {
+  if (!is_steps_entry(name) || tensor.dim() < 3 || tensor.size(2) < filled)
+    return tensor.index_select(0, rows);
+  std::vector<int64_t> shape = tensor.sizes().vec();
+  shape[0] = rows.size(0);
+  if (!into.defined() || into.sizes() != at::IntArrayRef(shape) ||
+      into.scalar_type() != tensor.scalar_type() || into.device() != tensor.device())
+    into = at::empty(shape, tensor.options());
+  at::Tensor out = into.narrow(2, 0, filled);
+  at::index_select_out(out, tensor.narrow(2, 0, filled), 0, rows);
+  return into;
+}
+
+// After a step, row r takes the state of row flat_rows[r], a beam of its own
+// example: "per_example/" entries stay as they are, "steps/" entries move
+// their `filled` positions into the spare buffer, which becomes the entry
+// (so no step allocates), every other entry is index-selected.
+void reorder_beams(Cache& cache, Cache& spare, const at::Tensor& flat_rows, int64_t filled) {
+  for (auto& [name, tensor] : cache) {
+    if (is_per_example_entry(name)) continue;
+    if (is_steps_entry(name)) {
+      at::Tensor& other = spare[name];
+      other = select_rows(name, tensor, flat_rows, filled, other);
+      std::swap(tensor, other);
+    } else {
+      tensor = tensor.index_select(0, flat_rows);
+    }
+  }
+}
+
+// Keeps rows `rows` of every entry: examples that are done leave the batch.
+void keep_rows(Cache& cache, Cache& spare, const at::Tensor& rows, int64_t filled) {
+  for (auto& [name, tensor] : cache) tensor = select_rows(name, tensor, rows, filled);
+  spare.clear();
+}
+
+// The host copy of an int64 index tensor.
+std::vector<int64_t> host_indices(const at::Tensor& indices) {
+  const at::Tensor host = indices.to(torch::kCPU, torch::kLong).contiguous();
+  return {host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel()};
+}
+
+// Sequences of different lengths [beams, length_i], one per example, as one
+// tensor [batch, beams, length] padded with 0.
+at::Tensor pad_and_stack(const std::vector<at::Tensor>& sequences, int64_t length) {
+  std::vector<at::Tensor> padded;
+  padded.reserve(sequences.size());
+  for (const at::Tensor& seq : sequences)
+    padded.push_back(torch::constant_pad_nd(seq, {0, length - seq.size(-1)}, 0));
+  return torch::stack(padded);
 }
 
 // The limits as host values, checked: int64 [batch], each >= 0.
@@ -113,7 +165,13 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
   check_cache_rows(initial_cache, batch, "given to beam search");
   Cache cache = std::move(initial_cache);
   for (auto& entry : cache) entry.second = entry.second.repeat_interleave(beams, 0);
+  Cache spare;  // the second buffer of each "steps/" entry
 
+  // The search runs on the examples still undecided: `examples` holds their
+  // indices in the batch, and every tensor below has one row per such
+  // example. A done example leaves with its result, so the model decodes
+  // only the rest.
+  at::Tensor examples = torch::arange(batch, long_opts);
   at::Tensor alive_seq =
       initial_ids.to(torch::kLong).view({batch, 1, 1}).expand({batch, beams, 1}).contiguous();
   // Only beam 0 is live at first; the copies must not be grown again.
@@ -123,21 +181,20 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
   at::Tensor finished_seq = torch::zeros({batch, beams, 1}, long_opts);
   at::Tensor finished_scores = torch::full({batch, beams}, kLargeNegative, score_opts);
   at::Tensor finished_flags = torch::zeros({batch, beams}, torch::kBool);
-
-  // Row offset of each example in the flattened [batch * beams] layout.
-  const at::Tensor batch_offsets = torch::arange(batch, long_opts).mul(beams).unsqueeze(1);
-  const at::Tensor own_rows = batch_offsets + torch::arange(beams, long_opts).unsqueeze(0);
-  const at::Tensor limit = torch::tensor(limits, long_opts);
+  at::Tensor limit = torch::tensor(limits, long_opts);
   // Each example's length normalization at its own limit.
   std::vector<double> norms;
   for (const int64_t l : limits) norms.push_back(length_normalization(alpha, l));
-  const at::Tensor max_length_norm = torch::tensor(norms, score_opts);
+  at::Tensor max_length_norm = torch::tensor(norms, score_opts);
+  const at::Tensor beam_index = torch::arange(beams, long_opts).unsqueeze(0);
+  std::vector<at::Tensor> result_sequences(static_cast<std::size_t>(batch));
+  std::vector<at::Tensor> result_scores(static_cast<std::size_t>(batch));
 
   // An example is done at its limit, or once its worst finished score beats
   // its best alive log-probability divided by its largest length
-  // normalization (no alive sequence can then enter its finished set). A done
-  // example keeps its sequences while the others go on, so it ends as it
-  // would alone (Model Garden's search, run on that example by itself).
+  // normalization (no alive sequence can then enter its finished set). A
+  // done example keeps its sequences, so it ends as it would alone (Model
+  // Garden's search, run on that example by itself).
   auto done = [&](int64_t step) {
     const at::Tensor best_alive = alive_log_probs.select(1, 0) / max_length_norm;
     // Empty finished slots count as 0 so the minimum is over real entries.
@@ -147,26 +204,42 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
                                    torch::full_like(lowest_finished, kLargeNegative));
     return limit.le(step).logical_or(lowest_finished.gt(best_alive));
   };
-  // Appends a 0 column to a done example's sequences [batch, beams, length].
-  auto pad_one = [&](const at::Tensor& seq) { return torch::constant_pad_nd(seq, {0, 1}, 0); };
 
   int64_t step = 0;
   for (;; ++step) {
-    const at::Tensor active = done(step).logical_not();
-    if (!active.any().item<bool>()) break;
-    const at::Tensor active2 = active.view({batch, 1});
-    const at::Tensor active3 = active.view({batch, 1, 1});
+    const at::Tensor is_done = done(step);
+    if (is_done.any().item<bool>()) {
+      // Done examples leave with their finished set, or their alive one when
+      // nothing finished.
+      const at::Tensor has_finished = finished_flags.any(1);
+      const at::Tensor sequences =
+          torch::where(has_finished.view({-1, 1, 1}), finished_seq, alive_seq);
+      const at::Tensor scores =
+          torch::where(has_finished.view({-1, 1}), finished_scores, alive_log_probs);
+      const std::vector<int64_t> in_batch = host_indices(examples);
+      for (const int64_t i : host_indices(is_done.nonzero().view({-1}))) {
+        const auto e = static_cast<std::size_t>(in_batch[static_cast<std::size_t>(i)]);
+        result_sequences[e] = sequences[i];
+        result_scores[e] = scores[i];
+      }
+      const at::Tensor staying = is_done.logical_not().nonzero().view({-1});
+      if (staying.numel() == 0) break;
+      for (at::Tensor* t : {&examples, &alive_seq, &alive_log_probs, &finished_seq,
+                            &finished_scores, &finished_flags, &limit, &max_length_norm})
+        *t = t->index_select(0, staying);
+      keep_rows(cache, spare, (staying.unsqueeze(1) * beams + beam_index).view({-1}), step);
+    }
+    const int64_t n = examples.size(0);
     const int64_t length = step + 1;  // tokens so far, initial id included
-    const at::Tensor flat_ids = alive_seq.view({batch * beams, length});
+    const at::Tensor flat_ids = alive_seq.view({n * beams, length});
     const at::Tensor log_probs =
         next_log_probs(symbols_to_logits_fn, flat_ids, step, cache, vocab_size)
-            .view({batch, beams, vocab_size}) +
+            .view({n, beams, vocab_size}) +
         alive_log_probs.unsqueeze(2);
 
     // Grow: the best 2 * beams (beam, token) extensions of each example.
     const int64_t candidates = std::min(2 * beams, beams * vocab_size);
-    auto [top_log_probs, top_indices] =
-        log_probs.view({batch, beams * vocab_size}).topk(candidates, 1);
+    auto [top_log_probs, top_indices] = log_probs.view({n, beams * vocab_size}).topk(candidates, 1);
     const at::Tensor top_beams = at::div(top_indices, vocab_size, "floor");
     const at::Tensor top_ids = top_indices.remainder(vocab_size);
     const at::Tensor top_seq =
@@ -177,33 +250,31 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
     const at::Tensor alive_candidates =
         top_log_probs + top_finished.to(torch::kDouble) * kLargeNegative;
     const at::Tensor alive_pick = std::get<1>(alive_candidates.topk(beams, 1));
-    // One index_select per cache entry: straight from the old beam rows.
+    // Each row's state comes straight from the old beam row it extends.
     const at::Tensor source_rows =
-        torch::where(active2, batch_offsets + top_beams.gather(1, alive_pick), own_rows);
-    reorder_cache(cache, source_rows.view({-1}));
-    alive_seq = torch::where(active3, gather_beams(top_seq, alive_pick), pad_one(alive_seq));
-    alive_log_probs =
-        torch::where(active2, alive_candidates.gather(1, alive_pick), alive_log_probs);
+        torch::arange(n, long_opts).mul(beams).unsqueeze(1) + top_beams.gather(1, alive_pick);
+    reorder_beams(cache, spare, source_rows.view({-1}), length);
+    alive_seq = gather_beams(top_seq, alive_pick);
+    alive_log_probs = alive_candidates.gather(1, alive_pick);
 
     // Finished: merge the candidates that just produced EOS, scored with
     // length normalization, into the finished set (padded with 0).
-    finished_seq = pad_one(finished_seq);
     const at::Tensor new_scores = top_log_probs / length_normalization(alpha, length) +
                                   (~top_finished).to(torch::kDouble) * kLargeNegative;
-    const at::Tensor all_seq = torch::cat({finished_seq, top_seq}, 1);
+    const at::Tensor all_seq =
+        torch::cat({torch::constant_pad_nd(finished_seq, {0, 1}, 0), top_seq}, 1);
     const at::Tensor all_scores = torch::cat({finished_scores, new_scores}, 1);
     const at::Tensor all_flags = torch::cat({finished_flags, top_finished}, 1);
     const at::Tensor finished_pick = std::get<1>(all_scores.topk(beams, 1));
-    finished_seq = torch::where(active3, gather_beams(all_seq, finished_pick), finished_seq);
-    finished_scores = torch::where(active2, all_scores.gather(1, finished_pick), finished_scores);
-    finished_flags = torch::where(active2, all_flags.gather(1, finished_pick), finished_flags);
+    finished_seq = gather_beams(all_seq, finished_pick);
+    finished_scores = all_scores.gather(1, finished_pick);
+    finished_flags = all_flags.gather(1, finished_pick);
   }
 
-  // Examples with nothing finished fall back to their alive sequences.
-  const at::Tensor has_finished = finished_flags.any(1);
+  // Every sequence is as long as the steps run, 0 after where it ended.
   BeamSearchResult result;
-  result.sequences = torch::where(has_finished.view({batch, 1, 1}), finished_seq, alive_seq);
-  result.scores = torch::where(has_finished.view({batch, 1}), finished_scores, alive_log_probs);
+  result.sequences = pad_and_stack(result_sequences, step + 1);
+  result.scores = torch::stack(result_scores);
   return result;
 }
 
@@ -221,25 +292,41 @@ BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
   check_initial_ids(initial_ids);
   torch::NoGradGuard no_grad;
   const int64_t batch = initial_ids.size(0);
-  const at::Tensor limit =
+  at::Tensor limit =
       torch::tensor(check_limits(max_decode_lengths, batch, "greedy decode"), torch::kLong);
   check_cache_rows(initial_cache, batch, "given to greedy decode");
   Cache cache = std::move(initial_cache);
+  Cache spare;
 
+  // As in the beam search, only the rows still decoding are run: a row is
+  // finished by its EOS or at its own limit, and then leaves the batch.
+  at::Tensor examples = torch::arange(batch, torch::kLong);
   at::Tensor seq = initial_ids.to(torch::kLong).view({batch, 1});
   at::Tensor scores = torch::zeros({batch}, torch::kDouble);
-  // A row is finished by its EOS or at its own limit.
   at::Tensor finished = limit.le(0);
-  for (int64_t step = 0; !finished.all().item<bool>(); ++step) {
+  std::vector<at::Tensor> result_sequences(static_cast<std::size_t>(batch));
+  std::vector<at::Tensor> result_scores(static_cast<std::size_t>(batch));
+  int64_t step = 0;
+  for (;; ++step) {
+    if (finished.any().item<bool>()) {
+      const std::vector<int64_t> in_batch = host_indices(examples);
+      for (const int64_t i : host_indices(finished.nonzero().view({-1}))) {
+        const auto e = static_cast<std::size_t>(in_batch[static_cast<std::size_t>(i)]);
+        result_sequences[e] = seq[i].unsqueeze(0);
+        result_scores[e] = scores[i].unsqueeze(0);
+      }
+      const at::Tensor staying = finished.logical_not().nonzero().view({-1});
+      if (staying.numel() == 0) break;
+      for (at::Tensor* t : {&examples, &seq, &scores, &limit}) *t = t->index_select(0, staying);
+      keep_rows(cache, spare, staying, step);
+    }
     const at::Tensor log_probs = next_log_probs(symbols_to_logits_fn, seq, step, cache, -1);
     auto [best_log_prob, best_id] = log_probs.max(1);
-    // Finished rows keep their score and are padded with 0.
-    scores = scores + torch::where(finished, torch::zeros_like(best_log_prob), best_log_prob);
-    best_id = best_id.masked_fill(finished, 0);
+    scores = scores + best_log_prob;
     seq = torch::cat({seq, best_id.unsqueeze(1)}, 1);
-    finished = finished.logical_or(best_id.eq(eos_id)).logical_or(limit.le(step + 1));
+    finished = best_id.eq(eos_id).logical_or(limit.le(step + 1));
   }
-  return {seq.unsqueeze(1), scores.unsqueeze(1)};
+  return {pad_and_stack(result_sequences, step + 1), torch::stack(result_scores)};
 }
 
 }  // namespace garden::nlp

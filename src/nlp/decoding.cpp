@@ -11,13 +11,15 @@ std::vector<std::vector<int64_t>> translate_ids(Seq2SeqTransformerImpl& model,
                                                 const DecodeOptions& options) {
   torch::NoGradGuard no_grad;
   const int64_t batch = source_ids.size(0);
+  if (batch == 0) return {};
   // Each sentence's own limit, so that it translates the same in any batch.
   const at::Tensor max_lengths =
       options.decode_max_length
           ? torch::full({batch}, *options.decode_max_length, torch::kLong)
           : source_ids.ne(model.options().pad_id).sum(1).add(options.extra_decode_length).cpu();
   const EncoderOutput encoded = model.encode(source_ids);
-  Cache cache = model.init_cache(encoded, batch);
+  // Room for the longest decode, so no step reallocates the self-attention keys.
+  Cache cache = model.init_cache(encoded, batch, max_lengths.max().item<int64_t>());
   const SymbolsToLogitsFn step_fn = [&model](const at::Tensor& ids, int64_t step, Cache& c) {
     return model.decode_step(ids.select(1, step), step, c);
   };

@@ -122,18 +122,28 @@ at::Tensor TransformerDecoderBlockImpl::forward(const at::Tensor& x, const at::T
                   [&](const at::Tensor& in) { return feed_forward->forward(in); });
 }
 
-at::Tensor TransformerDecoderBlockImpl::forward_step(const at::Tensor& x, at::Tensor& self_k,
-                                                     at::Tensor& self_v, const at::Tensor& cross_k,
+at::Tensor TransformerDecoderBlockImpl::forward_step(const at::Tensor& x, int64_t step,
+                                                     at::Tensor& self_k, at::Tensor& self_v,
+                                                     const at::Tensor& cross_k,
                                                      const at::Tensor& cross_v,
                                                      const at::Tensor& cross_mask) {
   const bool pre = options_.norm_first, training = is_training();
   const double p = options_.dropout_rate;
   at::Tensor h = residual(x, self_attention_norm, pre, p, training, [&](const at::Tensor& in) {
     auto [q, k, v] = self_attention->project_qkv(in);
-    self_k = at::cat({self_k, k}, 2);
-    self_v = at::cat({self_v, v}, 2);
-    // Only past and current keys are in the cache: no causal mask needed.
-    return self_attention->attend(q, self_k, self_v, {});
+    if (self_k.size(2) > step) {
+      // Preallocated: this step's position is written in place.
+      self_k.narrow(2, step, 1).copy_(k);
+      self_v.narrow(2, step, 1).copy_(v);
+    } else {
+      self_k = at::cat({self_k, k}, 2);
+      self_v = at::cat({self_v, v}, 2);
+    }
+    // Only past and current keys are read: no causal mask needed. The
+    // narrowed buffers are strided views the attention products take as
+    // they are.
+    return self_attention->attend(q, self_k.narrow(2, 0, step + 1), self_v.narrow(2, 0, step + 1),
+                                  {});
   });
   h = residual(h, cross_attention_norm, pre, p, training, [&](const at::Tensor& in) {
     return cross_attention->attend(cross_attention->project_q(in), cross_k, cross_v, cross_mask);
@@ -225,20 +235,24 @@ at::Tensor Seq2SeqTransformerImpl::forward(const at::Tensor& src_ids, const at::
   return project(decode(tgt_in, encode(src_ids)));
 }
 
-Cache Seq2SeqTransformerImpl::init_cache(const EncoderOutput& encoded, int64_t batch) {
+Cache Seq2SeqTransformerImpl::init_cache(const EncoderOutput& encoded, int64_t batch,
+                                         int64_t max_steps) {
   TORCH_CHECK(encoded.outputs.size(0) == batch && encoded.padding_mask.size(0) == batch,
               "init_cache: encoder outputs must have `batch` rows (tile them for beams first)");
+  TORCH_CHECK(max_steps >= 0, "init_cache: max_steps must be >= 0, not ", max_steps);
   const int64_t heads = options_.num_heads, head_size = options_.hidden_size / heads;
   Cache cache;
-  cache["encoder_padding_mask"] = encoded.padding_mask;
+  cache["per_example/encoder_padding_mask"] = encoded.padding_mask;
   for (std::size_t i = 0; i < decoder_layers.size(); ++i) {
-    const std::string prefix = "layer_" + std::to_string(i) + "/";
+    const std::string layer = "layer_" + std::to_string(i) + "/";
     auto [k, v] = decoder_layers[i]->cross_attention->project_kv(encoded.outputs);
-    cache[prefix + "cross_k"] = k.contiguous();
-    cache[prefix + "cross_v"] = v.contiguous();
-    // Empty along time: decode_step appends one position per step.
-    cache[prefix + "self_k"] = at::zeros({batch, heads, 0, head_size}, encoded.outputs.options());
-    cache[prefix + "self_v"] = at::zeros({batch, heads, 0, head_size}, encoded.outputs.options());
+    cache["per_example/" + layer + "cross_k"] = k.contiguous();
+    cache["per_example/" + layer + "cross_v"] = v.contiguous();
+    // Written one position per step; what is not written yet is never read.
+    cache["steps/" + layer + "self_k"] =
+        at::empty({batch, heads, max_steps, head_size}, encoded.outputs.options());
+    cache["steps/" + layer + "self_v"] =
+        at::empty({batch, heads, max_steps, head_size}, encoded.outputs.options());
   }
   return cache;
 }
@@ -246,14 +260,15 @@ Cache Seq2SeqTransformerImpl::init_cache(const EncoderOutput& encoded, int64_t b
 at::Tensor Seq2SeqTransformerImpl::decode_step(const at::Tensor& ids_at_step, int64_t step,
                                                Cache& cache) {
   at::Tensor x = embed(ids_at_step.reshape({-1, 1}), step);  // [B, 1, D]
-  const at::Tensor& cross_mask = cache.at("encoder_padding_mask");
+  const at::Tensor& cross_mask = cache.at("per_example/encoder_padding_mask");
   for (std::size_t i = 0; i < decoder_layers.size(); ++i) {
-    const std::string prefix = "layer_" + std::to_string(i) + "/";
-    TORCH_CHECK(cache.at(prefix + "self_k").size(2) == step, "decode_step: cache holds ",
-                cache.at(prefix + "self_k").size(2), " steps but step is ", step);
-    x = decoder_layers[i]->forward_step(x, cache.at(prefix + "self_k"), cache.at(prefix + "self_v"),
-                                        cache.at(prefix + "cross_k"), cache.at(prefix + "cross_v"),
-                                        cross_mask);
+    const std::string layer = "layer_" + std::to_string(i) + "/";
+    at::Tensor& self_k = cache.at("steps/" + layer + "self_k");
+    TORCH_CHECK(step >= 0 && self_k.size(2) >= step, "decode_step: step ", step,
+                " but the cache has room for ", self_k.size(2), " steps before it");
+    x = decoder_layers[i]->forward_step(x, step, self_k, cache.at("steps/" + layer + "self_v"),
+                                        cache.at("per_example/" + layer + "cross_k"),
+                                        cache.at("per_example/" + layer + "cross_v"), cross_mask);
   }
   if (options_.norm_first) x = decoder_norm->forward(x);
   return project(x).squeeze(1);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "garden/base/error.h"
@@ -258,7 +259,7 @@ TEST(SequenceBeamSearch, CacheRowsFollowTheirBeams) {
   // initial id of its example; both must match the ids the search passes in.
   SymbolsToLogitsFn model = [&](const at::Tensor& ids, int64_t step, Cache& cache) {
     ++calls;
-    EXPECT_EQ(ids.size(0), 2 * beam);
+    EXPECT_EQ(ids.size(0) % beam, 0);  // whole examples; done ones leave
     if (!cache.at("history").equal(ids.slice(1, 0, step))) ++mismatches;
     if (!cache.at("initial").equal(ids.select(1, 0))) ++mismatches;
     cache["history"] = ids.clone();
@@ -373,6 +374,100 @@ TEST(SequenceBeamSearch, ADoneExampleStaysAsItWouldAlone) {
   ASSERT_LT(alone.sequences.size(2), batch.sequences.size(2));
   EXPECT_TRUE(pad_to(alone.sequences[0], batch.sequences.size(2)).equal(batch.sequences[0]));
   EXPECT_TRUE(torch::equal(alone.scores[0], batch.scores[0]));
+}
+
+// Done examples leave the batch: the model sees only the rows still
+// searching, and the result is the same as when they stayed.
+TEST(SequenceBeamSearch, DoneExamplesLeaveTheBatch) {
+  const int64_t max_length = 8;
+  const int64_t beam = 3;
+  torch::manual_seed(71);
+  at::Tensor logits = torch::randn({2, max_length, kVocab, kVocab}, torch::kDouble);
+  logits[0][0][0][kEos] = 15.0;            // example 0 finishes at once
+  logits[1].select(2, kEos).fill_(-30.0);  // example 1 never finishes
+  const at::Tensor table = torch::log_softmax(logits, -1);
+  std::vector<int64_t> rows;
+  const SymbolsToLogitsFn base = table_model(table);
+  const SymbolsToLogitsFn model = [&](const at::Tensor& ids, int64_t step, Cache& cache) {
+    rows.push_back(ids.size(0));
+    return base(ids, step, cache);
+  };
+  const BeamSearchResult batch =
+      sequence_beam_search(model, torch::tensor(std::vector<int64_t>{0, 0}), example_cache({0, 1}),
+                           kVocab, beam, 0.6, max_length, kEos);
+  ASSERT_EQ(rows.size(), static_cast<std::size_t>(max_length));
+  EXPECT_EQ(rows.front(), 2 * beam);
+  EXPECT_EQ(rows.back(), beam);
+  for (int64_t e = 0; e < 2; ++e) {
+    const BeamSearchResult alone =
+        sequence_beam_search(table_model(table), torch::tensor(std::vector<int64_t>{0}),
+                             example_cache({e}), kVocab, beam, 0.6, max_length, kEos);
+    EXPECT_TRUE(pad_to(alone.sequences[0], batch.sequences.size(2)).equal(batch.sequences[e]));
+    EXPECT_TRUE(torch::equal(alone.scores[0], batch.scores[e]));
+  }
+  EXPECT_EQ(batch.sequences.size(2), max_length + 1);
+}
+
+// "per_example/" entries are never reordered between beams (every beam of an
+// example holds the same rows), and "steps/" entries move only their filled
+// positions, between two buffers: the model finds in them what its rows
+// wrote at earlier steps, in the order of their beams.
+TEST(SequenceBeamSearch, StepsAndPerExampleEntriesFollowTheirBeams) {
+  const int64_t max_length = 6;
+  const int64_t beam = 3;
+  const at::Tensor table = random_table(3, max_length, 41);
+  int mismatches = 0;
+  std::set<const void*> buffers;
+  const SymbolsToLogitsFn model = [&](const at::Tensor& ids, int64_t step, Cache& cache) {
+    at::Tensor& history = cache.at("steps/history");  // [N, 1, capacity]
+    if (!history.narrow(2, 0, step).squeeze(1).equal(ids.slice(1, 0, step))) ++mismatches;
+    history.select(2, step).copy_(ids.select(1, step).unsqueeze(1));
+    buffers.insert(history.data_ptr());
+    const at::Tensor example = cache.at("per_example/example");
+    const at::Tensor prev = ids.select(1, step);
+    return table.select(1, step).index({example, prev});
+  };
+  const std::vector<int64_t> initial = {2, 0, 4};
+  Cache cache{{"per_example/example", torch::tensor(std::vector<int64_t>{0, 1, 2})},
+              {"steps/history", torch::full({3, 1, max_length}, -1, torch::kLong)}};
+  const BeamSearchResult got = sequence_beam_search(model, torch::tensor(initial), cache, kVocab,
+                                                    beam, 0.6, max_length, kEos);
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_LE(buffers.size(), 2u + 3u);  // two buffers, new ones only when examples leave
+  // The same search through the plain, always reordered, entry.
+  const BeamSearchResult plain =
+      sequence_beam_search(table_model(table), torch::tensor(initial), example_cache({0, 1, 2}),
+                           kVocab, beam, 0.6, max_length, kEos);
+  EXPECT_TRUE(got.sequences.equal(plain.sequences));
+  EXPECT_TRUE(torch::equal(got.scores, plain.scores));
+}
+
+// Greedy rows leave as they end (their EOS or their own limit).
+TEST(GreedyDecode, FinishedRowsLeaveTheBatch) {
+  const int64_t max_length = 5;
+  torch::manual_seed(72);
+  at::Tensor logits = torch::randn({3, max_length, kVocab, kVocab}, torch::kDouble);
+  logits.select(3, kEos).fill_(-30.0);  // no EOS: each row runs to its limit
+  const at::Tensor table = torch::log_softmax(logits, -1);
+  std::vector<int64_t> rows;
+  const SymbolsToLogitsFn base = table_model(table);
+  const SymbolsToLogitsFn model = [&](const at::Tensor& ids, int64_t step, Cache& cache) {
+    rows.push_back(ids.size(0));
+    return base(ids, step, cache);
+  };
+  const at::Tensor limits = torch::tensor(std::vector<int64_t>{1, 3, 5});
+  const BeamSearchResult batch = greedy_decode(model, torch::tensor(std::vector<int64_t>{0, 2, 4}),
+                                               example_cache({0, 1, 2}), limits, kEos);
+  EXPECT_EQ(rows, (std::vector<int64_t>{3, 2, 2, 1, 1}));
+  ASSERT_EQ(batch.sequences.sizes(), (std::vector<int64_t>{3, 1, max_length + 1}));
+  const std::vector<int64_t> initial = {0, 2, 4};
+  for (int64_t e = 0; e < 3; ++e) {
+    const BeamSearchResult alone =
+        greedy_decode(table_model(table), torch::tensor(std::vector<int64_t>{initial[e]}),
+                      example_cache({e}), limits[e].item<int64_t>(), kEos);
+    EXPECT_TRUE(pad_to(alone.sequences[0], max_length + 1).equal(batch.sequences[e]));
+    EXPECT_TRUE(torch::equal(alone.scores[0], batch.scores[e]));
+  }
 }
 
 }  // namespace

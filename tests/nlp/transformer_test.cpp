@@ -335,7 +335,7 @@ TEST(TransformerTest, CausalMaskHidesFutureTokens) {
 }
 
 // Greedy-free check: feed the teacher-forcing inputs one step at a time.
-void check_cached_decoding(bool norm_first, torch::Dtype dtype, double tol) {
+void check_cached_decoding(bool norm_first, torch::Dtype dtype, double tol, int64_t max_steps) {
   torch::manual_seed(9);
   Seq2SeqTransformer model(small_model(norm_first));
   model->to(dtype);
@@ -344,26 +344,47 @@ void check_cached_decoding(bool norm_first, torch::Dtype dtype, double tol) {
   at::Tensor src = torch::tensor({{3, 4, 5, 6}, {7, 8, 0, 0}}, torch::kLong);
   at::Tensor tgt = torch::tensor({{0, 9, 10, 11, 12}, {0, 1, 2, 3, 0}}, torch::kLong);
   at::Tensor full = model->forward(src, tgt);
-  Cache cache = model->init_cache(model->encode(src), 2);
+  Cache cache = model->init_cache(model->encode(src), 2, max_steps);
   for (int64_t step = 0; step < tgt.size(1); ++step) {
     at::Tensor logits = model->decode_step(tgt.select(1, step), step, cache);
     ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{2, 13}));
     expect_close(logits, full.select(1, step), tol);
   }
-  // The documented shapes: batch on dim 0 everywhere, self k/v grown to T.
+  // The documented shapes: batch on dim 0 everywhere, self k/v preallocated
+  // to max_steps, or grown to T when it is shorter.
   EXPECT_EQ(cache.size(), 1u + 4u * 2u);
-  EXPECT_EQ(cache.at("layer_1/self_k").sizes(), (std::vector<int64_t>{2, 2, 5, 4}));
-  EXPECT_EQ(cache.at("layer_0/cross_v").sizes(), (std::vector<int64_t>{2, 2, 4, 4}));
-  EXPECT_EQ(cache.at("encoder_padding_mask").sizes(), (std::vector<int64_t>{2, 1, 1, 4}));
+  EXPECT_EQ(cache.at("steps/layer_1/self_k").sizes(),
+            (std::vector<int64_t>{2, 2, std::max<int64_t>(max_steps, 5), 4}));
+  EXPECT_EQ(cache.at("per_example/layer_0/cross_v").sizes(), (std::vector<int64_t>{2, 2, 4, 4}));
+  EXPECT_EQ(cache.at("per_example/encoder_padding_mask").sizes(),
+            (std::vector<int64_t>{2, 1, 1, 4}));
 }
 
 TEST(TransformerTest, CachedDecodingMatchesForwardPreLN) {
-  ASSERT_NO_FATAL_FAILURE(check_cached_decoding(true, torch::kDouble, 1e-12));
-  ASSERT_NO_FATAL_FAILURE(check_cached_decoding(true, torch::kFloat, 1e-5));
+  ASSERT_NO_FATAL_FAILURE(check_cached_decoding(true, torch::kDouble, 1e-12, 0));
+  ASSERT_NO_FATAL_FAILURE(check_cached_decoding(true, torch::kFloat, 1e-5, 0));
+}
+
+// Preallocated self-attention keys: written in place (the buffer is the same
+// storage after every step), or grown when the steps outrun it.
+TEST(TransformerTest, PreallocatedCacheDecodesAsTheGrowingOne) {
+  ASSERT_NO_FATAL_FAILURE(check_cached_decoding(true, torch::kDouble, 1e-12, 5));
+  ASSERT_NO_FATAL_FAILURE(check_cached_decoding(true, torch::kFloat, 1e-5, 8));
+  ASSERT_NO_FATAL_FAILURE(check_cached_decoding(false, torch::kDouble, 1e-12, 3));
+  torch::manual_seed(9);
+  Seq2SeqTransformer model(small_model(true));
+  model->eval();
+  torch::NoGradGuard no_grad;
+  Cache cache = model->init_cache(model->encode(torch::tensor({{3, 4, 5}}, torch::kLong)), 1, 4);
+  const void* storage = cache.at("steps/layer_0/self_k").data_ptr();
+  for (int64_t step = 0; step < 4; ++step)
+    model->decode_step(torch::tensor({step + 2}, torch::kLong), step, cache);
+  EXPECT_EQ(cache.at("steps/layer_0/self_k").data_ptr(), storage);
+  EXPECT_THROW(model->decode_step(torch::tensor({2}, torch::kLong), 6, cache), c10::Error);
 }
 
 TEST(TransformerTest, CachedDecodingMatchesForwardPostLN) {
-  ASSERT_NO_FATAL_FAILURE(check_cached_decoding(false, torch::kDouble, 1e-12));
+  ASSERT_NO_FATAL_FAILURE(check_cached_decoding(false, torch::kDouble, 1e-12, 0));
 }
 
 TEST(TransformerTest, CacheReorderedOnDimZeroFollowsItsRows) {

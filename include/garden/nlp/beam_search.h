@@ -55,13 +55,15 @@ namespace garden::nlp {
 // Cache (garden/nlp/cache.h): decoder state carried between steps (e.g. attention keys/values,
 // encoder outputs). Every tensor has the flattened batch on dim 0: batch on input to the search,
 // batch * beam_size inside it, row b * beam_size + k being beam k of example b. The search expands
-// it once and reorders its rows with index_select(0, ...) after every step so each row follows its
-// beam.
+// it once and reorders its rows after every step so each row follows its beam ("per_example/"
+// entries stay, "steps/" entries move only their filled positions: see cache.h). An example that
+// is done leaves the batch: its rows are dropped from every entry and the ids, so the model
+// decodes only the examples still searching (N shrinks; the results keep every example).
 
 // Returns logits [N, vocab_size] for the next token, where ids [N, step + 1]
-// holds the tokens decoded so far (initial id first) and N = batch * beam_size
-// (batch for greedy_decode). It may replace or add cache entries; every entry
-// must keep N rows on dim 0.
+// holds the tokens decoded so far (initial id first) and N = examples still
+// searching * beam_size (rows still decoding for greedy_decode). It may
+// replace or add cache entries; every entry must keep N rows on dim 0.
 using SymbolsToLogitsFn =
     std::function<at::Tensor(const at::Tensor& ids, int64_t step, Cache& cache)>;
 

@@ -10,6 +10,25 @@ namespace garden::nlp {
 
 // Named tensors, each with the batch (batch × beam, flattened) on dim 0, so
 // that beam search can reorder every entry with index_select(0, rows).
+//
+// Two name prefixes let the search do less; any other entry is reordered
+// with its beams after every step:
+//  - "per_example/": the same rows for every beam of an example (the
+//    encoder's keys, values and padding mask). Beams only move within their
+//    example, so the search leaves these in place; it selects their rows only
+//    when finished examples leave the batch.
+//  - "steps/": a buffer preallocated along dim 2 (time) whose first step + 1
+//    positions hold what decoding steps 0..step wrote (step `step` writes
+//    position `step`). The search reorders only those positions, into a
+//    second buffer it keeps, so nothing grows or is reallocated per step.
 using Cache = std::map<std::string, at::Tensor>;
+
+inline constexpr char kPerExampleEntry[] = "per_example/";
+inline constexpr char kStepsEntry[] = "steps/";
+
+inline bool is_per_example_entry(const std::string& name) {
+  return name.rfind(kPerExampleEntry, 0) == 0;
+}
+inline bool is_steps_entry(const std::string& name) { return name.rfind(kStepsEntry, 0) == 0; }
 
 }  // namespace garden::nlp

@@ -25,13 +25,16 @@ namespace garden::nlp {
 // The Cache (garden/nlp/cache.h) this model fills for incremental decoding. EVERY tensor has the
 // flattened batch x beam on dim 0, so beam search can reorder it with index_select(0, ...).
 // Entries:
-//   "layer_<i>/self_k", "layer_<i>/self_v": [B, H, t, Dh], the decoder
-//       self-attention keys/values of the t steps decoded so far. They GROW
-//       along dim 2 by one per decode_step (init_cache makes them t = 0).
-//   "layer_<i>/cross_k", "layer_<i>/cross_v": [B, H, S, Dh], cross-attention
-//       keys/values, computed once from the encoder outputs by init_cache.
-//   "encoder_padding_mask": [B, 1, 1, S] additive mask (0 real token,
-//       kMaskedValue padding).
+//   "steps/layer_<i>/self_k", "steps/layer_<i>/self_v": [B, H, capacity, Dh],
+//       the decoder self-attention keys/values; decode_step `step` writes
+//       position `step` and reads positions 0..step. init_cache preallocates
+//       `max_steps` positions; a step at the capacity grows the buffer by one
+//       (with max_steps 0 they grow by one position every step).
+//   "per_example/layer_<i>/cross_k", "per_example/layer_<i>/cross_v":
+//       [B, H, S, Dh], cross-attention keys/values, computed once from the
+//       encoder outputs by init_cache.
+//   "per_example/encoder_padding_mask": [B, 1, 1, S] additive mask (0 real
+//       token, kMaskedValue padding).
 
 // Model Garden's RelativePositionEmbedding: [length, hidden_size] with
 // timescales min * (max/min)^(i / (hidden_size/2 - 1)), i < hidden_size/2, and
@@ -94,9 +97,11 @@ class TransformerDecoderBlockImpl : public torch::nn::Module {
   // e.g. padding_mask(src) -> [B, T, D].
   at::Tensor forward(const at::Tensor& x, const at::Tensor& memory, const at::Tensor& self_mask,
                      const at::Tensor& cross_mask);
-  // One decoding step: x [B, 1, D]. self_k/self_v [B, H, t, Dh] are replaced by
-  // their extension with this step's keys/values ([B, H, t + 1, Dh]).
-  at::Tensor forward_step(const at::Tensor& x, at::Tensor& self_k, at::Tensor& self_v,
+  // One decoding step at position `step`: x [B, 1, D]. self_k/self_v
+  // [B, H, capacity, Dh] hold the earlier steps' keys/values at positions
+  // 0..step-1; this step's are written at `step` (a buffer of capacity
+  // `step` is replaced by one a position longer).
+  at::Tensor forward_step(const at::Tensor& x, int64_t step, at::Tensor& self_k, at::Tensor& self_v,
                           const at::Tensor& cross_k, const at::Tensor& cross_v,
                           const at::Tensor& cross_mask);
 
@@ -155,8 +160,10 @@ class Seq2SeqTransformerImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& src_ids, const at::Tensor& tgt_in);
 
   // Incremental decoding (see Cache for the format). init_cache needs
-  // encoded.outputs to already have `batch` rows (tile for beams first).
-  Cache init_cache(const EncoderOutput& encoded, int64_t batch);
+  // encoded.outputs to already have `batch` rows (tile for beams first);
+  // max_steps positions of self-attention keys/values are preallocated (the
+  // most decode steps expected; more still work, growing the buffers).
+  Cache init_cache(const EncoderOutput& encoded, int64_t batch, int64_t max_steps = 0);
   // ids_at_step [B]: the decoder input at position `step` (0-based);
   // returns logits [B, V] for position `step` and extends the cache.
   at::Tensor decode_step(const at::Tensor& ids_at_step, int64_t step, Cache& cache);
