@@ -256,8 +256,14 @@ void read_config(Config& config, const YAML::Node& node, const std::string& path
   // neither is what every user expects, so a key given twice is an error.
   std::map<std::string, YAML::Mark> seen;
   for (const auto& item : node) {
-    const std::string key = item.first.as<std::string>();
     const YAML::Mark mark = item.first.Mark();
+    // YAML allows a mapping or a list as a key ("{ {a: 1}: 2 }"); a config
+    // key is a name.
+    if (!item.first.IsScalar())
+      throw ConfigError("a config key " + std::string(path.empty() ? "" : "under '" + path + "' ") +
+                        (mark.line >= 0 ? "at line " + std::to_string(mark.line + 1) + " " : "") +
+                        "is a " + (item.first.IsMap() ? "mapping" : "list") + ", not a name");
+    const std::string key = item.first.as<std::string>();
     const auto [first, inserted] = seen.emplace(key, mark);
     if (!inserted)
       throw ConfigError("duplicate config key '" + join_path(path, key) + "'" +

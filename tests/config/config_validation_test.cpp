@@ -382,6 +382,16 @@ TEST(ConfigValidationTest, AnOverrideWithoutAKeyIsRefused) {
             "params_override: '=2' has no key before '='");
 }
 
+// Found by fuzzing: YAML allows a mapping or a list as a key, and reading it
+// as a name escaped as yaml-cpp's bare "bad conversion".
+TEST(ConfigValidationTest, AKeyThatIsAMappingOrAListIsRefused) {
+  auto config = gc::get_experiment_config("tabular/iris");
+  EXPECT_EQ(error_of([&] { gc::apply_override(*config, "{ {num_layers=a}: 1 }"); }),
+            "a config key at line 1 is a mapping, not a name (in --params_override)");
+  EXPECT_EQ(error_of([&] { gc::apply_override(*config, "{trainer: {[1, 2]: 3}}"); }),
+            "a config key under 'trainer' at line 1 is a list, not a name (in --params_override)");
+}
+
 // ---- params.yaml's checksum line ------------------------------------------------
 
 TEST(ConfigValidationTest, AParamsFileCutShortOrChangedOnDiskIsRefusedNamingIt) {
