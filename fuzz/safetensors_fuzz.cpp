@@ -1,10 +1,9 @@
 // safetensors files (TensorFX's model/weights, exports) on arbitrary bytes:
 // refused with one line naming the file, or read; what was read writes and
 // reads back the same.
-#include <ATen/ATen.h>
-
 #include "fuzz_util.h"
 #include "garden/core/safetensors.h"
+#include "tensor_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path =
@@ -21,12 +20,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   garden::write_safetensors(copy, tensors, read.metadata);
   const auto again = garden::read_safetensors(copy);
   GARDEN_FUZZ_CHECK(again.metadata == read.metadata);
-  GARDEN_FUZZ_CHECK(again.tensors.size() == read.tensors.size());
-  for (const auto& [name, tensor] : read.tensors) {
-    const at::Tensor& other = again.tensors.at(name);
-    GARDEN_FUZZ_CHECK(other.dtype() == tensor.dtype() && other.sizes() == tensor.sizes());
-    GARDEN_FUZZ_CHECK(other.numel() == 0 || at::equal(other.view({-1}).view(at::kByte),
-                                                      tensor.view({-1}).view(at::kByte)));
-  }
+  garden_fuzz::check_same_tensors(read.tensors, again.tensors);
   return 0;
 }

@@ -354,17 +354,22 @@ TEST(SequenceBeamSearch, EachExampleHasItsOwnLimit) {
       garden::Error);
 }
 
+// Two examples: example 0 finishes at once, example 1 never does.
+at::Tensor one_quick_one_endless(int64_t max_length) {
+  torch::manual_seed(71);
+  at::Tensor logits = torch::randn({2, max_length, kVocab, kVocab}, torch::kDouble);
+  logits[0][0][0][kEos] = 15.0;
+  logits[1].select(2, kEos).fill_(-30.0);
+  return torch::log_softmax(logits, -1);
+}
+
 // An example that is done (its finished set can no longer change) keeps it
 // while a longer one goes on: a batch fills no finished slot the example
 // would have left empty alone.
 TEST(SequenceBeamSearch, ADoneExampleStaysAsItWouldAlone) {
   const int64_t max_length = 8;
   const int64_t beam = 3;
-  torch::manual_seed(71);
-  at::Tensor logits = torch::randn({2, max_length, kVocab, kVocab}, torch::kDouble);
-  logits[0][0][0][kEos] = 15.0;            // example 0 finishes at once
-  logits[1].select(2, kEos).fill_(-30.0);  // example 1 never finishes
-  const at::Tensor table = torch::log_softmax(logits, -1);
+  const at::Tensor table = one_quick_one_endless(max_length);
   const BeamSearchResult batch =
       sequence_beam_search(table_model(table), torch::tensor(std::vector<int64_t>{0, 0}),
                            example_cache({0, 1}), kVocab, beam, 0.6, max_length, kEos);
@@ -381,11 +386,7 @@ TEST(SequenceBeamSearch, ADoneExampleStaysAsItWouldAlone) {
 TEST(SequenceBeamSearch, DoneExamplesLeaveTheBatch) {
   const int64_t max_length = 8;
   const int64_t beam = 3;
-  torch::manual_seed(71);
-  at::Tensor logits = torch::randn({2, max_length, kVocab, kVocab}, torch::kDouble);
-  logits[0][0][0][kEos] = 15.0;            // example 0 finishes at once
-  logits[1].select(2, kEos).fill_(-30.0);  // example 1 never finishes
-  const at::Tensor table = torch::log_softmax(logits, -1);
+  const at::Tensor table = one_quick_one_endless(max_length);
   std::vector<int64_t> rows;
   const SymbolsToLogitsFn base = table_model(table);
   const SymbolsToLogitsFn model = [&](const at::Tensor& ids, int64_t step, Cache& cache) {
