@@ -33,6 +33,10 @@ for t in "${targets[@]}"; do
   findings="$root/$san_build/fuzz-findings/$t"
   log="$root/$san_build/fuzz-$t.log"
   mkdir -p "$corpus" "$findings"
+  # Findings of earlier runs stay until moved to fuzz/regressions/; only this
+  # run's count.
+  stamp="$root/$san_build/fuzz-$t.start"
+  touch "$stamp"
   dict=()
   [ -f "fuzz/dict/$t.dict" ] && dict=(-dict="$root/fuzz/dict/$t.dict")
   set +e
@@ -46,7 +50,7 @@ for t in "${targets[@]}"; do
   cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$stats")
   ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$stats")
   corp=$(sed -n 's/.* corp: \([0-9]*\).*/\1/p' <<<"$stats")
-  found=$(find "$findings" -type f | wc -l)
+  found=$(find "$findings" -type f -newer "$stamp" | wc -l)
   if [ "$status" -ne 0 ] || [ "$found" -gt 0 ]; then
     failed=1
     found="$found (exit $status, see $log)"
