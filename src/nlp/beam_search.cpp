@@ -91,9 +91,8 @@ void reorder_beams(Cache& cache, Cache& spare, const at::Tensor& flat_rows, int6
 }
 
 // Keeps rows `rows` of every entry: examples that are done leave the batch.
-void keep_rows(Cache& cache, Cache& spare, const at::Tensor& rows, int64_t filled) {
+void keep_rows(Cache& cache, const at::Tensor& rows, int64_t filled) {
   for (auto& [name, tensor] : cache) tensor = select_rows(name, tensor, rows, filled);
-  spare.clear();
 }
 
 // The host copy of an int64 index tensor.
@@ -227,7 +226,8 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
       for (at::Tensor* t : {&examples, &alive_seq, &alive_log_probs, &finished_seq,
                             &finished_scores, &finished_flags, &limit, &max_length_norm})
         *t = t->index_select(0, staying);
-      keep_rows(cache, spare, (staying.unsqueeze(1) * beams + beam_index).view({-1}), step);
+      keep_rows(cache, (staying.unsqueeze(1) * beams + beam_index).view({-1}), step);
+      spare.clear();  // its buffers have the old row count
     }
     const int64_t n = examples.size(0);
     const int64_t length = step + 1;  // tokens so far, initial id included
@@ -296,7 +296,6 @@ BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
       torch::tensor(check_limits(max_decode_lengths, batch, "greedy decode"), torch::kLong);
   check_cache_rows(initial_cache, batch, "given to greedy decode");
   Cache cache = std::move(initial_cache);
-  Cache spare;
 
   // As in the beam search, only the rows still decoding are run: a row is
   // finished by its EOS or at its own limit, and then leaves the batch.
@@ -318,7 +317,7 @@ BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
       const at::Tensor staying = finished.logical_not().nonzero().view({-1});
       if (staying.numel() == 0) break;
       for (at::Tensor* t : {&examples, &seq, &scores, &limit}) *t = t->index_select(0, staying);
-      keep_rows(cache, spare, staying, step);
+      keep_rows(cache, staying, step);
     }
     const at::Tensor log_probs = next_log_probs(symbols_to_logits_fn, seq, step, cache, -1);
     auto [best_log_prob, best_id] = log_probs.max(1);
