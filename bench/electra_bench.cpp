@@ -3,7 +3,7 @@
 // alternately in one run.
 //
 //   electra_bench [--preset tiny|small] [--threads 1] [--steps 5] [--warmup 2]
-//                 [--batch 16] [--length 128] [--rounds 3] [--peer PATH] [--profile]
+//                 [--batch 16] [--length 128] [--rounds 3] [--peer PATH] [--profile] [--smoke]
 //
 // The model is the peer's preset: `tiny` is vocab 8000, embedding width 128,
 // discriminator 128 wide x 4 layers x 2 heads (feed-forward 512), generator
@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "garden/config/optimization.h"
+#include "garden/core/runtime.h"
 #include "garden/nlp/electra_pretrainer.h"
 #include "garden/optim/optimizer.h"
 #include "peer.h"
@@ -58,7 +59,7 @@ using Clock = std::chrono::steady_clock;
 using Options = garden_bench::StepOptions;
 const char* const kUsage =
     "electra_bench [--preset tiny|small] [--threads N] [--steps S] [--warmup W] [--batch B] "
-    "[--length T] [--rounds R] [--peer PATH] [--profile]";
+    "[--length T] [--rounds R] [--peer PATH] [--profile] [--smoke]";
 
 [[noreturn]] void usage(const std::string& problem) { garden_bench::usage(problem, kUsage); }
 
@@ -299,12 +300,21 @@ void profile(GardenStep& garden, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As garden does; the peer, started from here, inherits it.
+  garden::restart_with_passive_openmp_waits(argv);
   const Options o = parse(argc, argv);
   at::set_num_threads(o.threads);
   GardenStep garden(o);
   const double tokens = static_cast<double>(o.batch * o.length);
   if (o.profile) {
     profile(garden, o);
+    return 0;
+  }
+  if (o.smoke) {
+    const double g = garden.measure(o.warmup, o.steps);
+    std::cout << garden_bench::smoke_summary("electra_step", o, garden.parameter_count(), tokens, g)
+                     .dump()
+              << "\n";
     return 0;
   }
   const std::string peer = garden_bench::find_peer(o.peer, "peer_electra.py", GARDEN_SOURCE_DIR);

@@ -77,6 +77,9 @@ struct StepOptions {
   int rounds = 3;
   std::string peer;
   bool profile = false;
+  // --smoke: one small step of Garden's side alone, no peer (what CI runs so
+  // the benchmark keeps building and running; not a figure to quote).
+  bool smoke = false;
 };
 
 [[noreturn]] inline void usage(const std::string& problem, const std::string& usage_line) {
@@ -92,6 +95,10 @@ inline StepOptions parse_step_options(int argc, char** argv, StepOptions o,
     const std::string flag = argv[i];
     if (flag == "--profile") {
       o.profile = true;
+      continue;
+    }
+    if (flag == "--smoke") {
+      o.smoke = true;
       continue;
     }
     if (i + 1 >= argc) fail(flag + " needs a value");
@@ -123,7 +130,28 @@ inline StepOptions parse_step_options(int argc, char** argv, StepOptions o,
     fail("--preset must be one of the presets, got '" + o.preset + "'");
   if (o.threads < 1 || o.steps < 1 || o.warmup < 0 || o.batch < 1 || o.length < 1 || o.rounds < 1)
     fail("threads, steps, batch, length and rounds must be positive, warmup >= 0");
+  if (o.smoke) {
+    o.steps = 1;
+    o.warmup = 1;
+    o.rounds = 1;
+    o.batch = std::min<int64_t>(o.batch, 4);
+    o.length = std::min<int64_t>(o.length, 16);
+  }
   return o;
+}
+
+// The JSON line of --smoke: Garden's step alone.
+inline nlohmann::json smoke_summary(const std::string& bench, const StepOptions& o,
+                                    int64_t garden_params, double tokens, double garden_ms) {
+  return {{"bench", bench},
+          {"smoke", true},
+          {"preset", o.preset},
+          {"threads", o.threads},
+          {"batch", o.batch},
+          {"length", o.length},
+          {"garden_params", garden_params},
+          {"garden_step_ms", rounded(garden_ms, 1)},
+          {"garden_tokens_per_s", rounded(tokens / garden_ms * 1000.0, 1)}};
 }
 
 // The last JSON line of a step benchmark: the options, both parameter
@@ -139,6 +167,7 @@ inline nlohmann::json step_summary(const std::string& bench, const StepOptions& 
       {"bench", bench},
       {"preset", o.preset},
       {"threads", o.threads},
+      {"omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : ""},
       {"batch", o.batch},
       {"length", o.length},
       {"steps", o.steps},

@@ -3,7 +3,7 @@
 // alternately in one run.
 //
 //   translation_bench [--threads 1] [--steps 5] [--warmup 2] [--batch 64]
-//                     [--length 32] [--rounds 3] [--peer PATH] [--profile]
+//                     [--length 32] [--rounds 3] [--peer PATH] [--profile] [--smoke]
 //
 // The model is the peer's `tiny` preset: shared embedding (V 8000, d 256),
 // 3 + 3 pre-layer-norm layers, 4 heads, feed-forward 1024 with ReLU, biases,
@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "garden/config/optimization.h"
+#include "garden/core/runtime.h"
 #include "garden/nlp/losses.h"
 #include "garden/nlp/transformer.h"
 #include "garden/optim/optimizer.h"
@@ -54,7 +55,7 @@ using Clock = std::chrono::steady_clock;
 using Options = garden_bench::StepOptions;
 const char* const kUsage =
     "translation_bench [--threads N] [--steps S] [--warmup W] [--batch B] [--length T] [--rounds "
-    "R] [--peer PATH] [--profile]";
+    "R] [--peer PATH] [--profile] [--smoke]";
 
 Options parse(int argc, char** argv) {
   Options defaults;
@@ -219,12 +220,22 @@ void profile(GardenStep& garden, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As garden does; the peer, started from here, inherits it.
+  garden::restart_with_passive_openmp_waits(argv);
   const Options o = parse(argc, argv);
   at::set_num_threads(o.threads);
   GardenStep garden(o);
   const double tokens = 2.0 * static_cast<double>(o.batch * o.length);
   if (o.profile) {
     profile(garden, o);
+    return 0;
+  }
+  if (o.smoke) {
+    const double g = garden.measure(o.warmup, o.steps);
+    std::cout << garden_bench::smoke_summary("translation_step", o, garden.parameter_count(),
+                                             tokens, g)
+                     .dump()
+              << "\n";
     return 0;
   }
   const std::string peer =

@@ -2,6 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -40,9 +43,31 @@ void finalize_config(config::ExperimentConfig& params, distribute::ProcessGroup*
   params.lock();
 }
 
+void restart_with_passive_openmp_waits(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  // No /proc, or not allowed: go on as started (the setting then has no
+  // effect on this process; openmp_wait_policy() would say PASSIVE, so undo).
+  unsetenv("OMP_WAIT_POLICY");
+}
+
+std::string openmp_wait_policy() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  return policy ? policy : "";
+}
+
 void apply_runtime(const config::RuntimeConfig& runtime) {
   if (runtime.intra_op_parallelism_threads > 0)
     at::set_num_threads(static_cast<int>(runtime.intra_op_parallelism_threads));
+  static bool logged = false;
+  if (!logged) {
+    logged = true;
+    const std::string policy = openmp_wait_policy();
+    log_info() << "threads: " << at::get_num_threads() << " LibTorch intra-op, OMP_WAIT_POLICY="
+               << (policy.empty() ? "unset (OpenMP threads spin between parallel regions)"
+                                  : policy);
+  }
   if (runtime.inter_op_parallelism_threads > 0) {
     try {
       at::set_num_interop_threads(static_cast<int>(runtime.inter_op_parallelism_threads));

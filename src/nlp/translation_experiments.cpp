@@ -134,12 +134,21 @@ std::shared_ptr<config::ExperimentConfig> tiny_experiment() {
   return cpu_experiment({{256, 4, 1024, 3}, 8000, 3072, 64, 10000, 20000, 1000, 2000, 3, 800});
 }
 
-// The README's demo: a small model on a slice of gettext-en-de bundled in the
-// repo, a few minutes on two cores.
+// The README's demo: a small model on gettext-en-de, bundled in the repo,
+// about 4 minutes on two cores. The shuffle buffer holds the whole set (its
+// lines are sorted by the English side), and there is no dropout: 1,200 steps
+// see each pair about 3 times, far from overfitting, and without dropout the
+// same run ends at sacreBLEU 31.6 instead of 27.0 (docs/tasks/translation.md).
 std::shared_ptr<config::ExperimentConfig> demo_experiment() {
   auto experiment =
-      cpu_experiment({{128, 4, 512, 2}, 2000, 2048, 48, 5000, 1200, 400, 600, 2, 300});
+      cpu_experiment({{128, 4, 512, 2}, 2000, 2048, 48, 50000, 1200, 600, 600, 2, 300});
   auto& task = static_cast<TranslationConfig&>(*experiment->task);
+  task.model.dropout_rate = 0.0;
+  for (auto* stack : {&task.model.encoder, &task.model.decoder}) {
+    stack->dropout_rate = 0.0;
+    stack->attention_dropout_rate = 0.0;
+    stack->intermediate_dropout = 0.0;
+  }
   task.train_data.input_path = bundled_data_path("translation/en_de_train.tsv");
   task.validation_data.input_path = bundled_data_path("translation/en_de_valid.tsv");
   task.validation_data.max_seq_length = 64;

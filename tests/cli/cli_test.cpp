@@ -444,6 +444,32 @@ TEST(CliTrain, TrainAndEvalWritesModelDir) {
   EXPECT_FALSE(read_file(model_dir / "train.log").empty());
 }
 
+TEST(CliTrain, OpenMpThreadsWaitPassivelyUnlessTheUserChose) {
+  // garden restarts itself with OMP_WAIT_POLICY=PASSIVE (libgomp reads it only
+  // at load) and logs the policy it runs with; a value the user set is kept.
+  const char* before = std::getenv("OMP_WAIT_POLICY");
+  const std::string saved = before ? before : "";
+  TempDir dir;
+  for (const std::string policy : {"", "ACTIVE"}) {
+    if (policy.empty())
+      unsetenv("OMP_WAIT_POLICY");
+    else
+      setenv("OMP_WAIT_POLICY", policy.c_str(), 1);
+    const fs::path model_dir = dir / ("model" + policy);
+    const Result r = run_garden(
+        {"train", "--experiment=tabular/iris", "--mode=train",
+         "--params_override=trainer.train_steps=10", "--model_dir=" + model_dir.string()},
+        dir.path());
+    ASSERT_EQ(r.status, 0) << r;
+    const std::string expected = "OMP_WAIT_POLICY=" + (policy.empty() ? "PASSIVE" : policy);
+    EXPECT_TRUE(contains(read_file(model_dir / "train.log"), expected)) << r;
+  }
+  if (before)
+    setenv("OMP_WAIT_POLICY", saved.c_str(), 1);
+  else
+    unsetenv("OMP_WAIT_POLICY");
+}
+
 TEST(CliTrain, RerunFromParamsYamlIsBitIdentical) {
   TempDir dir;
   const fs::path first = dir / "first";

@@ -18,6 +18,19 @@ namespace garden {
 void finalize_config(config::ExperimentConfig& params,
                      distribute::ProcessGroup* process_group = nullptr);
 
+// Called first thing in main(): when OMP_WAIT_POLICY is not set, sets it to
+// PASSIVE and starts the program again in place (execv of /proc/self/exe
+// with the same arguments), because libgomp reads it only when it is loaded.
+// Its default spins each OpenMP thread after every parallel region, and on a
+// machine with as many cores as threads those spinning threads take the cores
+// OpenBLAS's own threads need for the next matrix product: two LibTorch
+// threads were 1.4x slower than one (docs/PERFORMANCE.md). A value the user
+// set is kept. Returns only when no restart is needed or execv failed.
+void restart_with_passive_openmp_waits(char** argv);
+// The OMP_WAIT_POLICY this process runs with ("" when unset, libgomp's
+// default, which spins).
+std::string openmp_wait_policy();
+
 // Sets LibTorch's thread counts and seeds its generator; checks the device.
 void apply_runtime(const config::RuntimeConfig& runtime);
 
