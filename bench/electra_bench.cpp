@@ -3,7 +3,8 @@
 // alternately in one run.
 //
 //   electra_bench [--preset tiny|small] [--threads 1] [--steps 5] [--warmup 2]
-//                 [--batch 16] [--length 128] [--rounds 3] [--peer PATH] [--profile] [--smoke]
+//                 [--batch 16] [--length 128] [--rounds 3] [--peer PATH] [--peer_malloc
+//                 glibc|garden] [--profile] [--smoke]
 //
 // The model is the peer's preset: `tiny` is vocab 8000, embedding width 128,
 // discriminator 128 wide x 4 layers x 2 heads (feed-forward 512), generator
@@ -59,7 +60,7 @@ using Clock = std::chrono::steady_clock;
 using Options = garden_bench::StepOptions;
 const char* const kUsage =
     "electra_bench [--preset tiny|small] [--threads N] [--steps S] [--warmup W] [--batch B] "
-    "[--length T] [--rounds R] [--peer PATH] [--profile] [--smoke]";
+    "[--length T] [--rounds R] [--peer PATH] [--peer_malloc glibc|garden] [--profile] [--smoke]";
 
 [[noreturn]] void usage(const std::string& problem) { garden_bench::usage(problem, kUsage); }
 
@@ -82,7 +83,7 @@ nlohmann::json run_peer(const std::string& script, const Options& o) {
                               std::to_string(o.steps) + " --warmup " + std::to_string(o.warmup) +
                               " --batch " + std::to_string(o.batch) + " --length " +
                               std::to_string(o.length);
-  return garden_bench::run_peer(command);
+  return garden_bench::run_peer_command(command, o);
 }
 
 // The peer's PRESETS: width, layers, heads, feed-forward of one encoder.
@@ -300,8 +301,11 @@ void profile(GardenStep& garden, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // As garden does; the peer, started from here, inherits it.
+  // As garden does. The peer, started from here, inherits the wait policy;
+  // Garden's malloc settings only with --peer_malloc garden (by default it
+  // runs with glibc's, as PyTorch users run it).
   garden::restart_with_passive_openmp_waits(argv);
+  garden::keep_freed_memory_in_the_heap();
   const Options o = parse(argc, argv);
   at::set_num_threads(o.threads);
   GardenStep garden(o);

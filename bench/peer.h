@@ -3,8 +3,13 @@
 // the step benchmarks' flags and summary line.
 #pragma once
 
+#include <sys/resource.h>
+
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +21,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "garden/core/runtime.h"
 
 namespace garden_bench {
 
@@ -35,9 +42,13 @@ inline std::string find_peer(const std::string& given, const std::string& script
   throw std::runtime_error(script + " not found: pass --peer PATH");
 }
 
+struct StepOptions;
+inline std::string peer_environment(const StepOptions& o);
+
 // Runs `command` (a peer) and returns the first line of its output that is a
 // JSON object.
-inline nlohmann::json run_peer(const std::string& command) {
+inline nlohmann::json run_peer_command(const std::string& command_line, const StepOptions& o) {
+  const std::string command = peer_environment(o) + command_line;
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
   if (!pipe) throw std::runtime_error("cannot start: " + command);
   std::string out;
@@ -50,6 +61,30 @@ inline nlohmann::json run_peer(const std::string& command) {
     start = end + 1;
   }
   throw std::runtime_error("the peer printed no JSON line; command: " + command + "\n" + out);
+}
+
+// Peak resident set size in MiB of this process (RUSAGE_SELF) or of the
+// largest child waited for so far, the peers (RUSAGE_CHILDREN).
+inline double peak_rss_mib(int who) {
+  struct rusage usage {};
+  getrusage(who, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux: KiB
+}
+
+// The fp32 matrix-product ceiling of this machine at the current thread
+// count: the best of 5 timings of a 1024 x 1024 x 1024 at::mm, in GFLOP/s.
+inline double gemm_ceiling_gflops() {
+  const at::Tensor a = at::randn({1024, 1024}), b = at::randn({1024, 1024});
+  at::Tensor c = at::mm(a, b);
+  double best = 0;
+  for (int round = 0; round < 5; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 4; ++i) at::mm_out(c, a, b);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, 4 * 2.0 * 1024 * 1024 * 1024 / s / 1e9);
+  }
+  return best;
 }
 
 inline double median(std::vector<double> v) {
@@ -80,7 +115,17 @@ struct StepOptions {
   // --smoke: one small step of Garden's side alone, no peer (what CI runs so
   // the benchmark keeps building and running; not a figure to quote).
   bool smoke = false;
+  // --peer_malloc glibc|garden: the peer runs with glibc's malloc settings
+  // (default, as PyTorch users run it) or with those Garden sets.
+  std::string peer_malloc = "glibc";
 };
+
+// The environment prefix of the peer's command: with --peer_malloc garden,
+// the malloc settings Garden makes in its own process.
+inline std::string peer_environment(const StepOptions& o) {
+  return o.peer_malloc == "garden" ? "env MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 "
+                                   : "";
+}
 
 [[noreturn]] inline void usage(const std::string& problem, const std::string& usage_line) {
   std::cerr << problem << "\nusage: " << usage_line << "\n";
@@ -120,6 +165,8 @@ inline StepOptions parse_step_options(int argc, char** argv, StepOptions o,
         o.rounds = std::stoi(value);
       else if (flag == "--peer")
         o.peer = value;
+      else if (flag == "--peer_malloc" && (value == "glibc" || value == "garden"))
+        o.peer_malloc = value;
       else
         fail("unknown flag " + flag);
     } catch (const std::logic_error&) {
@@ -167,7 +214,9 @@ inline nlohmann::json step_summary(const std::string& bench, const StepOptions& 
       {"bench", bench},
       {"preset", o.preset},
       {"threads", o.threads},
-      {"omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : ""},
+      {"omp_wait_policy", garden::openmp_wait_policy()},
+      {"garden_malloc", garden::malloc_setting()},
+      {"peer_malloc", o.peer_malloc},
       {"batch", o.batch},
       {"length", o.length},
       {"steps", o.steps},
@@ -182,6 +231,8 @@ inline nlohmann::json step_summary(const std::string& bench, const StepOptions& 
       {"garden_tokens_per_s_median", rounded(tokens / median(garden_ms) * 1000.0, 1)},
       {"ratio_median", rounded(median(ratios), 3)},
       {"ratios", rounded_ratios},
+      {"garden_peak_rss_mib", rounded(peak_rss_mib(RUSAGE_SELF), 1)},
+      {"peer_peak_rss_mib", rounded(peak_rss_mib(RUSAGE_CHILDREN), 1)},
   };
 }
 

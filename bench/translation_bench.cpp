@@ -2,11 +2,13 @@
 // against the PyTorch peer ../shared/bench/peer_translation.py, measured
 // alternately in one run.
 //
-//   translation_bench [--threads 1] [--steps 5] [--warmup 2] [--batch 64]
-//                     [--length 32] [--rounds 3] [--peer PATH] [--profile] [--smoke]
+//   translation_bench [--preset tiny|base] [--threads 1] [--steps 5] [--warmup 2] [--batch 64]
+//                     [--length 32] [--rounds 3] [--peer PATH] [--peer_malloc glibc|garden]
+//                     [--profile] [--smoke]
 //
 // The model is the peer's `tiny` preset: shared embedding (V 8000, d 256),
 // 3 + 3 pre-layer-norm layers, 4 heads, feed-forward 1024 with ReLU, biases,
+// (`base`: V 32000, d 512, 6 + 6 layers, 8 heads, feed-forward 2048),
 // final layer norms, dropout 0.1 on sublayer outputs, attention
 // probabilities and the feed-forward activation; AdamW at a constant 1e-4
 // with weight decay 0.01 (torch.optim.AdamW's default) and no clipping.
@@ -54,38 +56,68 @@ using Clock = std::chrono::steady_clock;
 
 using Options = garden_bench::StepOptions;
 const char* const kUsage =
-    "translation_bench [--threads N] [--steps S] [--warmup W] [--batch B] [--length T] [--rounds "
-    "R] [--peer PATH] [--profile] [--smoke]";
+    "translation_bench [--preset tiny|base] [--threads N] [--steps S] [--warmup W] [--batch B] "
+    "[--length T] [--rounds "
+    "R] [--peer PATH] [--peer_malloc glibc|garden] [--profile] [--smoke]";
 
 Options parse(int argc, char** argv) {
   Options defaults;
   defaults.preset = "tiny";
   defaults.batch = 64;
   defaults.length = 32;
-  const Options o = garden_bench::parse_step_options(argc, argv, defaults, {}, kUsage);
+  const Options o =
+      garden_bench::parse_step_options(argc, argv, defaults, {"tiny", "base"}, kUsage);
   return o;
+}
+
+// The peer's presets: width, layers (each side), heads, feed-forward, vocabulary.
+struct Preset {
+  int64_t width, layers, heads, ffn, vocab;
+};
+Preset preset_of(const std::string& name) {
+  return name == "base" ? Preset{512, 6, 8, 2048, 32000} : Preset{256, 3, 4, 1024, 8000};
+}
+
+// The floating-point operations of one training step's matrix products,
+// counted from the shapes (2 per multiply-add; backward = 2 x forward: the
+// gradients of the inputs and of the weights), for B sentences of T tokens a
+// side. Everything else (norms, softmax, dropout, adds, the optimizer) is
+// not counted: the share of the GEMM ceiling this reaches is what the step
+// gets out of the matrix products.
+double matmul_flops_per_step(const Preset& p, int64_t batch, int64_t length) {
+  const double n = static_cast<double>(batch * length);  // tokens a side
+  const double d = static_cast<double>(p.width), f = static_cast<double>(p.ffn);
+  const double attention = 2.0 * 2.0 * static_cast<double>(batch) * length * length * d;  // QK, PV
+  const double encoder_layer = 2.0 * n * (3 * d * d + d * d + 2 * d * f) + attention;
+  const double decoder_layer =
+      2.0 * n * (3 * d * d + d * d + d * d + 2 * d * d + d * d + 2 * d * f) + 2 * attention;
+  const double logits = 2.0 * n * d * static_cast<double>(p.vocab);
+  const double forward = static_cast<double>(p.layers) * (encoder_layer + decoder_layer) + logits;
+  return 3.0 * forward;
 }
 
 // Runs the peer once and returns its JSON line.
 nlohmann::json run_peer(const std::string& script, const Options& o) {
-  const std::string command = "/usr/bin/python3 '" + script + "' --preset tiny --threads " +
-                              std::to_string(o.threads) + " --steps " + std::to_string(o.steps) +
-                              " --warmup " + std::to_string(o.warmup) + " --batch " +
-                              std::to_string(o.batch) + " --length " + std::to_string(o.length);
-  return garden_bench::run_peer(command);
+  const std::string command = "/usr/bin/python3 '" + script + "' --preset " + o.preset +
+                              " --threads " + std::to_string(o.threads) + " --steps " +
+                              std::to_string(o.steps) + " --warmup " + std::to_string(o.warmup) +
+                              " --batch " + std::to_string(o.batch) + " --length " +
+                              std::to_string(o.length);
+  return garden_bench::run_peer_command(command, o);
 }
 
 // The model, optimizer and fixed synthetic batch of one Garden run.
 class GardenStep {
  public:
-  explicit GardenStep(const Options& o) {
+  explicit GardenStep(const Options& o) : vocab_(preset_of(o.preset).vocab) {
     torch::manual_seed(0);
+    const Preset p = preset_of(o.preset);
     garden::nlp::Seq2SeqTransformerOptions m;
-    m.vocab_size = kVocab;
-    m.hidden_size = 256;
-    m.num_layers = 3;
-    m.num_heads = 4;
-    m.intermediate_size = 1024;
+    m.vocab_size = p.vocab;
+    m.hidden_size = p.width;
+    m.num_layers = p.layers;
+    m.num_heads = p.heads;
+    m.intermediate_size = p.ffn;
     m.activation = "relu";
     m.dropout_rate = m.attention_dropout_rate = m.intermediate_dropout = 0.1;
     m.use_bias = true;
@@ -105,8 +137,8 @@ class GardenStep {
       params.push_back({item.key(), item.value()});
     optimizer_ = garden::optim::make_optimizer(c, std::move(params));
 
-    src_ = torch::randint(1, kVocab, {o.batch, o.length}, torch::kLong);
-    tgt_ = torch::randint(1, kVocab, {o.batch, o.length}, torch::kLong);
+    src_ = torch::randint(1, vocab_, {o.batch, o.length}, torch::kLong);
+    tgt_ = torch::randint(1, vocab_, {o.batch, o.length}, torch::kLong);
   }
 
   int64_t parameter_count() const {
@@ -152,10 +184,10 @@ class GardenStep {
     return std::chrono::duration<double, std::milli>(Clock::now() - start).count() / steps;
   }
 
-  static constexpr int64_t kVocab = 8000;
   static constexpr double kSmoothing = 0.1;
 
  private:
+  int64_t vocab_;
   garden::nlp::Seq2SeqTransformer model_{nullptr};
   std::unique_ptr<garden::optim::Optimizer> optimizer_;
   at::Tensor src_, tgt_;
@@ -220,8 +252,11 @@ void profile(GardenStep& garden, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // As garden does; the peer, started from here, inherits it.
+  // As garden does. The peer, started from here, inherits the wait policy;
+  // Garden's malloc settings only with --peer_malloc garden (by default it
+  // runs with glibc's, as PyTorch users run it).
   garden::restart_with_passive_openmp_waits(argv);
+  garden::keep_freed_memory_in_the_heap();
   const Options o = parse(argc, argv);
   at::set_num_threads(o.threads);
   GardenStep garden(o);
@@ -240,8 +275,8 @@ int main(int argc, char** argv) {
   }
   const std::string peer =
       garden_bench::find_peer(o.peer, "peer_translation.py", GARDEN_SOURCE_DIR);
-  std::cout << "# translation tiny, batch " << o.batch << " x " << o.length << ", threads "
-            << o.threads << ", " << o.warmup << " warmup + " << o.steps
+  std::cout << "# translation " << o.preset << ", batch " << o.batch << " x " << o.length
+            << ", threads " << o.threads << ", " << o.warmup << " warmup + " << o.steps
             << " timed steps a round, peer " << peer << "\n"
             << "# loss: Garden = Model Garden's padded_cross_entropy_loss (smoothing 0.1), "
                "peer = torch cross_entropy(label_smoothing=0.1); different values, "
@@ -261,9 +296,19 @@ int main(int argc, char** argv) {
                 tokens / g * 1000.0, p / g);
     std::fflush(stdout);
   }
-  const nlohmann::json summary =
+  nlohmann::json summary =
       garden_bench::step_summary("translation_step", o, garden.parameter_count(), peer_info, tokens,
                                  peer_ms, garden_ms, ratios);
+  // The share of the machine's GEMM ceiling (measured now, same threads)
+  // that each step's matrix products reach.
+  const double gflop = matmul_flops_per_step(preset_of(o.preset), o.batch, o.length) / 1e9;
+  const double ceiling = garden_bench::gemm_ceiling_gflops();
+  summary["matmul_gflop_per_step"] = garden_bench::rounded(gflop, 2);
+  summary["gemm_ceiling_gflops"] = garden_bench::rounded(ceiling, 1);
+  summary["garden_gemm_share"] =
+      garden_bench::rounded(gflop / (garden_bench::median(garden_ms) / 1000.0) / ceiling, 3);
+  summary["peer_gemm_share"] =
+      garden_bench::rounded(gflop / (garden_bench::median(peer_ms) / 1000.0) / ceiling, 3);
   std::cout << summary.dump() << "\n";
   return 0;
 }

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -43,18 +44,38 @@ void finalize_config(config::ExperimentConfig& params, distribute::ProcessGroup*
   params.lock();
 }
 
+namespace {
+constexpr const char* kMallocVariables[] = {"MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_",
+                                            "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
+                                            "GLIBC_TUNABLES"};
+bool heap_kept = false;
+}  // namespace
+
 void restart_with_passive_openmp_waits(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
   if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
   execv("/proc/self/exe", argv);
-  // No /proc, or not allowed: go on as started (the setting then has no
-  // effect on this process; openmp_wait_policy() would say PASSIVE, so undo).
-  unsetenv("OMP_WAIT_POLICY");
+  unsetenv("OMP_WAIT_POLICY");  // no /proc, or not allowed: go on as started
 }
 
 std::string openmp_wait_policy() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   return policy ? policy : "";
+}
+
+void keep_freed_memory_in_the_heap() {
+  for (const char* name : kMallocVariables)
+    if (std::getenv(name) != nullptr) return;
+  heap_kept = mallopt(M_MMAP_MAX, 0) == 1 &&
+              mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max()) == 1;
+}
+
+std::string malloc_setting() {
+  if (heap_kept) return "heap only, freed memory kept";
+  for (const char* name : kMallocVariables)
+    if (const char* value = std::getenv(name))
+      return std::string("as the user set (") + name + "=" + value + ")";
+  return "glibc's default";
 }
 
 void apply_runtime(const config::RuntimeConfig& runtime) {
@@ -65,8 +86,8 @@ void apply_runtime(const config::RuntimeConfig& runtime) {
     logged = true;
     const std::string policy = openmp_wait_policy();
     log_info() << "threads: " << at::get_num_threads() << " LibTorch intra-op, OMP_WAIT_POLICY="
-               << (policy.empty() ? "unset (OpenMP threads spin between parallel regions)"
-                                  : policy);
+               << (policy.empty() ? "unset (OpenMP threads spin between parallel regions)" : policy)
+               << ", malloc: " << malloc_setting();
   }
   if (runtime.inter_op_parallelism_threads > 0) {
     try {

@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -444,30 +445,43 @@ TEST(CliTrain, TrainAndEvalWritesModelDir) {
   EXPECT_FALSE(read_file(model_dir / "train.log").empty());
 }
 
-TEST(CliTrain, OpenMpThreadsWaitPassivelyUnlessTheUserChose) {
-  // garden restarts itself with OMP_WAIT_POLICY=PASSIVE (libgomp reads it only
-  // at load) and logs the policy it runs with; a value the user set is kept.
-  const char* before = std::getenv("OMP_WAIT_POLICY");
-  const std::string saved = before ? before : "";
+TEST(CliTrain, StartsWithPassiveOpenMpAndAKeptHeapUnlessTheUserChose) {
+  // garden train restarts itself with OMP_WAIT_POLICY=PASSIVE (libgomp reads
+  // it only at load), sets malloc to keep freed memory, and logs what it runs
+  // with; what the user set is kept.
+  const std::vector<std::string> names = {"OMP_WAIT_POLICY", "MALLOC_MMAP_MAX_",
+                                          "MALLOC_TRIM_THRESHOLD_"};
+  std::map<std::string, std::optional<std::string>> saved;
+  for (const auto& name : names) {
+    const char* value = std::getenv(name.c_str());
+    saved[name] = value ? std::optional<std::string>(value) : std::nullopt;
+    unsetenv(name.c_str());
+  }
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> environment;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {{}, {"OMP_WAIT_POLICY=PASSIVE", "malloc: heap only, freed memory kept"}},
+      {{{"OMP_WAIT_POLICY", "ACTIVE"}, {"MALLOC_MMAP_MAX_", "65536"}},
+       {"OMP_WAIT_POLICY=ACTIVE", "malloc: as the user set (MALLOC_MMAP_MAX_=65536)"}},
+  };
   TempDir dir;
-  for (const std::string policy : {"", "ACTIVE"}) {
-    if (policy.empty())
-      unsetenv("OMP_WAIT_POLICY");
-    else
-      setenv("OMP_WAIT_POLICY", policy.c_str(), 1);
-    const fs::path model_dir = dir / ("model" + policy);
+  int index = 0;
+  for (const Case& c : cases) {
+    for (const auto& [name, value] : c.environment) setenv(name.c_str(), value.c_str(), 1);
+    const fs::path model_dir = dir / ("model" + std::to_string(index++));
     const Result r = run_garden(
         {"train", "--experiment=tabular/iris", "--mode=train",
          "--params_override=trainer.train_steps=10", "--model_dir=" + model_dir.string()},
         dir.path());
+    for (const auto& setting : c.environment) unsetenv(setting.first.c_str());
     ASSERT_EQ(r.status, 0) << r;
-    const std::string expected = "OMP_WAIT_POLICY=" + (policy.empty() ? "PASSIVE" : policy);
-    EXPECT_TRUE(contains(read_file(model_dir / "train.log"), expected)) << r;
+    const std::string log = read_file(model_dir / "train.log");
+    for (const auto& part : c.expected) EXPECT_TRUE(contains(log, part)) << part << "\n" << r;
   }
-  if (before)
-    setenv("OMP_WAIT_POLICY", saved.c_str(), 1);
-  else
-    unsetenv("OMP_WAIT_POLICY");
+  for (const auto& [name, value] : saved)
+    if (value) setenv(name.c_str(), value->c_str(), 1);
 }
 
 TEST(CliTrain, RerunFromParamsYamlIsBitIdentical) {
