@@ -85,8 +85,11 @@ void apply_runtime(const config::RuntimeConfig& runtime) {
   if (!logged) {
     logged = true;
     const std::string policy = openmp_wait_policy();
-    log_info() << "threads: " << at::get_num_threads() << " LibTorch intra-op, OMP_WAIT_POLICY="
-               << (policy.empty() ? "unset (OpenMP threads spin between parallel regions)" : policy)
+    const int threads = at::get_num_threads();
+    log_info() << "threads: " << threads << " LibTorch intra-op, OMP_WAIT_POLICY="
+               << (!policy.empty() ? policy
+                   : threads > 1   ? "unset (OpenMP threads spin between parallel regions)"
+                                   : "unset")
                << ", malloc: " << malloc_setting();
   }
   if (runtime.inter_op_parallelism_threads > 0) {
