@@ -74,14 +74,14 @@ void tfrecord_read(int64_t megabytes) {
     while (reader.read(record)) {
       ++count;
       if (parse)
-        checksum += static_cast<uint64_t>(
-            garden::data::parse_example(record).at("inputs").ints.front());
+        checksum +=
+            static_cast<uint64_t>(garden::data::parse_example(record).at("inputs").ints.front());
       else
         checksum += static_cast<uint8_t>(record[0]);
     }
     const double elapsed = seconds_since(start);
-    std::cout << nlohmann::json{{"benchmark", parse ? "tfrecord_read_crc_parse_example"
-                                                    : "tfrecord_read_crc"},
+    std::cout << nlohmann::json{{"benchmark",
+                                 parse ? "tfrecord_read_crc_parse_example" : "tfrecord_read_crc"},
                                 {"records", count},
                                 {"mean_record_bytes", file_mb * 1e6 / count},
                                 {"file_mb", file_mb},

@@ -76,16 +76,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Runs the peer once and returns its JSON line.
-nlohmann::json run_peer(const std::string& script, const Options& o) {
-  const std::string command = "/usr/bin/python3 '" + script + "' --preset " + o.preset +
-                              " --threads " + std::to_string(o.threads) + " --steps " +
-                              std::to_string(o.steps) + " --warmup " + std::to_string(o.warmup) +
-                              " --batch " + std::to_string(o.batch) + " --length " +
-                              std::to_string(o.length);
-  return garden_bench::run_peer_command(command, o);
-}
-
 // The peer's PRESETS: width, layers, heads, feed-forward of one encoder.
 garden::nlp::BertEncoderOptions encoder(int64_t vocab, int64_t embedding, int64_t hidden,
                                         int64_t layers, int64_t heads, int64_t ffn) {
@@ -328,7 +318,7 @@ int main(int argc, char** argv) {
   std::vector<double> ratios, peer_ms, garden_ms;
   nlohmann::json peer_info;
   for (int r = 0; r < o.rounds; ++r) {
-    peer_info = run_peer(peer, o);
+    peer_info = garden_bench::run_peer_script(peer, o);
     const double p = peer_info.at("step_ms").get<double>();
     nlohmann::json peer_line = peer_info;
     peer_line["round"] = r + 1;

@@ -187,6 +187,17 @@ inline StepOptions parse_step_options(int argc, char** argv, StepOptions o,
   return o;
 }
 
+// Runs a step peer script once with the options' preset, threads, steps,
+// warmup, batch and length, and returns its JSON line.
+inline nlohmann::json run_peer_script(const std::string& script, const StepOptions& o) {
+  const std::string command = "/usr/bin/python3 '" + script + "' --preset " + o.preset +
+                              " --threads " + std::to_string(o.threads) + " --steps " +
+                              std::to_string(o.steps) + " --warmup " + std::to_string(o.warmup) +
+                              " --batch " + std::to_string(o.batch) + " --length " +
+                              std::to_string(o.length);
+  return run_peer_command(command, o);
+}
+
 // The JSON line of --smoke: Garden's step alone.
 inline nlohmann::json smoke_summary(const std::string& bench, const StepOptions& o,
                                     int64_t garden_params, double tokens, double garden_ms) {

@@ -96,16 +96,6 @@ double matmul_flops_per_step(const Preset& p, int64_t batch, int64_t length) {
   return 3.0 * forward;
 }
 
-// Runs the peer once and returns its JSON line.
-nlohmann::json run_peer(const std::string& script, const Options& o) {
-  const std::string command = "/usr/bin/python3 '" + script + "' --preset " + o.preset +
-                              " --threads " + std::to_string(o.threads) + " --steps " +
-                              std::to_string(o.steps) + " --warmup " + std::to_string(o.warmup) +
-                              " --batch " + std::to_string(o.batch) + " --length " +
-                              std::to_string(o.length);
-  return garden_bench::run_peer_command(command, o);
-}
-
 // The model, optimizer and fixed synthetic batch of one Garden run.
 class GardenStep {
  public:
@@ -286,7 +276,7 @@ int main(int argc, char** argv) {
   std::vector<double> ratios, peer_ms, garden_ms;
   nlohmann::json peer_info;
   for (int r = 0; r < o.rounds; ++r) {
-    peer_info = run_peer(peer, o);
+    peer_info = garden_bench::run_peer_script(peer, o);
     const double p = peer_info.at("step_ms").get<double>();
     const double g = garden.measure(o.warmup, o.steps);
     peer_ms.push_back(p);
