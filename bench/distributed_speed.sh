@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Multi-worker speed on this machine: wmt_transformer/tiny on the bundled
-# gettext slice, the same global batch of tokens, alternated for ROUNDS
+# gettext-en-de, the same global batch of tokens, alternated for ROUNDS
 # rounds:
 #   one-thread: one process, one thread (OPENBLAS_NUM_THREADS=1 too)
 #   default:    one process as the experiment ships (one LibTorch thread;
