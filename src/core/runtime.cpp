@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <sstream>
 
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
@@ -81,16 +82,20 @@ std::string malloc_setting() {
 void apply_runtime(const config::RuntimeConfig& runtime) {
   if (runtime.intra_op_parallelism_threads > 0)
     at::set_num_threads(static_cast<int>(runtime.intra_op_parallelism_threads));
+  // For train.log (the file alone: on stderr it would come before a one-line
+  // error), once per process.
   static bool logged = false;
   if (!logged) {
     logged = true;
     const std::string policy = openmp_wait_policy();
     const int threads = at::get_num_threads();
-    log_info() << "threads: " << threads << " LibTorch intra-op, OMP_WAIT_POLICY="
-               << (!policy.empty() ? policy
-                   : threads > 1   ? "unset (OpenMP threads spin between parallel regions)"
-                                   : "unset")
-               << ", malloc: " << malloc_setting();
+    std::ostringstream line;
+    line << "threads: " << threads << " LibTorch intra-op, OMP_WAIT_POLICY="
+         << (!policy.empty() ? policy
+             : threads > 1   ? "unset (OpenMP threads spin between parallel regions)"
+                             : "unset")
+         << ", malloc: " << malloc_setting();
+    log_to_file(LogLevel::kInfo, line.str());
   }
   if (runtime.inter_op_parallelism_threads > 0) {
     try {
