@@ -5,8 +5,8 @@
 #
 #   bash bench/decode_bench.sh MODEL_DIR INPUT [ROUNDS] [BEAMS]
 #
-# MODEL_DIR is a translation run (its latest checkpoint is exported to
-# MODEL_DIR/decode-bench-export); INPUT has a source sentence a line. Each
+# MODEL_DIR is a translation run (its latest checkpoint is exported to a
+# temporary directory, removed at the end); INPUT has a source sentence a line. Each
 # round runs the peer and then Garden for each beam size in BEAMS (default
 # "1 4"), one LibTorch thread each. Prints one JSON line per run and, per beam
 # size, a summary: median sentences/s of each, the median of the per-round
@@ -21,13 +21,11 @@ beams=${4:-1 4}
 garden=./build/garden
 # The run's params.yaml sets the whole model, so any wmt_transformer preset exports it.
 experiment=${EXPERIMENT:-wmt_transformer/demo}
-export_root="$model_dir/decode-bench-export"
-rm -rf "$export_root"
-"$garden" export --experiment="$experiment" --model_dir="$model_dir" \
-  --export_dir="$export_root" >/dev/null
-export_dir=$(ls -d "$export_root"/*/ | tail -n 1)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+"$garden" export --experiment="$experiment" --model_dir="$model_dir" \
+  --export_dir="$work/export" >/dev/null
+export_dir=$(ls -d "$work"/export/*/ | tail -n 1)
 
 for beam in $beams; do
   peer_rates=() garden_rates=() ratios=()

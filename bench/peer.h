@@ -167,6 +167,8 @@ inline StepOptions parse_step_options(int argc, char** argv, StepOptions o,
         o.peer = value;
       else if (flag == "--peer_malloc" && (value == "glibc" || value == "garden"))
         o.peer_malloc = value;
+      else if (flag == "--peer_malloc")
+        fail("--peer_malloc must be glibc or garden, got '" + value + "'");
       else
         fail("unknown flag " + flag);
     } catch (const std::logic_error&) {
