@@ -27,6 +27,8 @@ trap 'rm -rf "$work"' EXIT
   --export_dir="$work/export" >/dev/null
 export_dir=$(ls -d "$work"/export/*/ | tail -n 1)
 
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
 for beam in $beams; do
   peer_rates=() garden_rates=() ratios=()
   for round in $(seq 1 "$rounds"); do
@@ -43,7 +45,6 @@ for beam in $beams; do
   done
   identical=$(paste -d '\n' "$work/peer.txt" "$work/garden.txt" | paste - - |
     awk -F '\t' '$1 == $2 { same++ } END { printf "%.4f", NR ? same / NR : 0 }')
-  median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
   echo "{\"bench\":\"decode\",\"beam_size\":$beam,\"rounds\":$rounds,\"threads\":1," \
     "\"peer_sentences_per_s_median\":$(median "${peer_rates[@]}")," \
     "\"garden_sentences_per_s_median\":$(median "${garden_rates[@]}")," \

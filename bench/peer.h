@@ -42,13 +42,9 @@ inline std::string find_peer(const std::string& given, const std::string& script
   throw std::runtime_error(script + " not found: pass --peer PATH");
 }
 
-struct StepOptions;
-inline std::string peer_environment(const StepOptions& o);
-
 // Runs `command` (a peer) and returns the first line of its output that is a
 // JSON object.
-inline nlohmann::json run_peer_command(const std::string& command_line, const StepOptions& o) {
-  const std::string command = peer_environment(o) + command_line;
+inline nlohmann::json run_peer_command(const std::string& command) {
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
   if (!pipe) throw std::runtime_error("cannot start: " + command);
   std::string out;
@@ -120,13 +116,6 @@ struct StepOptions {
   std::string peer_malloc = "glibc";
 };
 
-// The environment prefix of the peer's command: with --peer_malloc garden,
-// the malloc settings Garden makes in its own process.
-inline std::string peer_environment(const StepOptions& o) {
-  return o.peer_malloc == "garden" ? "env MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 "
-                                   : "";
-}
-
 [[noreturn]] inline void usage(const std::string& problem, const std::string& usage_line) {
   std::cerr << problem << "\nusage: " << usage_line << "\n";
   std::exit(2);
@@ -192,12 +181,15 @@ inline StepOptions parse_step_options(int argc, char** argv, StepOptions o,
 // Runs a step peer script once with the options' preset, threads, steps,
 // warmup, batch and length, and returns its JSON line.
 inline nlohmann::json run_peer_script(const std::string& script, const StepOptions& o) {
-  const std::string command = "/usr/bin/python3 '" + script + "' --preset " + o.preset +
-                              " --threads " + std::to_string(o.threads) + " --steps " +
+  // --peer_malloc garden: the malloc settings Garden makes in its own process.
+  const std::string environment =
+      o.peer_malloc == "garden" ? "env MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 " : "";
+  const std::string command = environment + "/usr/bin/python3 '" + script + "' --preset " +
+                              o.preset + " --threads " + std::to_string(o.threads) + " --steps " +
                               std::to_string(o.steps) + " --warmup " + std::to_string(o.warmup) +
                               " --batch " + std::to_string(o.batch) + " --length " +
                               std::to_string(o.length);
-  return run_peer_command(command, o);
+  return run_peer_command(command);
 }
 
 // The JSON line of --smoke: Garden's step alone.
