@@ -49,6 +49,7 @@ struct PredictFlags {
   std::string output;
   std::string device = "cpu";
   int64_t batch_size = 32;
+  bool int8 = false;
 };
 
 // One input line as an instance: JSON, or for a model whose one input is a
@@ -71,6 +72,7 @@ void run_predict(const PredictFlags& flags) {
     refuse_same_file(flags.input, "--input", flags.output, "--output");
   }
   serving::Predictor predictor(flags.export_dir, flags.device);
+  if (flags.int8) predictor.use_int8();
   predictor.apply_runtime();
   const auto& inputs = predictor.signature().inputs;
   const bool text_input = inputs.size() == 1 && inputs[0].second.dtype == "DT_STRING";
@@ -233,6 +235,8 @@ void add_serving_commands(CLI::App& app) {
       ->capture_default_str();
   predict->add_option("--device", predict_flags->device, "cpu, cuda or cuda:N")
       ->capture_default_str();
+  predict->add_flag("--int8", predict_flags->int8,
+                    "int8 weights and products (dynamic quantization; CPU; translation)");
   predict->callback([predict_flags] { run_predict(*predict_flags); });
 
   auto serve_dir = std::make_shared<std::string>();
@@ -246,6 +250,8 @@ void add_serving_commands(CLI::App& app) {
       ->capture_default_str();
   serve->add_option("--device", serve_options->device, "cpu, cuda or cuda:N")
       ->capture_default_str();
+  serve->add_flag("--int8", serve_options->int8,
+                  "int8 weights and products (dynamic quantization; CPU; translation)");
   serve->add_flag("--enable_batching", serve_options->enable_batching,
                   "Merge concurrent requests into one forward pass");
   serve

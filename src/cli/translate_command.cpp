@@ -40,6 +40,7 @@ struct TranslateFlags {
   int64_t batch_size = 32;
   std::string input;
   std::string output;
+  bool int8 = false;
 };
 
 struct Line {
@@ -78,6 +79,7 @@ void run_translate(const TranslateFlags& flags) {
 
   // The model, its task and tokenizer, as garden serve would load them.
   serving::Predictor predictor(params, flags.model_dir, checkpoint, params->runtime.device);
+  if (flags.int8) predictor.use_int8();
   auto& task = dynamic_cast<nlp::TranslationTask&>(predictor.task());
   // The output is never a file this run reads, and replaces an existing
   // file only once every line is translated.
@@ -169,7 +171,8 @@ void run_translate(const TranslateFlags& flags) {
   std::cerr << "garden: translated " << lines << " lines (" << translated << " non-empty) in "
             << std::fixed << std::setprecision(2) << seconds << " s, " << std::setprecision(1)
             << (seconds > 0 ? static_cast<double>(translated) / seconds : 0.0)
-            << " sentences/s, beam " << decode.beam_size << ", checkpoint " << checkpoint << "\n";
+            << " sentences/s, beam " << decode.beam_size << (flags.int8 ? ", int8" : "")
+            << ", checkpoint " << checkpoint << "\n";
 }
 
 }  // namespace
@@ -189,6 +192,8 @@ CLI::App* add_translate_command(CLI::App& app) {
   translate->add_option("--input", flags->input,
                         "Input file, one sentence a line (default: stdin)");
   translate->add_option("--output", flags->output, "Output file (default: stdout)");
+  translate->add_flag("--int8", flags->int8,
+                      "Decode with int8 weights and products (dynamic quantization; CPU)");
   translate->callback([flags] { run_translate(*flags); });
   return translate;
 }

@@ -69,6 +69,10 @@ ServingSignature Task::serving_signature() {
   throw Error("task '" + name() + "' cannot be served yet: it declares no serving signature");
 }
 
+void Task::use_int8_inference(Model&) {
+  throw Error("--int8: task '" + name() + "' has no int8 inference (the translation task has)");
+}
+
 void Task::prepare_serving(const nlohmann::json& task_metadata,
                            const std::map<std::string, std::string>&) {
   restore_checkpoint_metadata(task_metadata);

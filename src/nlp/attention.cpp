@@ -8,8 +8,37 @@
 
 namespace garden::nlp {
 
-torch::nn::Linear make_dense(int64_t in, int64_t out, bool use_bias) {
-  torch::nn::Linear dense(torch::nn::LinearOptions(in, out).bias(use_bias));
+DenseImpl::DenseImpl(int64_t in, int64_t out, bool use_bias)
+    : in_features(in), out_features(out), use_bias(use_bias) {
+  reset();
+}
+
+void DenseImpl::reset() {
+  // torch::nn::Linear's initialization (Kaiming-uniform weight, bias
+  // uniform in +-1/sqrt(in)); make_dense replaces it with Model Garden's.
+  int8_.reset();
+  weight = register_parameter("weight", torch::empty({out_features, in_features}));
+  bias = register_parameter("bias", use_bias ? torch::empty({out_features}) : torch::Tensor(),
+                            /*requires_grad=*/use_bias);
+  torch::NoGradGuard no_grad;
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (use_bias) {
+    const double bound = in_features > 0 ? 1.0 / std::sqrt(static_cast<double>(in_features)) : 0;
+    torch::nn::init::uniform_(bias, -bound, bound);
+  }
+}
+
+at::Tensor DenseImpl::forward(const at::Tensor& x) {
+  if (int8_ && !at::GradMode::is_enabled()) return int8_->forward(x);
+  return at::linear(x, weight, bias);
+}
+
+void DenseImpl::use_int8(bool on) {
+  int8_ = on ? std::make_shared<const Int8Linear>(weight, bias) : nullptr;
+}
+
+Dense make_dense(int64_t in, int64_t out, bool use_bias) {
+  Dense dense(in, out, use_bias);
   torch::NoGradGuard no_grad;
   torch::nn::init::xavier_uniform_(dense->weight);
   if (use_bias) dense->bias.zero_();

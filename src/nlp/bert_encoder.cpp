@@ -89,6 +89,9 @@ void init_bert_weights(torch::nn::Module& module, double initializer_range) {
     if (auto* dense = m.as<torch::nn::Linear>()) {
       truncated_normal_(dense->weight, initializer_range);
       if (dense->bias.defined()) dense->bias.zero_();
+    } else if (auto* dense = m.as<DenseImpl>()) {
+      truncated_normal_(dense->weight, initializer_range);
+      if (dense->bias.defined()) dense->bias.zero_();
     } else if (auto* embedding = m.as<torch::nn::Embedding>()) {
       truncated_normal_(embedding->weight, initializer_range);
     } else if (auto* norm = m.as<torch::nn::LayerNorm>()) {

@@ -209,7 +209,16 @@ at::Tensor Seq2SeqTransformerImpl::embed(const at::Tensor& ids, int64_t start) {
 }
 
 at::Tensor Seq2SeqTransformerImpl::project(const at::Tensor& hidden) {
+  if (int8_projection_ && !at::GradMode::is_enabled()) return int8_projection_->forward(hidden);
   return at::matmul(hidden, embedding->weight.t());
+}
+
+void Seq2SeqTransformerImpl::use_int8(bool on) {
+  if (on) check_int8_available("int8 decoding", embedding->weight.device());
+  for (const auto& module : modules(/*include_self=*/false))
+    if (auto* dense = module->as<DenseImpl>()) dense->use_int8(on);
+  int8_projection_ =
+      on ? std::make_shared<const Int8Linear>(embedding->weight, at::Tensor()) : nullptr;
 }
 
 EncoderOutput Seq2SeqTransformerImpl::encode(const at::Tensor& src_ids) {

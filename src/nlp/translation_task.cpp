@@ -227,6 +227,8 @@ Batch TranslationTask::inference_step(const Batch& inputs, Model& model) {
   return {{"outputs", padded}};
 }
 
+void TranslationTask::use_int8_inference(Model& model) { as_transformer(model).use_int8(true); }
+
 ServingSignature TranslationTask::serving_signature() {
   return {{{"inputs", {"DT_STRING", {}}}}, {{"outputs", {"DT_STRING", {}}}}};
 }

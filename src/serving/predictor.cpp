@@ -124,6 +124,14 @@ const config::ExperimentConfig& Predictor::params() const {
   return *params_;
 }
 
+void Predictor::use_int8() {
+  if (fx_model_)
+    throw Error("--int8: the TensorFX export '" + directory_ + "' has no int8 inference");
+  std::lock_guard<std::mutex> lock(mutex_);
+  task_->use_int8_inference(*model_);
+  int8_ = true;
+}
+
 void Predictor::apply_runtime() const {
   if (!params_) return;  // TensorFX: its own settings
   config::RuntimeConfig runtime = params_->runtime;

@@ -203,6 +203,13 @@ struct ModelServer::State {
                              [this] { return stopping; });
   }
 
+  // A version as the options say: on their device, int8 when asked.
+  std::shared_ptr<const Predictor> load_version(const std::string& dir) const {
+    auto predictor = std::make_shared<Predictor>(dir, options.device);
+    if (options.int8) predictor->use_int8();
+    return predictor;
+  }
+
   void poll_versions() {
     int64_t failed_version = -1;
     while (sleep_unless_stopped(options.file_system_poll_wait_seconds)) {
@@ -214,7 +221,7 @@ struct ModelServer::State {
         continue;
       const std::string dir = (fs::path(export_dir) / std::to_string(versions.back())).string();
       try {
-        auto next = std::make_shared<const Predictor>(dir, options.device);
+        auto next = load_version(dir);
         set_predictor(next);
         log_info() << "serving version " << next->version() << " of '" << export_dir << "'";
       } catch (const std::exception& e) {
@@ -520,7 +527,7 @@ int ModelServer::start() {
   if (s.options.enable_batching) s.batcher = std::thread([&s] { s.run_batches(); });
   s.loader = std::thread([&s] {
     try {
-      auto first = std::make_shared<const Predictor>(s.export_dir, s.options.device);
+      auto first = s.load_version(s.export_dir);
       first->apply_runtime();
       s.set_predictor(first);
       log_info() << "serving version " << first->version() << " of '" << s.export_dir << "' as '"

@@ -165,6 +165,40 @@ TEST_F(ServingCliTest, PredictOnTextLinesTranslatesAsGardenTranslateDoes) {
     EXPECT_EQ(json::parse(got[i]).at("outputs").get<std::string>(), expected[i]) << sources_[i];
 }
 
+// --int8 is the same decoding through garden predict as through garden
+// translate; a task without int8 inference refuses it in one line.
+TEST_F(ServingCliTest, Int8PredictTranslatesAsInt8TranslateAndIrisRefusesIt) {
+  ASSERT_EQ(garden("export --experiment wmt_transformer/demo --model_dir '" + run("translation") +
+                   "' --export_dir '" + path("out") + "'")
+                .status,
+            0);
+  std::string text;
+  for (int i = 0; i < 6; ++i) text += sources_[i] + "\n";
+  spit(dir_ / "in.txt", text);
+  const CliRun translated = garden("translate --int8 --model_dir '" + run("translation") +
+                                   "' --input '" + path("in.txt") + "'");
+  ASSERT_EQ(translated.status, 0) << translated.err;
+  EXPECT_NE(translated.err.find(", int8,"), std::string::npos) << translated.err;
+  const CliRun predicted =
+      garden("predict --int8 --export_dir '" + path("out") + "' --input '" + path("in.txt") + "'");
+  ASSERT_EQ(predicted.status, 0) << predicted.err;
+  const auto expected = lines_of(translated.out);
+  const auto got = lines_of(predicted.out);
+  ASSERT_EQ(got.size(), 6u);
+  ASSERT_EQ(expected.size(), 6u);
+  for (std::size_t i = 0; i < got.size(); ++i)
+    EXPECT_EQ(json::parse(got[i]).at("outputs").get<std::string>(), expected[i]) << sources_[i];
+
+  ASSERT_EQ(garden("export --experiment tabular/iris --model_dir '" + run("iris") +
+                   "' --export_dir '" + path("iris") + "'")
+                .status,
+            0);
+  spit(dir_ / "rows.txt", "[5.1, 3.5, 1.4, 0.2]\n");
+  expect_one_error_line(garden("predict --int8 --export_dir '" + path("iris") + "' --input '" +
+                               path("rows.txt") + "'"),
+                        {"--int8", "has no int8 inference"});
+}
+
 TEST_F(ServingCliTest, ServeAnswersThenStopsCleanlyOnSigterm) {
   ASSERT_EQ(garden("export --experiment tabular/iris --model_dir '" + run("iris") +
                    "' --export_dir '" + path("out") + "'")

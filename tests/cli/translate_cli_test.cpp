@@ -162,6 +162,26 @@ TEST_F(TranslateCliTest, FilesGreedyAndAnExplicitCheckpointAgreeWithStdin) {
   EXPECT_NE(older.out, from_stdin.out);
 }
 
+// int8 decoding of the overfit model gives the float translations on
+// nearly every line (its logits have wide margins), and says it is int8.
+TEST_F(TranslateCliTest, Int8TranslatesNearlyEveryLineAsFloat32Does) {
+  std::string input;
+  for (const auto& s : sources_) input += s + "\n";
+  for (const std::string beam : {"1", "4"}) {
+    const CliRun fp32 = translate(input, "--beam_size " + beam);
+    ASSERT_EQ(fp32.status, 0) << fp32.err;
+    const CliRun int8 = translate(input, "--int8 --beam_size " + beam);
+    ASSERT_EQ(int8.status, 0) << int8.err;
+    EXPECT_NE(int8.err.find("beam " + beam + ", int8,"), std::string::npos) << int8.err;
+    const auto a = lines_of(fp32.out), b = lines_of(int8.out);
+    ASSERT_EQ(a.size(), sources_.size());
+    ASSERT_EQ(b.size(), sources_.size());
+    int same = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) same += a[i] == b[i] ? 1 : 0;
+    EXPECT_GE(same, 14) << "beam " << beam << "\n" << fp32.out << "---\n" << int8.out;
+  }
+}
+
 TEST_F(TranslateCliTest, ALongLineIsTruncatedWithAWarningNamingIt) {
   std::string long_line;
   for (int i = 0; i < 40; ++i) long_line += sources_[static_cast<std::size_t>(i % 16)] + " ";

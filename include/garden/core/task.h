@@ -158,6 +158,10 @@ class Task {
   // inference_step's outputs for `count` instances -> one JSON object of the
   // signature's outputs per instance.
   virtual std::vector<nlohmann::json> serving_outputs(const Batch& outputs, std::size_t count);
+  // int8 inference (garden translate, predict and serve --int8): readies
+  // `model`, already holding its weights, to run inference_step in int8. The
+  // default throws garden::Error: the task has none.
+  virtual void use_int8_inference(Model& model);
 
   // Examples in a batch, for examples/s: the first dimension of its first
   // tensor unless a task says otherwise.

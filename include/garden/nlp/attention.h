@@ -9,13 +9,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include <torch/nn/cloneable.h>
 #include <torch/nn/module.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
+
+#include "garden/nlp/int8.h"
 
 namespace garden::nlp {
 
@@ -29,9 +32,33 @@ at::Tensor padding_mask(const at::Tensor& ids, int64_t pad_id = 0,
 // Additive causal mask [1, 1, T, T]: position t attends to positions <= t.
 at::Tensor causal_mask(int64_t length, at::ScalarType dtype = at::kFloat);
 
+// A dense layer, y = x w^T + b, with the parameters torch::nn::Linear has
+// ("weight" [out, in], "bias" [out]: checkpoints name them the same), and an
+// optional int8 copy of them for decoding (garden/nlp/int8.h).
+class DenseImpl : public torch::nn::Cloneable<DenseImpl> {
+ public:
+  DenseImpl(int64_t in, int64_t out, bool use_bias);
+  void reset() override;
+  // x [..., in] -> [..., out]. With int8 on and gradients off (inference),
+  // through the int8 copy; otherwise in the weight's own dtype.
+  at::Tensor forward(const at::Tensor& x);
+  // On: quantizes the weights as they are now (throws garden::Error where
+  // int8 cannot run: see check_int8_available); off: float again. A weight
+  // changed later is not seen until use_int8(true) runs again.
+  void use_int8(bool on);
+  bool int8() const { return int8_ != nullptr; }
+  int64_t in_features, out_features;
+  bool use_bias;
+  at::Tensor weight, bias;
+
+ private:
+  std::shared_ptr<const Int8Linear> int8_;
+};
+TORCH_MODULE(Dense);
+
 // A dense layer initialized as Model Garden's are: Glorot-uniform kernel, zero
 // bias.
-torch::nn::Linear make_dense(int64_t in, int64_t out, bool use_bias);
+Dense make_dense(int64_t in, int64_t out, bool use_bias);
 
 struct AttentionOptions {
   int64_t hidden_size = 512;
@@ -66,10 +93,10 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
                     const at::Tensor& mask);
 
   const AttentionOptions& options() const { return options_; }
-  torch::nn::Linear qkv{nullptr};     // self-attention: [D] -> [3D] (q | k | v)
-  torch::nn::Linear query{nullptr};   // cross-attention: [D] -> [D]
-  torch::nn::Linear kv{nullptr};      // cross-attention: [D] -> [2D] (k | v)
-  torch::nn::Linear output{nullptr};  // [D] -> [D]
+  Dense qkv{nullptr};     // self-attention: [D] -> [3D] (q | k | v)
+  Dense query{nullptr};   // cross-attention: [D] -> [D]
+  Dense kv{nullptr};      // cross-attention: [D] -> [2D] (k | v)
+  Dense output{nullptr};  // [D] -> [D]
 
  private:
   // [B, T, n * D] -> n tensors [B, H, T, Dh].

@@ -63,7 +63,7 @@ class FeedForwardImpl : public torch::nn::Module {
  public:
   explicit FeedForwardImpl(const TransformerBlockOptions& options);
   at::Tensor forward(const at::Tensor& x);
-  torch::nn::Linear intermediate{nullptr}, output{nullptr};
+  Dense intermediate{nullptr}, output{nullptr};
 
  private:
   bool gelu_;
@@ -168,6 +168,13 @@ class Seq2SeqTransformerImpl : public torch::nn::Module {
   // returns logits [B, V] for position `step` and extends the cache.
   at::Tensor decode_step(const at::Tensor& ids_at_step, int64_t step, Cache& cache);
 
+  // int8 decoding (garden/nlp/int8.h): on, every dense layer and the tied
+  // output projection run on int8 copies of the weights as they are now,
+  // whenever gradients are off; off, float again. Throws garden::Error where
+  // int8 cannot run (weights not on the CPU, no quantized engine).
+  void use_int8(bool on);
+  bool int8() const { return int8_projection_ != nullptr; }
+
   const Seq2SeqTransformerOptions& options() const { return options_; }
   torch::nn::Embedding embedding{nullptr};  // [V, D]; also the output projection
   std::vector<TransformerEncoderBlock> encoder_layers;
@@ -180,6 +187,7 @@ class Seq2SeqTransformerImpl : public torch::nn::Module {
   at::Tensor embed(const at::Tensor& ids, int64_t start);
   at::Tensor project(const at::Tensor& hidden);
   Seq2SeqTransformerOptions options_;
+  std::shared_ptr<const Int8Linear> int8_projection_;  // embedding^T, with use_int8
 };
 TORCH_MODULE(Seq2SeqTransformer);
 

@@ -71,6 +71,8 @@ class TranslationTask : public Task {
                        const std::map<std::string, std::string>& assets) override;
   Batch serving_inputs(const std::vector<nlohmann::json>& instances) override;
   std::vector<nlohmann::json> serving_outputs(const Batch& outputs, std::size_t count) override;
+  // Every dense layer and the output projection in int8 (garden/nlp/int8.h).
+  void use_int8_inference(Model& model) override;
 
   // The tokenizer: sentencepiece_model_path, or model_dir's trained one,
   // trained now when it is not there yet (unless training is off: then its

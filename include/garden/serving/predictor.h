@@ -58,6 +58,11 @@ class Predictor {
   Task& task() const;
   // Whether this is a TensorFX model's export.
   bool tensorfx() const { return fx_model_ != nullptr; }
+  // int8 inference from now on (Task::use_int8_inference; the CPU only). A
+  // task without it, a TensorFX export or another device throws
+  // garden::Error, one line.
+  void use_int8();
+  bool int8() const { return int8_; }
   // LibTorch's thread settings and seed from the export's runtime section
   // (what garden predict and serve do before predicting); process-wide.
   void apply_runtime() const;
@@ -91,6 +96,7 @@ class Predictor {
   ModelPtr model_;
   std::shared_ptr<fx::Model> fx_model_;
   c10::Device device_{c10::kCPU};
+  bool int8_ = false;
   mutable std::mutex mutex_;
 };
 

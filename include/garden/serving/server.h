@@ -47,6 +47,7 @@ struct ServerOptions {
   int port = 8501;  // 0: any free port (see ModelServer::port)
   std::string model_name = "default";
   std::string device = "cpu";
+  bool int8 = false;  // int8 inference (Predictor::use_int8), every version
   bool enable_batching = false;
   int64_t max_batch_size = 32;
   int64_t batch_timeout_micros = 2000;
