@@ -93,6 +93,36 @@ garden::nlp::BertEncoderOptions encoder(int64_t vocab, int64_t embedding, int64_
   return e;
 }
 
+// The floating-point operations of one step's matrix products, counted from
+// the shapes as translation_bench counts them (2 per multiply-add; backward =
+// 2 x forward): both encoders (the embedding projection where the embedding
+// width is not the hidden width; per layer Q, K, V, the output, the two
+// feed-forward products and attention's two), the generator's MLM head on its
+// P masked positions per row (dense, then the tied vocabulary projection),
+// the discriminator's head on every token, and the generator's sentence head
+// on [CLS]. Norms, softmax, GELU, dropout and the optimizer are not counted.
+double matmul_flops_per_step(const Options& o) {
+  const bool tiny = o.preset == "tiny";
+  const double vocab = tiny ? 8000 : 30522, embedding = 128;
+  const double batch = static_cast<double>(o.batch), length = static_cast<double>(o.length);
+  const double tokens = batch * length;
+  const double masked = batch * std::max<double>(1, std::llround(0.15 * length));
+  const auto encoder = [&](double hidden, double layers, double ffn) {
+    const double projection = embedding != hidden ? 2.0 * tokens * embedding * hidden : 0.0;
+    const double layer = 2.0 * tokens * (4 * hidden * hidden + 2 * hidden * ffn) +
+                         2.0 * 2.0 * batch * length * length * hidden;
+    return projection + layers * layer;
+  };
+  const double discriminator_hidden = tiny ? 128 : 256, generator_hidden = tiny ? 32 : 64;
+  const double forward =
+      (tiny ? encoder(128, 4, 512) : encoder(256, 12, 1024)) +
+      (tiny ? encoder(32, 4, 128) : encoder(64, 12, 256)) +
+      2.0 * masked * (generator_hidden * embedding + embedding * vocab) +
+      2.0 * tokens * (discriminator_hidden * discriminator_hidden + discriminator_hidden) +
+      2.0 * batch * (generator_hidden * generator_hidden + generator_hidden * 2);
+  return 3.0 * forward;
+}
+
 // The model, optimizer and fixed synthetic batch of one Garden run.
 class GardenStep {
  public:
@@ -342,8 +372,18 @@ int main(int argc, char** argv) {
               << "\n"
               << std::flush;
   }
-  const nlohmann::json summary = garden_bench::step_summary(
+  nlohmann::json summary = garden_bench::step_summary(
       "electra_step", o, garden.parameter_count(), peer_info, tokens, peer_ms, garden_ms, ratios);
+  // The share of the machine's GEMM ceiling (measured now, same threads)
+  // that each step's matrix products reach.
+  const double gflop = matmul_flops_per_step(o) / 1e9;
+  const double ceiling = garden_bench::gemm_ceiling_gflops();
+  summary["matmul_gflop_per_step"] = garden_bench::rounded(gflop, 2);
+  summary["gemm_ceiling_gflops"] = garden_bench::rounded(ceiling, 1);
+  summary["garden_gemm_share"] =
+      garden_bench::rounded(gflop / (garden_bench::median(garden_ms) / 1000.0) / ceiling, 3);
+  summary["peer_gemm_share"] =
+      garden_bench::rounded(gflop / (garden_bench::median(peer_ms) / 1000.0) / ceiling, 3);
   std::cout << summary.dump() << "\n";
   return 0;
 }
