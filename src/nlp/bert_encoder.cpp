@@ -173,7 +173,7 @@ at::Tensor BertEncoderImpl::forward(const at::Tensor& word_ids, const at::Tensor
 namespace {
 at::Tensor activate(const at::Tensor& x, const std::string& activation) {
   if (activation == "tanh") return at::tanh(x);
-  if (activation == "gelu") return at::gelu(x);
+  if (activation == "gelu") return nlp::gelu(x);
   return at::relu(x);
 }
 }  // namespace

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "garden/base/error.h"
+#include "garden/nlp/kernels.h"
 
 namespace garden::nlp {
 
@@ -22,7 +23,7 @@ const at::Tensor& input(const Batch& inputs, const std::string& key) {
 
 // Model Garden's mlm_activation: the generator's hidden activation, also used
 // by the discriminator's projection.
-at::Tensor activate(const at::Tensor& x, bool gelu) { return gelu ? at::gelu(x) : at::relu(x); }
+at::Tensor activate(const at::Tensor& x, bool gelu) { return gelu ? nlp::gelu(x) : at::relu(x); }
 
 const std::set<std::string>& output_names() {
   static const std::set<std::string> names = {"lm_outputs", "sentence_outputs", "disc_logits",

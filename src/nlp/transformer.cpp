@@ -54,7 +54,7 @@ FeedForwardImpl::FeedForwardImpl(const TransformerBlockOptions& options)
 
 at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
   at::Tensor h = intermediate->forward(x);
-  h = gelu_ ? nlp::dropout(at::gelu(h), dropout_, is_training())
+  h = gelu_ ? nlp::dropout(nlp::gelu(h), dropout_, is_training())
             : nlp::relu_dropout(h, dropout_, is_training());
   return output->forward(h);
 }

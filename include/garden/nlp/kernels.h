@@ -1,6 +1,7 @@
 // CPU kernels of the Transformer's hot spots, each with a LibTorch fallback:
-// inverted dropout (fused with relu where asked) and the batched matrix
-// products of attention (one BLAS gemm per head, on the views as they are).
+// inverted dropout (fused with relu where asked), GELU's backward, and the
+// batched matrix products of attention (one BLAS gemm per head, on the views
+// as they are).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -13,6 +14,11 @@ namespace garden::nlp {
 // counter-based generator seeded by one draw from LibTorch's default CPU
 // generator: torch::manual_seed reproduces it, whatever the thread count.
 at::Tensor dropout(const at::Tensor& x, double p, bool training);
+// GELU, the exact (erf) form, x Phi(x). On the CPU in float32 with
+// gradients, its backward is Garden's one-pass kernel (LibTorch 1.13's took
+// ten times the forward); otherwise at::gelu. Not twice differentiable on
+// that path.
+at::Tensor gelu(const at::Tensor& x);
 // dropout(relu(x)) in one pass.
 at::Tensor relu_dropout(const at::Tensor& x, double p, bool training);
 
