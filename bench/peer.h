@@ -241,4 +241,17 @@ inline nlohmann::json step_summary(const std::string& bench, const StepOptions& 
   };
 }
 
+// Adds to a step summary the share of the machine's GEMM ceiling (measured
+// now, with the same threads) that each side's matrix products reach:
+// `gflop` a step over the median step time, over the ceiling.
+inline void add_gemm_share(nlohmann::json& summary, double gflop,
+                           const std::vector<double>& garden_ms,
+                           const std::vector<double>& peer_ms) {
+  const double ceiling = gemm_ceiling_gflops();
+  summary["matmul_gflop_per_step"] = rounded(gflop, 2);
+  summary["gemm_ceiling_gflops"] = rounded(ceiling, 1);
+  summary["garden_gemm_share"] = rounded(gflop / (median(garden_ms) / 1000.0) / ceiling, 3);
+  summary["peer_gemm_share"] = rounded(gflop / (median(peer_ms) / 1000.0) / ceiling, 3);
+}
+
 }  // namespace garden_bench

@@ -289,16 +289,9 @@ int main(int argc, char** argv) {
   nlohmann::json summary =
       garden_bench::step_summary("translation_step", o, garden.parameter_count(), peer_info, tokens,
                                  peer_ms, garden_ms, ratios);
-  // The share of the machine's GEMM ceiling (measured now, same threads)
-  // that each step's matrix products reach.
-  const double gflop = matmul_flops_per_step(preset_of(o.preset), o.batch, o.length) / 1e9;
-  const double ceiling = garden_bench::gemm_ceiling_gflops();
-  summary["matmul_gflop_per_step"] = garden_bench::rounded(gflop, 2);
-  summary["gemm_ceiling_gflops"] = garden_bench::rounded(ceiling, 1);
-  summary["garden_gemm_share"] =
-      garden_bench::rounded(gflop / (garden_bench::median(garden_ms) / 1000.0) / ceiling, 3);
-  summary["peer_gemm_share"] =
-      garden_bench::rounded(gflop / (garden_bench::median(peer_ms) / 1000.0) / ceiling, 3);
+  garden_bench::add_gemm_share(summary,
+                               matmul_flops_per_step(preset_of(o.preset), o.batch, o.length) / 1e9,
+                               garden_ms, peer_ms);
   std::cout << summary.dump() << "\n";
   return 0;
 }

@@ -29,6 +29,11 @@ bool cpu_has_vnni() {
   return has;
 }
 
+// The first min(left, 16) of 16 lanes.
+inline __mmask16 lanes(int64_t left) {
+  return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+}
+
 // x [rows, in] float -> uint8 [rows, k_groups * 4] (zeros past `in`), with
 // each row's scale and zero point.
 struct QuantizedRows {
@@ -62,8 +67,7 @@ __attribute__((target("avx512f,avx512bw"))) QuantizedRows quantize_rows_avx512(c
     __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
     __mmask16 unordered = 0;
     for (int64_t k = 0; k < in; k += 16) {
-      const __mmask16 mask =
-          in - k >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (in - k)) - 1u);
+      const __mmask16 mask = lanes(in - k);
       const __m512 v = _mm512_maskz_loadu_ps(mask, row + k);
       unordered |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
       lo = _mm512_min_ps(lo, v);
@@ -78,8 +82,7 @@ __attribute__((target("avx512f,avx512bw"))) QuantizedRows quantize_rows_avx512(c
     const __m512i low = _mm512_setzero_si512(), high = _mm512_set1_epi32(255);
     uint8_t* out = q.values.data() + m * padded;
     for (int64_t k = 0; k < in; k += 16) {
-      const __mmask16 mask =
-          in - k >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (in - k)) - 1u);
+      const __mmask16 mask = lanes(in - k);
       const __m512 v = _mm512_maskz_loadu_ps(mask, row + k);
       __m512i i = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, inv)), zp);
       i = _mm512_min_epi32(_mm512_max_epi32(i, low), high);
@@ -173,8 +176,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_tile(const Tile
     for (int j = 0; j < Blocks; ++j) {
       const int64_t left = t.outputs - j * kBlock;
       if (left <= 0) break;
-      const __mmask16 mask =
-          left >= kBlock ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+      const __mmask16 mask = lanes(left);
       const __m512i centered = _mm512_sub_epi32(
           sums[i][j], _mm512_mullo_epi32(zero_point, _mm512_loadu_si512(t.w_sums + j * kBlock)));
       const __m512 scale = _mm512_mul_ps(x_scale, _mm512_loadu_ps(t.w_scales + j * kBlock));

@@ -73,6 +73,7 @@ class ServingCliTest : public CliFixture {
     ASSERT_EQ(train_status_, 0) << slurp(suite_ / "train.log");
   }
   static std::string run(const std::string& name) { return (suite_ / name).string(); }
+  void expect_predict_translates_as_translate(const std::string& flags);
 
   static fs::path suite_;
   static int train_status_;
@@ -143,7 +144,9 @@ TEST_F(ServingCliTest, ABadLineIsOneErrorNamingItAndWritesNothing) {
   EXPECT_FALSE(fs::exists(dir_ / "x"));
 }
 
-TEST_F(ServingCliTest, PredictOnTextLinesTranslatesAsGardenTranslateDoes) {
+// Exports the translation run, then translates six lines with garden
+// translate and garden predict, both with `flags`: the same translations.
+void ServingCliTest::expect_predict_translates_as_translate(const std::string& flags) {
   ASSERT_EQ(garden("export --experiment wmt_transformer/demo --model_dir '" + run("translation") +
                    "' --export_dir '" + path("out") + "'")
                 .status,
@@ -151,11 +154,13 @@ TEST_F(ServingCliTest, PredictOnTextLinesTranslatesAsGardenTranslateDoes) {
   std::string text;
   for (int i = 0; i < 6; ++i) text += sources_[i] + "\n";
   spit(dir_ / "in.txt", text);
-  const CliRun translated =
-      garden("translate --model_dir '" + run("translation") + "' --input '" + path("in.txt") + "'");
+  const CliRun translated = garden("translate " + flags + " --model_dir '" + run("translation") +
+                                   "' --input '" + path("in.txt") + "'");
   ASSERT_EQ(translated.status, 0) << translated.err;
-  const CliRun predicted =
-      garden("predict --export_dir '" + path("out") + "' --input '" + path("in.txt") + "'");
+  if (flags.find("--int8") != std::string::npos)
+    EXPECT_NE(translated.err.find(", int8,"), std::string::npos) << translated.err;
+  const CliRun predicted = garden("predict " + flags + " --export_dir '" + path("out") +
+                                  "' --input '" + path("in.txt") + "'");
   ASSERT_EQ(predicted.status, 0) << predicted.err;
   const auto expected = lines_of(translated.out);
   const auto got = lines_of(predicted.out);
@@ -165,29 +170,14 @@ TEST_F(ServingCliTest, PredictOnTextLinesTranslatesAsGardenTranslateDoes) {
     EXPECT_EQ(json::parse(got[i]).at("outputs").get<std::string>(), expected[i]) << sources_[i];
 }
 
+TEST_F(ServingCliTest, PredictOnTextLinesTranslatesAsGardenTranslateDoes) {
+  expect_predict_translates_as_translate("");
+}
+
 // --int8 is the same decoding through garden predict as through garden
 // translate; a task without int8 inference refuses it in one line.
 TEST_F(ServingCliTest, Int8PredictTranslatesAsInt8TranslateAndIrisRefusesIt) {
-  ASSERT_EQ(garden("export --experiment wmt_transformer/demo --model_dir '" + run("translation") +
-                   "' --export_dir '" + path("out") + "'")
-                .status,
-            0);
-  std::string text;
-  for (int i = 0; i < 6; ++i) text += sources_[i] + "\n";
-  spit(dir_ / "in.txt", text);
-  const CliRun translated = garden("translate --int8 --model_dir '" + run("translation") +
-                                   "' --input '" + path("in.txt") + "'");
-  ASSERT_EQ(translated.status, 0) << translated.err;
-  EXPECT_NE(translated.err.find(", int8,"), std::string::npos) << translated.err;
-  const CliRun predicted =
-      garden("predict --int8 --export_dir '" + path("out") + "' --input '" + path("in.txt") + "'");
-  ASSERT_EQ(predicted.status, 0) << predicted.err;
-  const auto expected = lines_of(translated.out);
-  const auto got = lines_of(predicted.out);
-  ASSERT_EQ(got.size(), 6u);
-  ASSERT_EQ(expected.size(), 6u);
-  for (std::size_t i = 0; i < got.size(); ++i)
-    EXPECT_EQ(json::parse(got[i]).at("outputs").get<std::string>(), expected[i]) << sources_[i];
+  expect_predict_translates_as_translate("--int8");
 
   ASSERT_EQ(garden("export --experiment tabular/iris --model_dir '" + run("iris") +
                    "' --export_dir '" + path("iris") + "'")
