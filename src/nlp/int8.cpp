@@ -40,6 +40,11 @@ struct QuantizedRows {
   std::vector<uint8_t> values;
   std::vector<float> scales;
   std::vector<int32_t> zero_points;
+
+  QuantizedRows(int64_t rows, int64_t padded)
+      : values(static_cast<std::size_t>(rows * padded), 0),
+        scales(static_cast<std::size_t>(rows)),
+        zero_points(static_cast<std::size_t>(rows)) {}
 };
 
 // The row's scale and zero point from its min and max (both widened to 0).
@@ -58,10 +63,7 @@ __attribute__((target("avx512f,avx512bw"))) QuantizedRows quantize_rows_avx512(c
                                                                                int64_t rows,
                                                                                int64_t in,
                                                                                int64_t padded) {
-  QuantizedRows q;
-  q.values.assign(static_cast<std::size_t>(rows * padded), 0);
-  q.scales.resize(static_cast<std::size_t>(rows));
-  q.zero_points.resize(static_cast<std::size_t>(rows));
+  QuantizedRows q(rows, padded);
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = x + m * in;
     __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
@@ -95,10 +97,7 @@ __attribute__((target("avx512f,avx512bw"))) QuantizedRows quantize_rows_avx512(c
 }
 
 QuantizedRows quantize_rows(const float* x, int64_t rows, int64_t in, int64_t padded) {
-  QuantizedRows q;
-  q.values.assign(static_cast<std::size_t>(rows * padded), 0);
-  q.scales.resize(static_cast<std::size_t>(rows));
-  q.zero_points.resize(static_cast<std::size_t>(rows));
+  QuantizedRows q(rows, padded);
   for (int64_t m = 0; m < rows; ++m) {
     const float* row = x + m * in;
     float lo = 0.0f, hi = 0.0f;
