@@ -2,7 +2,10 @@
 // the progress formatting users read.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <torch/torch.h>
+
+#include <cstdint>
 
 #include "garden/base/error.h"
 #include "garden/config/registry.h"
@@ -18,6 +21,36 @@ TEST(RuntimeTest, TheLoadedBlasIsFound) {
   const auto product = torch::mm(torch::ones({64, 64}), torch::ones({64, 64}));
   EXPECT_EQ(product[0][0].item<float>(), 64.0f);
   EXPECT_FALSE(garden::loaded_blas_library().empty());
+}
+
+long minor_faults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+TEST(RuntimeTest, AKeptHeapServesARepeatedLargeTensorWithItsOwnFreedPages) {
+  // The pattern of a decoding loop or `probs = softmax(logits)`: the next
+  // tensor is made before the last one is freed. (ctest runs each test in a
+  // process of its own, so the heap setting stays in this one.)
+  garden::keep_freed_memory_in_the_heap();
+  if (garden::malloc_setting() != "heap only, freed memory kept")
+    GTEST_SKIP() << "malloc runs " << garden::malloc_setting();
+  constexpr int64_t kFloats = 16 << 20;  // 64 MiB: 16,384 pages
+  at::Tensor last = torch::ones({kFloats});
+  for (int i = 0; i < 3; ++i) last = torch::ones({kFloats});
+  const long before = minor_faults();
+  for (int i = 0; i < 8; ++i) {
+    at::Tensor next = torch::full({kFloats}, static_cast<float>(i));
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(next.data_ptr()) % 64, 0u);
+    last = next;
+  }
+  // With posix_memalign every pass took 16,384 fresh pages (131,072 in all)
+  // and the heap grew by 64 MiB a pass.
+  EXPECT_LT(minor_faults() - before, 4096);
+  EXPECT_EQ(last[kFloats - 1].item<float>(), 7.0f);
+  // A zero-size tensor and one made before are still fine to free.
+  EXPECT_EQ(torch::empty({0}).numel(), 0);
 }
 
 TEST(RuntimeTest, TheReferenceBlasAndOnlyItGetsTheSlowBlasWarning) {

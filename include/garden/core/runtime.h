@@ -41,7 +41,11 @@ std::string openmp_wait_policy();
 // the heap for every size and keep what is freed (mallopt M_MMAP_MAX 0,
 // M_TRIM_THRESHOLD 2 GiB, as MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=...
 // would): the resident memory stays at its peak instead of going back to the
-// system. Nothing changes when the user set any of glibc's malloc variables
+// system. LibTorch's CPU tensors then come from malloc (64-byte aligned inside
+// a block 64 bytes larger) instead of posix_memalign, whose leftover chunks
+// kept freed blocks from serving the next request of the same size (each
+// such request page-faulted fresh memory and the heap grew). Nothing
+// changes when the user set any of glibc's malloc variables
 // (MALLOC_MMAP_MAX_, MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_,
 // MALLOC_TOP_PAD_, GLIBC_TUNABLES).
 void keep_freed_memory_in_the_heap();
