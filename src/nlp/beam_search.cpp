@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "garden/base/error.h"
+#include "garden/nlp/kernels.h"
 
 namespace garden::nlp {
 namespace {
@@ -32,10 +33,10 @@ void check_cache_rows(const Cache& cache, int64_t rows, const char* when) {
   }
 }
 
-// Calls the model and returns normalized log-probabilities [rows, vocab] in
-// double, validating the shape the caller promised.
-at::Tensor next_log_probs(const SymbolsToLogitsFn& fn, const at::Tensor& ids, int64_t step,
-                          Cache& cache, int64_t vocab_size) {
+// Calls the model and returns its logits [rows, vocab], validating the shape
+// the caller promised.
+at::Tensor next_logits(const SymbolsToLogitsFn& fn, const at::Tensor& ids, int64_t step,
+                       Cache& cache, int64_t vocab_size) {
   at::Tensor logits = fn(ids, step, cache);
   const int64_t rows = ids.size(0);
   if (logits.dim() != 2 || logits.size(0) != rows ||
@@ -44,7 +45,7 @@ at::Tensor next_log_probs(const SymbolsToLogitsFn& fn, const at::Tensor& ids, in
                 ", vocab_size]");
   }
   check_cache_rows(cache, rows, "returned by symbols_to_logits_fn");
-  return torch::log_softmax(logits.detach().to(torch::kDouble), -1);
+  return logits.detach();
 }
 
 // Picks beams along dim 1: out[b, j, ...] = values[b, indices[b, j], ...].
@@ -232,14 +233,13 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
     const int64_t n = examples.size(0);
     const int64_t length = step + 1;  // tokens so far, initial id included
     const at::Tensor flat_ids = alive_seq.view({n * beams, length});
-    const at::Tensor log_probs =
-        next_log_probs(symbols_to_logits_fn, flat_ids, step, cache, vocab_size)
-            .view({n, beams, vocab_size}) +
-        alive_log_probs.unsqueeze(2);
+    const at::Tensor logits = next_logits(symbols_to_logits_fn, flat_ids, step, cache, vocab_size);
 
-    // Grow: the best 2 * beams (beam, token) extensions of each example.
+    // Grow: the best 2 * beams (beam, token) extensions of each example, by
+    // log-probability in double plus the beam's own.
     const int64_t candidates = std::min(2 * beams, beams * vocab_size);
-    auto [top_log_probs, top_indices] = log_probs.view({n, beams * vocab_size}).topk(candidates, 1);
+    auto [top_log_probs, top_indices] =
+        top_log_prob_extensions(logits, alive_log_probs, candidates);
     const at::Tensor top_beams = at::div(top_indices, vocab_size, "floor");
     const at::Tensor top_ids = top_indices.remainder(vocab_size);
     const at::Tensor top_seq =
@@ -319,11 +319,12 @@ BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
       for (at::Tensor* t : {&examples, &seq, &scores, &limit}) *t = t->index_select(0, staying);
       keep_rows(cache, staying, step);
     }
-    const at::Tensor log_probs = next_log_probs(symbols_to_logits_fn, seq, step, cache, -1);
-    auto [best_log_prob, best_id] = log_probs.max(1);
-    scores = scores + best_log_prob;
-    seq = torch::cat({seq, best_id.unsqueeze(1)}, 1);
-    finished = best_id.eq(eos_id).logical_or(limit.le(step + 1));
+    const at::Tensor logits = next_logits(symbols_to_logits_fn, seq, step, cache, -1);
+    auto [best_log_prob, best_id] =
+        top_log_prob_extensions(logits, torch::zeros({seq.size(0), 1}, torch::kDouble), 1);
+    scores = scores + best_log_prob.view({-1});
+    seq = torch::cat({seq, best_id}, 1);
+    finished = best_id.view({-1}).eq(eos_id).logical_or(limit.le(step + 1));
   }
   return {pad_and_stack(result_sequences, step + 1), torch::stack(result_scores)};
 }

@@ -8,11 +8,14 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <stdexcept>
+#include <utility>
 
 namespace garden::nlp {
 
@@ -167,6 +170,121 @@ void gelu_backward_kernel(const float* x, const float* grad, float* out, int64_t
   at::parallel_for(0, n, 2 * kDropoutGrain, [&](int64_t begin, int64_t end) {
     kernel(x + begin, grad + begin, out + begin, end - begin);
   });
+}
+
+// ---- Beam search's candidates ------------------------------------------------------
+// Each decoding step used to turn the logits [rows, V] into double, take
+// their log-softmax (LibTorch's double exp), add each beam's score, and run
+// topk over [n, beams * V]: 3.4 ms of a 32-sentence beam-4 step over V 8000,
+// against 0.8 ms for the same log-softmax in float. Here, per row, one pass
+// finds the maximum, one sums e^(x - max) in double, and one selects; the
+// [rows, V] log-probabilities are never written.
+
+// e^u for u <= 0, in double: 2^n e^g with |g| <= ln 2 / 2 and e^g by its
+// Taylor polynomial of degree 13 (truncation below 1e-17 relative); no libm
+// call, so a loop of it vectorizes. 0 below -708 (the sums it enters hold a
+// 1 from the maximum). NaN stays NaN.
+__attribute__((always_inline)) inline double exp_nonpositive(double u) {
+  constexpr double kLog2e = 1.4426950408889634074;
+  constexpr double kLn2Hi = 6.93147180369123816490e-01, kLn2Lo = 1.90821492927058770002e-10;
+  const double v = u < -708.0 ? -708.0 : u;
+  const double n = std::floor(v * kLog2e + 0.5);
+  const double g = (v - n * kLn2Hi) - n * kLn2Lo;
+  const double p =
+      1.0 +
+      g * (1.0 +
+           g * (0.5 +
+                g * (1.0 / 6 +
+                     g * (1.0 / 24 +
+                          g * (1.0 / 120 +
+                               g * (1.0 / 720 +
+                                    g * (1.0 / 5040 +
+                                         g * (1.0 / 40320 +
+                                              g * (1.0 / 362880 +
+                                                   g * (1.0 / 3628800 +
+                                                        g * (1.0 / 39916800 +
+                                                             g * (1.0 / 479001600 +
+                                                                  g / 6227020800.0))))))))))));
+  const int64_t bits = (static_cast<int64_t>(n) + 1023) << 52;
+  double scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return u < -708.0 ? 0.0 : p * scale;
+}
+
+// sum_v e^(x_v - shift) of a float row, in double (shift >= every x_v).
+__attribute__((always_inline)) inline double row_sum_exp_loop(const float* __restrict x, int64_t n,
+                                                              double shift) {
+  constexpr int kLanes = 16;
+  double lane_sum[kLanes] = {};
+  int64_t v = 0;
+  for (; v + kLanes <= n; v += kLanes)
+    for (int j = 0; j < kLanes; ++j)
+      lane_sum[j] += exp_nonpositive(static_cast<double>(x[v + j]) - shift);
+  double sum = 0;
+  for (; v < n; ++v) sum += exp_nonpositive(static_cast<double>(x[v]) - shift);
+  for (const double s : lane_sum) sum += s;
+  return sum;
+}
+
+__attribute__((target("avx512f,avx512dq"))) double row_sum_exp_avx512(const float* x, int64_t n,
+                                                                      double shift) {
+  return row_sum_exp_loop(x, n, shift);
+}
+
+__attribute__((target("avx2,fma"))) double row_sum_exp_avx2(const float* x, int64_t n,
+                                                            double shift) {
+  return row_sum_exp_loop(x, n, shift);
+}
+
+double row_sum_exp_portable(const float* x, int64_t n, double shift) {
+  return row_sum_exp_loop(x, n, shift);
+}
+
+// log sum_v e^(x_v) of a float row whose largest element is `top`, in
+// double; NaN when that is NaN or infinite, or the sum is not finite.
+double row_log_sum_exp(const float* x, int64_t n, float top) {
+  static const auto kernel =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") ? row_sum_exp_avx512
+      : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")       ? row_sum_exp_avx2
+                                                                        : row_sum_exp_portable;
+  if (!std::isfinite(top)) return std::numeric_limits<double>::quiet_NaN();
+  const double sum = kernel(x, n, top);
+  return std::isfinite(sum) ? top + std::log(sum) : std::numeric_limits<double>::quiet_NaN();
+}
+
+// The best k of x[b][v] + offset[b] over (b, v) into scores / indices
+// (b * V + v), best first, ties to the lower index. Blocks of 16 whose
+// every element falls short of the k-th best so far are skipped in one test.
+void select_best(const float* x, const double* offset, int64_t beams, int64_t vocab, int64_t k,
+                 double* scores, int64_t* indices) {
+  constexpr int kBlock = 16;
+  int64_t count = 0;
+  auto offer = [&](double score, int64_t index) {
+    if (count == k && !(score > scores[k - 1])) return;
+    int64_t at = count < k ? count++ : k - 1;
+    for (; at > 0 && scores[at - 1] < score; --at) {
+      scores[at] = scores[at - 1];
+      indices[at] = indices[at - 1];
+    }
+    scores[at] = score;
+    indices[at] = index;
+  };
+  for (int64_t b = 0; b < beams; ++b) {
+    const float* row = x + b * vocab;
+    const double shift = offset[b];
+    int64_t v = 0;
+    for (; v + kBlock <= vocab; v += kBlock) {
+      if (count == k) {
+        const double bar = scores[k - 1];
+        bool any = false;
+        for (int j = 0; j < kBlock; ++j) any |= static_cast<double>(row[v + j]) + shift > bar;
+        if (!any) continue;
+      }
+      for (int j = 0; j < kBlock; ++j)
+        offer(static_cast<double>(row[v + j]) + shift, b * vocab + v + j);
+    }
+    for (; v < vocab; ++v) offer(static_cast<double>(row[v]) + shift, b * vocab + v);
+  }
 }
 
 // gelu(x) = x Phi(x) (the exact, erf form) with LibTorch's forward and the
@@ -359,6 +477,49 @@ bool blas_attention_applies(const at::Tensor& a, const at::Tensor& b) {
 }
 
 }  // namespace
+
+std::pair<at::Tensor, at::Tensor> top_log_prob_extensions(const at::Tensor& logits,
+                                                          const at::Tensor& alive, int64_t k) {
+  if (logits.dim() != 2 || alive.dim() != 2 || logits.size(0) != alive.size(0) * alive.size(1) ||
+      k < 1 || k > alive.size(1) * logits.size(1))
+    throw std::invalid_argument(
+        "top_log_prob_extensions: expected logits [n * beams, V], alive [n, beams] and 1 <= k <= "
+        "beams * V");
+  const int64_t n = alive.size(0), beams = alive.size(1), vocab = logits.size(1);
+  const auto libtorch = [&] {
+    const at::Tensor log_probs =
+        at::log_softmax(logits.to(at::kDouble), -1).view({n, beams, vocab}) +
+        alive.to(logits.device(), at::kDouble).unsqueeze(2);
+    auto [scores, indices] = log_probs.view({n, beams * vocab}).topk(k, 1);
+    return std::make_pair(scores, indices);
+  };
+  if (!logits.device().is_cpu() || logits.scalar_type() != at::kFloat || n == 0) return libtorch();
+  const at::Tensor x = logits.contiguous();
+  const at::Tensor shifts = alive.to(at::kDouble).contiguous().clone();
+  at::Tensor scores = at::empty({n, k}, shifts.options());
+  at::Tensor indices = at::empty({n, k}, shifts.options().dtype(at::kLong));
+  const at::Tensor row_max = x.amax(1);  // NaN where a row holds one
+  const float* px = x.data_ptr<float>();
+  const float* ptop = row_max.data_ptr<float>();
+  double* pshift = shifts.data_ptr<double>();
+  double* pscores = scores.data_ptr<double>();
+  int64_t* pindices = indices.data_ptr<int64_t>();
+  std::atomic<bool> finite{true};
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t e = begin; e < end; ++e) {
+      for (int64_t b = 0; b < beams; ++b) {
+        const int64_t row = e * beams + b;
+        const double lse = row_log_sum_exp(px + row * vocab, vocab, ptop[row]);
+        if (std::isnan(lse)) finite = false;
+        pshift[row] -= lse;
+      }
+      select_best(px + e * beams * vocab, pshift + e * beams, beams, vocab, k, pscores + e * k,
+                  pindices + e * k);
+    }
+  });
+  if (!finite) return libtorch();  // a NaN or an infinity among the logits
+  return {scores, indices};
+}
 
 at::Tensor attention_matmul(const at::Tensor& a, const at::Tensor& b, double alpha,
                             bool heads_last) {

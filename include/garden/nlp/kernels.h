@@ -6,6 +6,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+#include <utility>
+
 namespace garden::nlp {
 
 // Inverted dropout as every layer here applies it: in training, each element
@@ -29,5 +32,16 @@ at::Tensor relu_dropout(const at::Tensor& x, double p, bool training);
 // loaded; otherwise, or without that BLAS, it is at::matmul.
 at::Tensor attention_matmul(const at::Tensor& a, const at::Tensor& b, double alpha,
                             bool heads_last);
+
+// Beam search's candidates: for logits [n * beams, V] and the beams' scores
+// alive [n, beams], the best k over each example's (b, v) of
+// log_softmax(logits[e * beams + b])[v] + alive[e][b], as {scores [n, k]
+// (double, best first), indices b * V + v [n, k] (long)}; ties go to the
+// lower index. In double, as LibTorch's log-softmax in double gives them
+// (within 1e-12); on the CPU in float32, three passes over each row and the
+// [n * beams, V] log-probabilities never written; otherwise, or with a NaN
+// or infinite logit, LibTorch's log_softmax and topk.
+std::pair<at::Tensor, at::Tensor> top_log_prob_extensions(const at::Tensor& logits,
+                                                          const at::Tensor& alive, int64_t k);
 
 }  // namespace garden::nlp
