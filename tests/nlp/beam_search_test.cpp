@@ -411,8 +411,9 @@ TEST(SequenceBeamSearch, DoneExamplesLeaveTheBatch) {
 
 // "per_example/" entries are never reordered between beams (every beam of an
 // example holds the same rows), and "steps/" entries move only their filled
-// positions, between two buffers: the model finds in them what its rows
-// wrote at earlier steps, in the order of their beams.
+// positions (between two buffers, or in place for a CPU attention cache):
+// the model finds in them what its rows wrote at earlier steps, in the order
+// of their beams.
 TEST(SequenceBeamSearch, StepsAndPerExampleEntriesFollowTheirBeams) {
   const int64_t max_length = 6;
   const int64_t beam = 3;
@@ -424,13 +425,22 @@ TEST(SequenceBeamSearch, StepsAndPerExampleEntriesFollowTheirBeams) {
     if (!history.narrow(2, 0, step).squeeze(1).equal(ids.slice(1, 0, step))) ++mismatches;
     history.select(2, step).copy_(ids.select(1, step).unsqueeze(1));
     buffers.insert(history.data_ptr());
+    // The attention cache's layout [N, H, capacity, Dh], reordered in place
+    // on the CPU: every head and channel holds the ids.
+    at::Tensor& keys = cache.at("steps/keys");
+    const at::Tensor written =
+        ids.slice(1, 0, step).to(torch::kFloat).view({ids.size(0), 1, step, 1});
+    if (!keys.narrow(2, 0, step).equal(written.expand({ids.size(0), 2, step, 3}))) ++mismatches;
+    keys.select(2, step).copy_(
+        ids.select(1, step).to(torch::kFloat).view({-1, 1, 1}).expand({-1, 2, 3}));
     const at::Tensor example = cache.at("per_example/example");
     const at::Tensor prev = ids.select(1, step);
     return table.select(1, step).index({example, prev});
   };
   const std::vector<int64_t> initial = {2, 0, 4};
   Cache cache{{"per_example/example", torch::tensor(std::vector<int64_t>{0, 1, 2})},
-              {"steps/history", torch::full({3, 1, max_length}, -1, torch::kLong)}};
+              {"steps/history", torch::full({3, 1, max_length}, -1, torch::kLong)},
+              {"steps/keys", torch::full({3, 2, max_length, 3}, -1.0f)}};
   const BeamSearchResult got = sequence_beam_search(model, torch::tensor(initial), cache, kVocab,
                                                     beam, 0.6, max_length, kEos);
   EXPECT_EQ(mismatches, 0);
