@@ -64,8 +64,14 @@ bool heap_kept = false;
 // pages from the top of the heap instead. A loop that makes a new
 // [2048, 32000] softmax before freeing the last one page-faulted all 250 MB
 // of it on every pass, and the heap grew by as much each time. Asking malloc
-// for 64 bytes more and aligning inside the block lets a freed block serve
-// the next request of its size exactly.
+// for a little more and aligning inside the block lets a freed block serve
+// the next request of its size exactly. The block's address is kept just
+// before the data, so the data pointer alone frees it (LibTorch's raw
+// allocations need that).
+void free_aligned(void* data) {
+  if (data != nullptr) std::free(static_cast<void**>(data)[-1]);
+}
+
 class HeapCpuAllocator final : public c10::Allocator {
  public:
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
@@ -76,18 +82,21 @@ class HeapCpuAllocator final : public c10::Allocator {
 #else
   c10::DataPtr allocate(size_t bytes) const override { return make(bytes); }
 #endif
+  c10::DeleterFnPtr raw_deleter() const override { return &free_aligned; }
 
  private:
   static c10::DataPtr make(size_t bytes) {
     const c10::Device cpu(c10::DeviceType::CPU);
-    if (bytes == 0) return {nullptr, nullptr, &std::free, cpu};
-    void* block = std::malloc(bytes + c10::gAlignment);
+    if (bytes == 0) return {nullptr, nullptr, &free_aligned, cpu};
+    constexpr size_t kAlignment = c10::gAlignment;
+    void* block = std::malloc(bytes + sizeof(void*) + kAlignment - 1);
     TORCH_CHECK(block != nullptr, "DefaultCPUAllocator: not enough memory: you tried to allocate ",
                 bytes, " bytes.");
-    const auto address = reinterpret_cast<std::uintptr_t>(block);
-    void* data = reinterpret_cast<void*>((address + c10::gAlignment - 1) &
-                                         ~static_cast<std::uintptr_t>(c10::gAlignment - 1));
-    return {data, block, &std::free, cpu};
+    const auto first = reinterpret_cast<std::uintptr_t>(block) + sizeof(void*);
+    void* data = reinterpret_cast<void*>((first + kAlignment - 1) &
+                                         ~static_cast<std::uintptr_t>(kAlignment - 1));
+    static_cast<void**>(data)[-1] = block;
+    return {data, data, &free_aligned, cpu};
   }
 };
 }  // namespace

@@ -5,7 +5,11 @@
 #include <sys/resource.h>
 #include <torch/torch.h>
 
+#include <c10/core/Allocator.h>
+
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "garden/base/error.h"
 #include "garden/config/registry.h"
@@ -49,8 +53,17 @@ TEST(RuntimeTest, AKeptHeapServesARepeatedLargeTensorWithItsOwnFreedPages) {
   // and the heap grew by 64 MiB a pass.
   EXPECT_LT(minor_faults() - before, 4096);
   EXPECT_EQ(last[kFloats - 1].item<float>(), 7.0f);
-  // A zero-size tensor and one made before are still fine to free.
+  // A zero-size tensor is fine to free, and LibTorch's raw allocations
+  // (kernels' scratch buffers) come back through the data pointer alone.
   EXPECT_EQ(torch::empty({0}).numel(), 0);
+  c10::Allocator* cpu = c10::GetAllocator(c10::DeviceType::CPU);
+  void* raw = cpu->raw_allocate(1000);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(raw) % 64, 0u);
+  std::memset(raw, 1, 1000);
+  cpu->raw_deallocate(raw);
+  const at::Tensor x = torch::randn({64, 256});
+  EXPECT_TRUE(
+      torch::allclose(at::gelu(x), 0.5 * x * (1 + torch::erf(x / std::sqrt(2.0))), 1e-5, 1e-6));
 }
 
 TEST(RuntimeTest, TheReferenceBlasAndOnlyItGetsTheSlowBlasWarning) {

@@ -42,7 +42,8 @@ std::string openmp_wait_policy();
 // M_TRIM_THRESHOLD 2 GiB, as MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=...
 // would): the resident memory stays at its peak instead of going back to the
 // system. LibTorch's CPU tensors then come from malloc (64-byte aligned inside
-// a block 64 bytes larger) instead of posix_memalign, whose leftover chunks
+// a block 71 bytes larger, which also keeps the block's address) instead of
+// posix_memalign, whose leftover chunks
 // kept freed blocks from serving the next request of the same size (each
 // such request page-faulted fresh memory and the heap grew). Nothing
 // changes when the user set any of glibc's malloc variables
