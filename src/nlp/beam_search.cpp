@@ -25,11 +25,14 @@ void check_initial_ids(const at::Tensor& initial_ids) {
   }
 }
 
-void check_cache_rows(const Cache& cache, int64_t rows, const char* when) {
+// "per_example/" entries hold one row per example, every other entry one row
+// per beam (rows = examples * beams).
+void check_cache_rows(const Cache& cache, int64_t examples, int64_t rows, const char* when) {
   for (const auto& [name, tensor] : cache) {
-    if (tensor.dim() == 0 || tensor.size(0) != rows) {
+    const int64_t want = is_per_example_entry(name) ? examples : rows;
+    if (tensor.dim() == 0 || tensor.size(0) != want) {
       throw Error(std::string("beam search: cache entry '") + name + "' " + when + " must have " +
-                  std::to_string(rows) + " rows on dim 0");
+                  std::to_string(want) + " rows on dim 0");
     }
   }
 }
@@ -37,7 +40,7 @@ void check_cache_rows(const Cache& cache, int64_t rows, const char* when) {
 // Calls the model and returns its logits [rows, vocab], validating the shape
 // the caller promised.
 at::Tensor next_logits(const SymbolsToLogitsFn& fn, const at::Tensor& ids, int64_t step,
-                       Cache& cache, int64_t vocab_size) {
+                       Cache& cache, int64_t examples, int64_t vocab_size) {
   at::Tensor logits = fn(ids, step, cache);
   const int64_t rows = ids.size(0);
   if (logits.dim() != 2 || logits.size(0) != rows ||
@@ -45,7 +48,7 @@ at::Tensor next_logits(const SymbolsToLogitsFn& fn, const at::Tensor& ids, int64
     throw Error("beam search: symbols_to_logits_fn must return logits [" + std::to_string(rows) +
                 ", vocab_size]");
   }
-  check_cache_rows(cache, rows, "returned by symbols_to_logits_fn");
+  check_cache_rows(cache, examples, rows, "returned by symbols_to_logits_fn");
   return logits.detach();
 }
 
@@ -127,7 +130,7 @@ void reorder_in_place(at::Tensor& tensor, const std::vector<int64_t>& source, in
 }
 
 // After a step, row r takes the state of row flat_rows[r], a beam of its own
-// example: "per_example/" entries stay as they are, "steps/" entries move
+// example: "per_example/" entries (one row per example) stay as they are, "steps/" entries move
 // their `filled` positions (in place on the CPU; elsewhere into the spare
 // buffer, which becomes the entry, so no step allocates), every other entry
 // is index-selected.
@@ -148,9 +151,12 @@ void reorder_beams(Cache& cache, Cache& spare, const at::Tensor& flat_rows, int6
   }
 }
 
-// Keeps rows `rows` of every entry: examples that are done leave the batch.
-void keep_rows(Cache& cache, const at::Tensor& rows, int64_t filled) {
-  for (auto& [name, tensor] : cache) tensor = select_rows(name, tensor, rows, filled);
+// Keeps examples `examples` (rows `rows` of the per-beam entries): examples
+// that are done leave the batch.
+void keep_rows(Cache& cache, const at::Tensor& examples, const at::Tensor& rows, int64_t filled) {
+  for (auto& [name, tensor] : cache)
+    tensor = is_per_example_entry(name) ? tensor.index_select(0, examples)
+                                        : select_rows(name, tensor, rows, filled);
 }
 
 // Sequences of different lengths [beams, length_i], one per example, as one
@@ -212,10 +218,12 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
   const auto long_opts = torch::TensorOptions().dtype(torch::kLong);
   const auto score_opts = torch::TensorOptions().dtype(torch::kDouble);
 
-  // Every example's cache rows are repeated beam_size times (row b*beam + k).
-  check_cache_rows(initial_cache, batch, "given to beam search");
+  // Every example's cache rows are repeated beam_size times (row b*beam + k),
+  // except the "per_example/" entries, which its beams share.
+  check_cache_rows(initial_cache, batch, batch, "given to beam search");
   Cache cache = std::move(initial_cache);
-  for (auto& entry : cache) entry.second = entry.second.repeat_interleave(beams, 0);
+  for (auto& [name, tensor] : cache)
+    if (!is_per_example_entry(name)) tensor = tensor.repeat_interleave(beams, 0);
   Cache spare;  // the second buffer of each "steps/" entry
 
   // The search runs on the examples still undecided: `examples` holds their
@@ -278,13 +286,14 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
       for (at::Tensor* t : {&examples, &alive_seq, &alive_log_probs, &finished_seq,
                             &finished_scores, &finished_flags, &limit, &max_length_norm})
         *t = t->index_select(0, staying);
-      keep_rows(cache, (staying.unsqueeze(1) * beams + beam_index).view({-1}), step);
+      keep_rows(cache, staying, (staying.unsqueeze(1) * beams + beam_index).view({-1}), step);
       spare.clear();  // its buffers have the old row count
     }
     const int64_t n = examples.size(0);
     const int64_t length = step + 1;  // tokens so far, initial id included
     const at::Tensor flat_ids = alive_seq.view({n * beams, length});
-    const at::Tensor logits = next_logits(symbols_to_logits_fn, flat_ids, step, cache, vocab_size);
+    const at::Tensor logits =
+        next_logits(symbols_to_logits_fn, flat_ids, step, cache, n, vocab_size);
 
     // Grow: the best 2 * beams (beam, token) extensions of each example, by
     // log-probability in double plus the beam's own.
@@ -345,7 +354,7 @@ BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
   const int64_t batch = initial_ids.size(0);
   at::Tensor limit =
       torch::tensor(check_limits(max_decode_lengths, batch, "greedy decode"), torch::kLong);
-  check_cache_rows(initial_cache, batch, "given to greedy decode");
+  check_cache_rows(initial_cache, batch, batch, "given to greedy decode");
   Cache cache = std::move(initial_cache);
 
   // As in the beam search, only the rows still decoding are run: a row is
@@ -368,9 +377,9 @@ BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
       const at::Tensor staying = finished.logical_not().nonzero().view({-1});
       if (staying.numel() == 0) break;
       for (at::Tensor* t : {&examples, &seq, &scores, &limit}) *t = t->index_select(0, staying);
-      keep_rows(cache, staying, step);
+      keep_rows(cache, staying, staying, step);
     }
-    const at::Tensor logits = next_logits(symbols_to_logits_fn, seq, step, cache, -1);
+    const at::Tensor logits = next_logits(symbols_to_logits_fn, seq, step, cache, seq.size(0), -1);
     auto [best_log_prob, best_id] =
         top_log_prob_extensions(logits, torch::zeros({seq.size(0), 1}, torch::kDouble), 1);
     scores = scores + best_log_prob.view({-1});

@@ -400,6 +400,93 @@ BlasOperand blas_operand(const at::Tensor& x) {
   return blas_operand(x.size(2), x.size(3), x.stride(2), x.stride(3));
 }
 
+// ---- a few query rows (decoding) --------------------------------------------
+// A decoding step attends with one query per head and beam: products of
+// [m, k] x [k, n] with m 1 (self-attention) or the beam count
+// (cross-attention, where an example's beams share the keys), which OpenBLAS
+// packs as if they were large (16 % of an int8 beam-4 run on the tiny model,
+// most of it packing). Written out, the scores are dot products with the keys
+// (b's columns are contiguous) and the context is a weighted sum of the
+// values (b's rows are contiguous); a head's keys and values stay in cache
+// across the m rows.
+constexpr int64_t kFewRows = 8;
+
+struct FewRowsProduct {
+  const void* a;  // [m, k], each row contiguous, a_row_stride apart
+  int64_t a_row_stride;
+  const void* b;         // [k, n]
+  int64_t b_row_stride;  // 1: each column of b is contiguous
+  int64_t b_col_stride;  // 1: each row of b is contiguous
+  int64_t m, k, n;
+  double alpha;
+  void* c;  // [m, n], each row contiguous, c_row_stride apart
+  int64_t c_row_stride;
+};
+
+template <typename T>
+__attribute__((always_inline)) inline void few_rows_product_loop(const FewRowsProduct& p) {
+  const T alpha = static_cast<T>(p.alpha);
+  for (int64_t r = 0; r < p.m; ++r) {
+    const T* __restrict a = static_cast<const T*>(p.a) + r * p.a_row_stride;
+    const T* __restrict b = static_cast<const T*>(p.b);
+    T* __restrict c = static_cast<T*>(p.c) + r * p.c_row_stride;
+    if (p.b_row_stride == 1) {
+      // c[j] = a . column j, in 16 lanes summed pairwise (vector adds of
+      // halves, not 16 scalar adds: the head sizes are short).
+      constexpr int kLanes = 16;  // the pairwise sum below is written for 16
+      for (int64_t j = 0; j < p.n; ++j) {
+        const T* __restrict column = b + j * p.b_col_stride;
+        T lane[kLanes] = {};
+        int64_t i = 0;
+        for (; i + kLanes <= p.k; i += kLanes)
+          for (int l = 0; l < kLanes; ++l) lane[l] += a[i + l] * column[i + l];
+        T tail = 0;
+        for (; i < p.k; ++i) tail += a[i] * column[i];
+        for (int l = 0; l < 8; ++l) lane[l] += lane[l + 8];
+        for (int l = 0; l < 4; ++l) lane[l] += lane[l + 4];
+        for (int l = 0; l < 2; ++l) lane[l] += lane[l + 2];
+        c[j] = alpha * ((lane[0] + lane[1]) + tail);
+      }
+    } else {
+      // c = sum_i a[i] row i, 32 outputs at a time held in registers across
+      // the rows (a running sum in c would wait on its own stores).
+      constexpr int kChunk = 32;
+      int64_t j = 0;
+      for (; j + kChunk <= p.n; j += kChunk) {
+        T sum[kChunk] = {};
+        for (int64_t i = 0; i < p.k; ++i) {
+          const T weight = a[i];
+          const T* __restrict row = b + i * p.b_row_stride + j;
+          for (int l = 0; l < kChunk; ++l) sum[l] += weight * row[l];
+        }
+        for (int l = 0; l < kChunk; ++l) c[j + l] = alpha * sum[l];
+      }
+      for (; j < p.n; ++j) {
+        T sum = 0;
+        for (int64_t i = 0; i < p.k; ++i) sum += a[i] * b[i * p.b_row_stride + j];
+        c[j] = alpha * sum;
+      }
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512dq"))) void few_rows_product_avx512(const FewRowsProduct& p) {
+  few_rows_product_loop<float>(p);
+}
+__attribute__((target("avx2,fma"))) void few_rows_product_avx2(const FewRowsProduct& p) {
+  few_rows_product_loop<float>(p);
+}
+void few_rows_product_portable(const FewRowsProduct& p) { few_rows_product_loop<float>(p); }
+
+void few_rows_product(const FewRowsProduct& p, float /*type*/) {
+  static const auto kernel =
+      widest_kernel(few_rows_product_avx512, few_rows_product_avx2, few_rows_product_portable);
+  kernel(p);
+}
+void few_rows_product(const FewRowsProduct& p, double /*type*/) {
+  few_rows_product_loop<double>(p);
+}
+
 // out[i, j] = alpha * a[i, j] @ b[i, j] for a [N1, N2, m, k], b [N1, N2, k, n]
 // and a preallocated out [N1, N2, m, n] with unit stride in its last dim.
 template <typename T>
@@ -413,6 +500,18 @@ void batched_gemm(const at::Tensor& a_in, const at::Tensor& b_in, double alpha, 
   const T* pa = a.data_ptr<T>();
   const T* pb = b.data_ptr<T>();
   T* pc = out.data_ptr<T>();
+  if (m <= kFewRows && a.stride(3) == 1 && (b.stride(2) == 1 || b.stride(3) == 1)) {
+    at::parallel_for(0, n1 * n2, 8, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t i1 = i / n2, i2 = i % n2;
+        few_rows_product({pa + i1 * a.stride(0) + i2 * a.stride(1), a.stride(2),
+                          pb + i1 * b.stride(0) + i2 * b.stride(1), b.stride(2), b.stride(3), m, k,
+                          n, alpha, pc + i1 * out.stride(0) + i2 * out.stride(1), out.stride(2)},
+                         T{});
+      }
+    });
+    return;
+  }
   at::parallel_for(0, n1 * n2, 8, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t i1 = i / n2, i2 = i % n2;

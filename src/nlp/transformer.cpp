@@ -146,7 +146,16 @@ at::Tensor TransformerDecoderBlockImpl::forward_step(const at::Tensor& x, int64_
                                   {});
   });
   h = residual(h, cross_attention_norm, pre, p, training, [&](const at::Tensor& in) {
-    return cross_attention->attend(cross_attention->project_q(in), cross_k, cross_v, cross_mask);
+    // The beams of an example share its encoder keys and values: its rows
+    // [beams, 1, D] attend as one example's `beams` queries, so each key and
+    // value is read once for all of them (rows e * beams + k, see Cache).
+    const int64_t rows = in.size(0), examples = cross_k.size(0);
+    TORCH_CHECK(examples > 0 && rows % examples == 0 && in.size(1) == 1, "decode_step: ", rows,
+                " rows do not divide into the cache's ", examples, " examples");
+    const at::Tensor queries = in.reshape({examples, rows / examples, in.size(2)});
+    return cross_attention
+        ->attend(cross_attention->project_q(queries), cross_k, cross_v, cross_mask)
+        .reshape(in.sizes());
   });
   return residual(h, output_norm, pre, p, training,
                   [&](const at::Tensor& in) { return feed_forward->forward(in); });

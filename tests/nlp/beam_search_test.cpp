@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "garden/base/error.h"
@@ -409,8 +410,8 @@ TEST(SequenceBeamSearch, DoneExamplesLeaveTheBatch) {
   EXPECT_EQ(batch.sequences.size(2), max_length + 1);
 }
 
-// "per_example/" entries are never reordered between beams (every beam of an
-// example holds the same rows), and "steps/" entries move only their filled
+// "per_example/" entries keep one row per example still searching (its beams
+// share it; never repeated or reordered), and "steps/" entries move only their filled
 // positions (between two buffers, or in place for a CPU attention cache):
 // the model finds in them what its rows wrote at earlier steps, in the order
 // of their beams.
@@ -434,8 +435,9 @@ TEST(SequenceBeamSearch, StepsAndPerExampleEntriesFollowTheirBeams) {
     keys.select(2, step).copy_(
         ids.select(1, step).to(torch::kFloat).view({-1, 1, 1}).expand({-1, 2, 3}));
     const at::Tensor example = cache.at("per_example/example");
+    if (ids.size(0) != example.size(0) * beam) ++mismatches;
     const at::Tensor prev = ids.select(1, step);
-    return table.select(1, step).index({example, prev});
+    return table.select(1, step).index({example.repeat_interleave(beam), prev});
   };
   const std::vector<int64_t> initial = {2, 0, 4};
   Cache cache{{"per_example/example", torch::tensor(std::vector<int64_t>{0, 1, 2})},
@@ -451,6 +453,37 @@ TEST(SequenceBeamSearch, StepsAndPerExampleEntriesFollowTheirBeams) {
                            kVocab, beam, 0.6, max_length, kEos);
   EXPECT_TRUE(got.sequences.equal(plain.sequences));
   EXPECT_TRUE(torch::equal(got.scores, plain.scores));
+}
+
+// A model that leaves an entry with the wrong row count is stopped with the
+// entry's name and the rows it must have: per beam for plain entries, per
+// example for "per_example/" ones.
+TEST(SequenceBeamSearch, CacheEntriesWithTheWrongRowsAreNamed) {
+  const at::Tensor table = random_table(2, 4, 43);
+  const at::Tensor initial = torch::tensor(std::vector<int64_t>{0, 0});
+  const auto message = [&](const std::string& entry, bool per_beam) {
+    const SymbolsToLogitsFn model = [&](const at::Tensor& ids, int64_t step, Cache& cache) {
+      const at::Tensor logits = table_model(table)(ids, step, cache);
+      // One row per beam where one per example is due, and the reverse.
+      cache[entry] = torch::zeros({per_beam ? 2 : ids.size(0)});
+      return logits;
+    };
+    try {
+      sequence_beam_search(model, initial, example_cache({0, 1}), kVocab, 3, 0.6, 4, kEos);
+    } catch (const garden::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("extra", true),
+            "beam search: cache entry 'extra' returned by symbols_to_logits_fn must have 6 rows "
+            "on dim 0");
+  EXPECT_EQ(message("per_example/extra", false),
+            "beam search: cache entry 'per_example/extra' returned by symbols_to_logits_fn must "
+            "have 2 rows on dim 0");
+  Cache per_beam{{"per_example/encoder", torch::zeros({6})}};
+  EXPECT_THROW(sequence_beam_search(table_model(table), initial, per_beam, kVocab, 3, 0.6, 4, kEos),
+               garden::Error);
 }
 
 // Greedy rows leave as they end (their EOS or their own limit).

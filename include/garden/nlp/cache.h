@@ -13,10 +13,12 @@ namespace garden::nlp {
 //
 // Two name prefixes let the search do less; any other entry is reordered
 // with its beams after every step:
-//  - "per_example/": the same rows for every beam of an example (the
-//    encoder's keys, values and padding mask). Beams only move within their
-//    example, so the search leaves these in place; it selects their rows only
-//    when finished examples leave the batch.
+//  - "per_example/": what every beam of an example shares (the encoder's
+//    keys, values and padding mask), with one row per example, not per beam:
+//    the search never repeats or reorders them, and selects their rows only
+//    when finished examples leave the batch. A model reading them alongside
+//    rows of the flattened batch [examples * beams] finds the beam count as
+//    rows / examples (row e * beams + k is beam k of example e).
 //  - "steps/": a buffer preallocated along dim 2 (time) whose first step + 1
 //    positions hold what decoding steps 0..step wrote (step `step` writes
 //    position `step`). The search reorders only those positions, into a

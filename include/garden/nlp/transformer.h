@@ -22,8 +22,9 @@
 
 namespace garden::nlp {
 
-// The Cache (garden/nlp/cache.h) this model fills for incremental decoding. EVERY tensor has the
-// flattened batch x beam on dim 0, so beam search can reorder it with index_select(0, ...).
+// The Cache (garden/nlp/cache.h) this model fills for incremental decoding. Every tensor has the
+// batch on dim 0: the flattened batch x beam B for "steps/" entries, the examples E for
+// "per_example/" ones (B = E x beams; init_cache makes both B rows, beam search keeps E).
 // Entries:
 //   "steps/layer_<i>/self_k", "steps/layer_<i>/self_v": [B, H, capacity, Dh],
 //       the decoder self-attention keys/values; decode_step `step` writes
@@ -31,9 +32,11 @@ namespace garden::nlp {
 //       `max_steps` positions; a step at the capacity grows the buffer by one
 //       (with max_steps 0 they grow by one position every step).
 //   "per_example/layer_<i>/cross_k", "per_example/layer_<i>/cross_v":
-//       [B, H, S, Dh], cross-attention keys/values, computed once from the
-//       encoder outputs by init_cache.
-//   "per_example/encoder_padding_mask": [B, 1, 1, S] additive mask (0 real
+//       [E, H, S, Dh], cross-attention keys/values, computed once from the
+//       encoder outputs by init_cache. The beams of an example attend to
+//       them as one example's B / E queries, so each key is read once for
+//       all of its beams.
+//   "per_example/encoder_padding_mask": [E, 1, 1, S] additive mask (0 real
 //       token, kMaskedValue padding).
 
 // Model Garden's RelativePositionEmbedding: [length, hidden_size] with

@@ -1,0 +1,98 @@
+// nlp::attention_matmul (garden/nlp/kernels.h): alpha * a @ b per head, on
+// the views attention passes it, against at::matmul in double.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "garden/nlp/kernels.h"
+
+namespace garden::nlp {
+namespace {
+
+void expect_product(const at::Tensor& a, const at::Tensor& b, double alpha, bool heads_last) {
+  const at::Tensor got = attention_matmul(a, b, alpha, heads_last);
+  const at::Tensor want = at::matmul(a.to(at::kDouble), b.to(at::kDouble)) * alpha;
+  ASSERT_EQ(got.sizes(), want.sizes());
+  ASSERT_EQ(got.scalar_type(), a.scalar_type());
+  const double tolerance = a.scalar_type() == at::kFloat ? 2e-5 : 1e-12;
+  EXPECT_LE((got.to(at::kDouble) - want).abs().max().item<double>(),
+            tolerance * (1.0 + want.abs().max().item<double>()))
+      << "a " << a.sizes() << " b " << b.sizes();
+  if (heads_last) {  // [B, H, m, n] viewing [B, m, H, n] storage
+    EXPECT_EQ(got.stride(3), 1);
+    EXPECT_EQ(got.stride(1), got.size(3));
+  }
+}
+
+// A decoding step: `queries` rows per head (1 in self-attention, the beams
+// in cross-attention) against a cache of `room` steps of which the first
+// `steps` are filled (the narrowed view the decoder passes).
+void expect_decoding_step(at::ScalarType type, int64_t batch, int64_t heads, int64_t head_size,
+                          int64_t steps, int64_t room, int64_t queries = 1) {
+  const auto options = at::TensorOptions().dtype(type);
+  // q as split_heads makes it: [B, m, H * Dh] viewed as [B, H, m, Dh].
+  const at::Tensor q =
+      torch::randn({batch, queries, heads, head_size}, options).permute({0, 2, 1, 3});
+  const at::Tensor keys =
+      torch::randn({batch, heads, room, head_size}, options).narrow(2, 0, steps);
+  const at::Tensor values =
+      torch::randn({batch, heads, room, head_size}, options).narrow(2, 0, steps);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_size));
+  expect_product(q, keys.transpose(-2, -1), scale, /*heads_last=*/false);
+  const at::Tensor probs =
+      torch::softmax(torch::randn({batch, heads, queries, steps}, options), -1);
+  expect_product(probs, values, 1.0, /*heads_last=*/true);
+}
+
+TEST(AttentionMatmulTest, DecodingQueriesAgainstTheCacheMatchMatmul) {
+  torch::manual_seed(3);
+  for (const auto type : {at::kFloat, at::kDouble}) {
+    // Head sizes on and off the kernel's 16-wide lanes; one step, and more
+    // steps than the head size; an odd batch.
+    expect_decoding_step(type, 12, 4, 64, 1, 40);
+    expect_decoding_step(type, 12, 4, 64, 37, 40);
+    expect_decoding_step(type, 5, 3, 20, 70, 70);
+    expect_decoding_step(type, 1, 1, 7, 3, 9);
+    expect_decoding_step(type, 9, 8, 1, 5, 5);
+    // An example's beams against its shared encoder keys: 4 and 8 rows (the
+    // written-out products), 9 (BLAS).
+    expect_decoding_step(type, 6, 4, 64, 23, 23, 4);
+    expect_decoding_step(type, 3, 2, 20, 17, 30, 8);
+    expect_decoding_step(type, 3, 2, 20, 17, 30, 9);
+  }
+}
+
+TEST(AttentionMatmulTest, ManyQueryRowsAndOtherLayoutsMatchMatmul) {
+  torch::manual_seed(4);
+  for (const auto type : {at::kFloat, at::kDouble}) {
+    const auto options = at::TensorOptions().dtype(type);
+    const at::Tensor a = torch::randn({3, 2, 5, 16}, options);
+    const at::Tensor b = torch::randn({3, 2, 16, 11}, options);
+    expect_product(a, b, 0.25, false);
+    expect_product(a, b, 1.0, true);
+    expect_product(a, torch::randn({3, 2, 11, 16}, options).transpose(-2, -1), 0.5, false);
+    // A single row whose a is not contiguous along k, and a b with neither
+    // stride 1 (copied first).
+    const at::Tensor strided_a = torch::randn({3, 2, 1, 32}, options).slice(3, 0, 32, 2);
+    expect_product(strided_a, b, 1.0, false);
+    expect_product(torch::randn({3, 2, 1, 8}, options),
+                   torch::randn({3, 2, 16, 22}, options).slice(2, 0, 16, 2).slice(3, 0, 22, 2), 1.0,
+                   true);
+  }
+}
+
+TEST(AttentionMatmulTest, OneQueryRowGradientsMatchMatmul) {
+  torch::manual_seed(5);
+  const auto options = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor q = torch::randn({4, 2, 1, 6}, options).requires_grad_();
+  const at::Tensor keys = torch::randn({4, 2, 9, 6}, options).requires_grad_();
+  const at::Tensor upstream = torch::randn({4, 2, 1, 9}, options);
+  attention_matmul(q, keys.transpose(-2, -1), 0.5, false).backward(upstream);
+  const at::Tensor q_ref = q.detach().clone().requires_grad_();
+  const at::Tensor keys_ref = keys.detach().clone().requires_grad_();
+  (at::matmul(q_ref, keys_ref.transpose(-2, -1)) * 0.5).backward(upstream);
+  EXPECT_TRUE(torch::allclose(q.grad(), q_ref.grad(), 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(keys.grad(), keys_ref.grad(), 1e-12, 1e-12));
+}
+
+}  // namespace
+}  // namespace garden::nlp
