@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package Garden needs to build, test and run.
 # Idempotent: packages already present are left as they are.
-# --bench also installs Debian's PyTorch for Python, which the peer
+# --bench also installs Debian's PyTorch and SentencePiece for Python, which the peer
 # benchmarks in ../shared/bench need (run them with /usr/bin/python3), and
 # the HTTP load generators hey and wrk (bench/serving_load.sh).
 # --fuzz also installs clang and its libFuzzer / sanitizer runtimes
@@ -19,7 +19,7 @@ packages=(
 )
 for option in "$@"; do
   case "$option" in
-    --bench) packages+=(python3-torch wrk hey) ;;
+    --bench) packages+=(python3-torch python3-sentencepiece wrk hey) ;;
     --fuzz) packages+=(clang libclang-rt-dev) ;;
     *) echo "setup: unknown option $option (--bench, --fuzz)" >&2; exit 2 ;;
   esac
