@@ -1,7 +1,7 @@
 // CPU kernels of the Transformer's hot spots, each with a LibTorch fallback:
 // inverted dropout (fused with relu where asked), GELU's backward, and the
 // batched matrix products of attention (one BLAS gemm per head, on the views
-// as they are).
+// as they are; written out for decoding's few query rows).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -29,7 +29,9 @@ at::Tensor relu_dropout(const at::Tensor& x, double p, bool training);
 // tensors (differentiable). With heads_last, the result [B, H, m, n] is a view
 // of [B, m, H, n] storage, so merging the heads afterwards is a view. On the
 // CPU (float, double) each head's product is one call to the BLAS LibTorch
-// loaded; otherwise, or without that BLAS, it is at::matmul.
+// loaded, or, for m <= 8 (a decoding step's queries), Garden's own loops of
+// dot products and weighted sums; otherwise, or without that BLAS, it is
+// at::matmul.
 at::Tensor attention_matmul(const at::Tensor& a, const at::Tensor& b, double alpha,
                             bool heads_last);
 
