@@ -130,10 +130,10 @@ void reorder_in_place(at::Tensor& tensor, const std::vector<int64_t>& source, in
 }
 
 // After a step, row r takes the state of row flat_rows[r], a beam of its own
-// example: "per_example/" entries (one row per example) stay as they are, "steps/" entries move
-// their `filled` positions (in place on the CPU; elsewhere into the spare
-// buffer, which becomes the entry, so no step allocates), every other entry
-// is index-selected.
+// example: "per_example/" entries (one row per example) stay as they are,
+// "steps/" entries move their `filled` positions (in place on the CPU;
+// elsewhere into the spare buffer, which becomes the entry, so no step
+// allocates), every other entry is index-selected.
 void reorder_beams(Cache& cache, Cache& spare, const at::Tensor& flat_rows, int64_t filled) {
   std::vector<int64_t> source;  // flat_rows on the host, when an entry needs it
   for (auto& [name, tensor] : cache) {

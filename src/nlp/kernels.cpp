@@ -347,8 +347,8 @@ namespace {
 // the context into contiguous layouts. For the short sequences of
 // translation that overhead costs more than the arithmetic. Here each head's
 // product is one BLAS gemm call on the views as they are (or, for a few
-// query rows, the loops below), and the context is
-// written straight into [B, T, H, Dh] order, so merging the heads is a view.
+// query rows, the loops below), and the context is written straight into
+// [B, T, H, Dh] order, so merging the heads is a view.
 // The BLAS is the one LibTorch itself loaded (found with dlsym); without it,
 // or off the CPU, the attention falls back to at::matmul.
 
