@@ -29,7 +29,6 @@
 //
 // --profile times forward, loss, backward and optimizer apart (Garden only,
 // no peer) and prints LibTorch's operator profile.
-#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -51,6 +50,7 @@
 #include "garden/nlp/electra_pretrainer.h"
 #include "garden/optim/optimizer.h"
 #include "peer.h"
+#include "profile.h"
 
 namespace {
 
@@ -246,76 +246,8 @@ void profile(GardenStep& garden, const Options& o) {
                               {"optimizer_ms", garden_bench::rounded(total[3], 1)}}
                    .dump()
             << "\n";
-  // One more step under LibTorch's profiler: self time per operator, the
-  // thirty largest.
-  namespace prof = torch::autograd::profiler;
-  prof::enableProfilerLegacy(
-      torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU,
-                                            /*report_input_shapes=*/true));
-  garden.step();
-  const auto lists = prof::disableProfilerLegacy();
-  struct Total {
-    double self_us = 0, total_us = 0;
-    int calls = 0;
-  };
-  std::map<std::string, Total> totals;
-  // Matrix products again, apart by shape, with their rate: which GEMMs the
-  // BLAS runs slowly.
-  struct Product {
-    double us = 0, flops = 0;
-    int calls = 0;
-  };
-  std::map<std::string, Product> products;
-  for (const auto& events : lists) {
-    struct Open {
-      const prof::LegacyEvent* push;
-      double child_us;
-    };
-    std::vector<Open> stack;
-    for (const auto& e : events) {
-      if (e.kindStr() == "push") {
-        stack.push_back({&e, 0.0});
-      } else if (e.kindStr() == "pop" && !stack.empty()) {
-        const Open open = stack.back();
-        stack.pop_back();
-        const double us = open.push->cpuElapsedUs(e);
-        Total& t = totals[open.push->name()];
-        t.self_us += us - open.child_us;
-        t.total_us += us;
-        ++t.calls;
-        if (!stack.empty()) stack.back().child_us += us;
-        const std::string name = open.push->name();
-        const auto shapes = open.push->shapes();
-        // mm(a [m, k], b [k, n]); addmm(bias, a, b).
-        const std::size_t a = name == "aten::mm" ? 0 : name == "aten::addmm" ? 1 : shapes.size();
-        if (a + 1 < shapes.size() && shapes[a].size() == 2 && shapes[a + 1].size() == 2) {
-          const auto& x = shapes[a];
-          const auto& y = shapes[a + 1];
-          Product& product =
-              products[name + " [" + std::to_string(x[0]) + "," + std::to_string(x[1]) + "]x[" +
-                       std::to_string(y[0]) + "," + std::to_string(y[1]) + "]"];
-          product.us += us;
-          product.flops += 2.0 * x[0] * x[1] * y[1];
-          ++product.calls;
-        }
-      }
-    }
-  }
-  std::vector<std::pair<std::string, Total>> sorted(totals.begin(), totals.end());
-  std::sort(sorted.begin(), sorted.end(),
-            [](const auto& a, const auto& b) { return a.second.self_us > b.second.self_us; });
-  std::printf("%-50s %10s %10s %6s\n", "operator", "self_ms", "total_ms", "calls");
-  for (std::size_t i = 0; i < std::min<std::size_t>(sorted.size(), 300); ++i)
-    std::printf("%-50s %10.2f %10.2f %6d\n", sorted[i].first.c_str(),
-                sorted[i].second.self_us / 1000, sorted[i].second.total_us / 1000,
-                sorted[i].second.calls);
-  std::vector<std::pair<std::string, Product>> by_shape(products.begin(), products.end());
-  std::sort(by_shape.begin(), by_shape.end(),
-            [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
-  std::printf("\n%-50s %10s %10s %6s\n", "matrix product", "ms", "GFLOP/s", "calls");
-  for (const auto& [shape, p] : by_shape)
-    std::printf("%-50s %10.2f %10.1f %6d\n", shape.c_str(), p.us / 1000, p.flops / p.us / 1000,
-                p.calls);
+  // One more step under LibTorch's profiler.
+  garden_bench::print_step_profile([&] { garden.step(); }, 300);
 }
 
 }  // namespace

@@ -24,8 +24,8 @@
 // entropy). Both are one log-softmax over [B*T, V] plus a few reductions.
 //
 // --profile times forward, loss, backward and optimizer apart (Garden only,
-// no peer) and prints LibTorch's operator profile.
-#include <torch/csrc/autograd/profiler_legacy.h>
+// no peer) and prints LibTorch's operator profile and the matrix products
+// by shape (bench/profile.h).
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -48,6 +48,7 @@
 #include "garden/nlp/transformer.h"
 #include "garden/optim/optimizer.h"
 #include "peer.h"
+#include "profile.h"
 
 namespace {
 
@@ -196,47 +197,8 @@ void profile(GardenStep& garden, const Options& o) {
                               {"optimizer_ms", garden_bench::rounded(total[3], 1)}}
                    .dump()
             << "\n";
-  // One more step under LibTorch's profiler: self time per operator, the
-  // twenty largest.
-  namespace prof = torch::autograd::profiler;
-  prof::enableProfilerLegacy(
-      torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU));
-  garden.step();
-  const auto lists = prof::disableProfilerLegacy();
-  struct Total {
-    double self_us = 0, total_us = 0;
-    int calls = 0;
-  };
-  std::map<std::string, Total> totals;
-  for (const auto& events : lists) {
-    struct Open {
-      const prof::LegacyEvent* push;
-      double child_us;
-    };
-    std::vector<Open> stack;
-    for (const auto& e : events) {
-      if (e.kindStr() == "push") {
-        stack.push_back({&e, 0.0});
-      } else if (e.kindStr() == "pop" && !stack.empty()) {
-        const Open open = stack.back();
-        stack.pop_back();
-        const double us = open.push->cpuElapsedUs(e);
-        Total& t = totals[open.push->name()];
-        t.self_us += us - open.child_us;
-        t.total_us += us;
-        ++t.calls;
-        if (!stack.empty()) stack.back().child_us += us;
-      }
-    }
-  }
-  std::vector<std::pair<std::string, Total>> sorted(totals.begin(), totals.end());
-  std::sort(sorted.begin(), sorted.end(),
-            [](const auto& a, const auto& b) { return a.second.self_us > b.second.self_us; });
-  std::printf("%-50s %10s %10s %6s\n", "operator", "self_ms", "total_ms", "calls");
-  for (std::size_t i = 0; i < std::min<std::size_t>(sorted.size(), 30); ++i)
-    std::printf("%-50s %10.2f %10.2f %6d\n", sorted[i].first.c_str(),
-                sorted[i].second.self_us / 1000, sorted[i].second.total_us / 1000,
-                sorted[i].second.calls);
+  // One more step under LibTorch's profiler.
+  garden_bench::print_step_profile([&] { garden.step(); }, 30);
 }
 
 }  // namespace

@@ -63,19 +63,6 @@ std::pair<at::Tensor, at::Tensor> scatter_update(const at::Tensor& sequence,
   return {updated, mask};
 }
 
-at::Tensor sample_from_softmax(const at::Tensor& logits, const at::Tensor& disallow_ids) {
-  torch::NoGradGuard no_grad;
-  // Gumbel noise -log(-log(u + 1e-9) + 1e-9) built in place in one buffer,
-  // then the logits added into it: two [B, P, V] passes fewer than the formula.
-  at::Tensor scores = at::rand_like(logits, logits.options(), at::MemoryFormat::Contiguous);
-  scores.add_(1e-9).log_().neg_().add_(1e-9).log_().neg_().add_(logits.detach());
-  if (disallow_ids.defined()) {
-    at::Tensor index = disallow_ids.to(at::kLong).unsqueeze(-1);
-    scores.scatter_add_(-1, index, at::full(index.sizes(), -1000.0, scores.options()));
-  }
-  return scores.argmax(-1);
-}
-
 FakeData get_fake_data(const at::Tensor& input_word_ids, const at::Tensor& masked_lm_positions,
                        const at::Tensor& masked_lm_ids, const at::Tensor& lm_logits,
                        bool disallow_correct) {

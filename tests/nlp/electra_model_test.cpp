@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "garden/nlp/bert_encoder.h"
+#include "garden/nlp/kernels.h"
 #include "garden/optim/optimizer.h"
 #include "test_util.h"
 

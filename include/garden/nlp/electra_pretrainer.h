@@ -41,13 +41,6 @@ std::pair<at::Tensor, at::Tensor> scatter_update(const at::Tensor& sequence,
                                                  const at::Tensor& updates,
                                                  const at::Tensor& positions);
 
-// One id per row of logits [B, P, V] by Gumbel-argmax at temperature 1
-// (argmax(logits + g), g = -log(-log(u + 1e-9) + 1e-9), u uniform from
-// LibTorch's default generator). With disallow_ids [B, P] defined, those ids
-// get 1000 subtracted from their logits first. No gradient. Returns [B, P]
-// int64.
-at::Tensor sample_from_softmax(const at::Tensor& logits, const at::Tensor& disallow_ids = {});
-
 // Model Garden's _get_fake_data, as the model's forward runs it: the
 // original ids (scatter_update of masked_lm_ids into the masked input), ids
 // sampled from lm_logits [B, P, V] (never masked_lm_ids with
