@@ -5,6 +5,7 @@
 #include <cmath>
 #include <regex>
 
+#include "adam_pass.h"
 #include "garden/base/error.h"
 
 namespace garden::optim {
@@ -209,6 +210,15 @@ class SGD : public Optimizer {
   config::SGDConfig cfg_;
 };
 
+bool adam_pass_applies(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& m,
+                       const at::Tensor& v) {
+  for (const at::Tensor* t : {&param, &grad, &m, &v})
+    if (!t->device().is_cpu() || t->scalar_type() != at::kFloat || !t->is_contiguous() ||
+        t->numel() != param.numel())
+      return false;
+  return true;
+}
+
 // Keras Adam: lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t); p -= lr_t * m / (sqrt(v) + eps).
 class Adam : public Optimizer {
  public:
@@ -222,10 +232,24 @@ class Adam : public Optimizer {
 
  protected:
   void update(std::size_t i, at::Tensor& param, const at::Tensor& grad, double lr) override {
+    adam_update(i, param, grad, lr, 0.0);
+  }
+
+  // The update after p -= decay * p where decay > 0 (AdamWeightDecay).
+  void adam_update(std::size_t i, at::Tensor& param, const at::Tensor& grad, double lr,
+                   double decay) {
     const double t = static_cast<double>(iterations() + 1);
     const double lr_t = lr * std::sqrt(1.0 - std::pow(beta_2_, t)) / (1.0 - std::pow(beta_1_, t));
     at::Tensor& m = slot(i, "m");
     at::Tensor& v = slot(i, "v");
+    if (!amsgrad_ && adam_pass_applies(param, grad, m, v)) {
+      adam_pass(param.data_ptr<float>(), grad.data_ptr<float>(), m.data_ptr<float>(),
+                v.data_ptr<float>(), param.numel(), static_cast<float>(beta_1_),
+                static_cast<float>(beta_2_), static_cast<float>(-lr_t),
+                static_cast<float>(epsilon_), decay > 0, static_cast<float>(decay));
+      return;
+    }
+    if (decay > 0) param.sub_(param, decay);
     m.mul_(beta_1_).add_(grad, 1.0 - beta_1_);
     v.mul_(beta_2_).addcmul_(grad, grad, 1.0 - beta_2_);
     at::Tensor denominator;
@@ -275,8 +299,7 @@ class AdamWeightDecay : public Adam {
     }
   }
   void update(std::size_t i, at::Tensor& param, const at::Tensor& grad, double lr) override {
-    if (decays_[i]) param.sub_(param, lr * cfg_.weight_decay_rate);
-    Adam::update(i, param, grad, lr);
+    adam_update(i, param, grad, lr, decays_[i] ? lr * cfg_.weight_decay_rate : 0.0);
   }
 
  private:

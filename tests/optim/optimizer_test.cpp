@@ -109,6 +109,63 @@ TEST(OptimizerTest, AdamWeightDecayDecaysOnlySelectedParameters) {
   }
 }
 
+// float32 parameters take Adam's one-pass kernel (contiguous) or LibTorch's
+// ops (any other layout). Both against the formulas in double, and against
+// each other, over sizes that end inside a vector and with decay excluded
+// for one parameter.
+TEST(OptimizerTest, Float32AdamWeightDecayMatchesTheFormulaInEitherLayout) {
+  auto config = constant("adamw", 0.01);
+  config.optimizer.adamw.weight_decay_rate = 0.1;
+  config.optimizer.adamw.exclude_from_weight_decay = std::vector<std::string>{"bias"};
+  config.optimizer.adamw.gradient_clip_norm = 0.0;
+  torch::manual_seed(3);
+  const std::vector<int64_t> rows = {37, 1, 64};
+  const int64_t cols = 19;
+  std::vector<at::Tensor> start, grads;
+  for (int64_t r : rows) start.push_back(torch::randn({r, cols}));
+  for (int step = 0; step < 3; ++step)
+    for (int64_t r : rows) grads.push_back(torch::randn({r, cols}));
+  const std::vector<std::string> names = {"dense.kernel", "dense.bias", "other.kernel"};
+  // transposed: each parameter a non-contiguous view, so LibTorch's ops run.
+  const auto run = [&](bool transposed) {
+    std::vector<garden::optim::NamedParameter> params;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      at::Tensor p = transposed ? start[i].clone().t().contiguous().t() : start[i].clone();
+      EXPECT_EQ(p.is_contiguous(), !transposed || rows[i] == 1);
+      params.push_back({names[i], p.requires_grad_()});
+    }
+    auto optimizer = garden::optim::make_optimizer(config, params);
+    for (int step = 0; step < 3; ++step) {
+      optimizer->zero_grad();
+      for (std::size_t i = 0; i < params.size(); ++i)
+        params[i].tensor.mutable_grad() = grads[step * rows.size() + i].clone();
+      optimizer->step();
+    }
+    std::vector<at::Tensor> out;
+    for (auto& p : params) out.push_back(p.tensor.detach().contiguous());
+    return out;
+  };
+  const auto fused = run(false);
+  const auto ops = run(true);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    at::Tensor p = start[i].to(torch::kDouble), m = torch::zeros_like(p), v = torch::zeros_like(p);
+    for (int t = 1; t <= 3; ++t) {
+      const at::Tensor g = grads[(t - 1) * rows.size() + i].to(torch::kDouble);
+      if (i != 1) p = p - 0.01 * 0.1 * p;
+      m = 0.9 * m + 0.1 * g;
+      v = 0.999 * v + 0.001 * g * g;
+      const double lr_t = 0.01 * std::sqrt(1 - std::pow(0.999, t)) / (1 - std::pow(0.9, t));
+      p = p - lr_t * m / (v.sqrt() + 1e-7);
+    }
+    const at::Tensor expected = p.to(torch::kFloat);
+    EXPECT_TRUE(torch::allclose(fused[i], expected, 1e-6, 1e-6)) << names[i];
+    EXPECT_TRUE(torch::allclose(ops[i], expected, 1e-6, 1e-6)) << names[i];
+    // A few units in the last place apart (multiply-adds contracted or not).
+    EXPECT_TRUE(torch::allclose(fused[i], ops[i], 0, 2e-6)) << names[i];
+    EXPECT_FALSE(torch::equal(fused[i], start[i])) << names[i];
+  }
+}
+
 TEST(OptimizerTest, GlobalClipnormScalesAllGradientsTogether) {
   auto config = constant("sgd", 1.0);
   config.optimizer.sgd.global_clipnorm = 1.0;
