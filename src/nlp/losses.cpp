@@ -54,11 +54,11 @@ class SmoothedCrossEntropy : public torch::autograd::Function<SmoothedCrossEntro
           const double label_log_prob = static_cast<double>(row[id[n]]) - lse;
           // Without smoothing the sum is left out, as the composite form
           // does: 0 * sum would turn a -inf log-probability into NaN.
-          const double smoothed =
-              low_confidence > 0.0 ? low_confidence * (sum - static_cast<double>(vocab) * lse)
-                                   : 0.0;
-          out[n] = static_cast<scalar_t>(-(confidence - low_confidence) * label_log_prob -
-                                         smoothed);
+          const double smoothed = low_confidence > 0.0
+                                      ? low_confidence * (sum - static_cast<double>(vocab) * lse)
+                                      : 0.0;
+          out[n] =
+              static_cast<scalar_t>(-(confidence - low_confidence) * label_log_prob - smoothed);
         }
       });
     });
@@ -76,23 +76,28 @@ class SmoothedCrossEntropy : public torch::autograd::Function<SmoothedCrossEntro
     const double confidence = ctx->saved_data["confidence"].toDouble();
     const double low = ctx->saved_data["low_confidence"].toDouble();
     const at::Tensor grad = grads[0].contiguous();
-    at::Tensor grad_logits = at::empty_like(probs);
+    // The gradient overwrites the saved softmax, which nothing else holds:
+    // one [N, V] buffer fewer at the step's peak, and one pass that reads and
+    // writes the same memory. A second backward through this graph
+    // (retain_graph) then fails in LibTorch's check of the saved variable's
+    // version, as for any saved tensor modified in place.
+    at::Tensor grad_logits = probs;
     const int64_t rows = probs.size(0), vocab = probs.size(1);
     const int64_t* id = ids.data_ptr<int64_t>();
     AT_DISPATCH_FLOATING_TYPES(probs.scalar_type(), "garden_smoothed_xent_backward", [&] {
       const scalar_t* g = grad.data_ptr<scalar_t>();
-      const scalar_t* p = probs.data_ptr<scalar_t>();
       scalar_t* out = grad_logits.data_ptr<scalar_t>();
       at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
         for (int64_t n = begin; n < end; ++n) {
-          const scalar_t* in = p + n * vocab;
           scalar_t* row = out + n * vocab;
           const scalar_t scale = g[n], shift = static_cast<scalar_t>(low);
-          for (int64_t v = 0; v < vocab; ++v) row[v] = scale * (in[v] - shift);
+          for (int64_t v = 0; v < vocab; ++v) row[v] = scale * (row[v] - shift);
           row[id[n]] -= scale * static_cast<scalar_t>(confidence - low);
         }
       });
     });
+    // Written through its pointer, so the version LibTorch checks is raised here.
+    grad_logits.unsafeGetTensorImpl()->bump_version();
     return {grad_logits, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

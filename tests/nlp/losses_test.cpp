@@ -85,6 +85,18 @@ TEST(PaddedCrossEntropyLoss, PadPositionsAreIgnored) {
   EXPECT_NEAR(other.loss_sum.item<double>(), loss.loss_sum.item<double>(), 1e-12);
 }
 
+// The backward writes the gradient over the softmax it saved; a second
+// backward through the same graph must then fail, not read the gradient as
+// probabilities.
+TEST(PaddedCrossEntropyLoss, ASecondBackwardThroughTheGraphIsRefused) {
+  at::Tensor logits = logits_tensor().to(torch::kFloat).requires_grad_();
+  const at::Tensor loss = padded_cross_entropy_loss(logits, labels_tensor(), 0.1).mean();
+  loss.backward({}, /*retain_graph=*/true);
+  const at::Tensor first = logits.grad().clone();
+  EXPECT_THROW(loss.backward(), c10::Error);
+  EXPECT_TRUE(torch::equal(logits.grad(), first));
+}
+
 TEST(PaddedCrossEntropyLoss, GradientMatchesAutogradOfTheDefinition) {
   // The fused backward against autograd through the formula written out:
   // -sum(soft_target * log_softmax(logits)) weighted by the non-pad labels.
