@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "garden/base/error.h"
@@ -40,15 +41,38 @@ class SmoothedCrossEntropy : public torch::autograd::Function<SmoothedCrossEntro
       at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
         for (int64_t n = begin; n < end; ++n) {
           const scalar_t* row = x + n * vocab;
-          // Eight partial sums: vectorizable, and no worse rounding than one.
+          // Eight partial sums and maxima: vectorizable, and no worse
+          // rounding than one sum.
+          constexpr scalar_t kLowest = -std::numeric_limits<scalar_t>::infinity();
           double partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          scalar_t lane_top[8] = {kLowest, kLowest, kLowest, kLowest,
+                                  kLowest, kLowest, kLowest, kLowest};
           int64_t v = 0;
           for (; v + 8 <= vocab; v += 8)
-            for (int k = 0; k < 8; ++k) partial[k] += row[v + k];
+            for (int k = 0; k < 8; ++k) {
+              partial[k] += row[v + k];
+              lane_top[k] = row[v + k] > lane_top[k] ? row[v + k] : lane_top[k];
+            }
           double sum = 0;
-          for (; v < vocab; ++v) sum += row[v];
+          scalar_t top = kLowest;
+          for (; v < vocab; ++v) {
+            sum += row[v];
+            top = row[v] > top ? row[v] : top;
+          }
           for (double s : partial) sum += s;
-          const int64_t argmax = std::max_element(row, row + vocab) - row;
+          for (scalar_t t : lane_top) top = t > top ? t : top;
+          // The first id holding the maximum (std::max_element's), found a
+          // block of 16 at a time; the row's first id when there is none
+          // (every logit NaN: the loss is NaN anyway).
+          int64_t argmax = 0;
+          for (int64_t b = 0; b < vocab; b += 16) {
+            const int64_t e = std::min<int64_t>(vocab, b + 16);
+            bool hit = false;
+            for (int64_t j = b; j < e; ++j) hit |= row[j] == top;
+            if (!hit) continue;
+            for (argmax = b; row[argmax] != top;) ++argmax;
+            break;
+          }
           const double lse = static_cast<double>(row[argmax]) -
                              std::log(static_cast<double>(p[n * vocab + argmax]));
           const double label_log_prob = static_cast<double>(row[id[n]]) - lse;
