@@ -1,7 +1,8 @@
 // CPU kernels of the Transformer's hot spots, each with a LibTorch fallback:
-// inverted dropout (fused with relu where asked), GELU's backward, and the
+// inverted dropout (fused with relu where asked), GELU's backward, the
 // batched matrix products of attention (one BLAS gemm per head, on the views
-// as they are; written out for decoding's few query rows).
+// as they are; written out for decoding's few query rows), ELECTRA's sampling
+// from a softmax and beam search's candidates.
 #pragma once
 
 #include <ATen/core/Tensor.h>
