@@ -157,8 +157,9 @@ void ServingCliTest::expect_predict_translates_as_translate(const std::string& f
   const CliRun translated = garden("translate " + flags + " --model_dir '" + run("translation") +
                                    "' --input '" + path("in.txt") + "'");
   ASSERT_EQ(translated.status, 0) << translated.err;
-  if (flags.find("--int8") != std::string::npos)
+  if (flags.find("--int8") != std::string::npos) {
     EXPECT_NE(translated.err.find(", int8,"), std::string::npos) << translated.err;
+  }
   const CliRun predicted = garden("predict " + flags + " --export_dir '" + path("out") +
                                   "' --input '" + path("in.txt") + "'");
   ASSERT_EQ(predicted.status, 0) << predicted.err;
