@@ -247,6 +247,9 @@ class Adam : public Optimizer {
                 v.data_ptr<float>(), param.numel(), static_cast<float>(beta_1_),
                 static_cast<float>(beta_2_), static_cast<float>(-lr_t),
                 static_cast<float>(epsilon_), decay > 0, static_cast<float>(decay));
+      // Written through pointers: raise the versions the in-place ops would,
+      // so a graph that saved the parameter still refuses to use it.
+      for (at::Tensor* t : {&param, &m, &v}) t->unsafeGetTensorImpl()->bump_version();
       return;
     }
     if (decay > 0) param.sub_(param, decay);

@@ -166,6 +166,19 @@ TEST(OptimizerTest, Float32AdamWeightDecayMatchesTheFormulaInEitherLayout) {
   }
 }
 
+// As with LibTorch's in-place ops, a graph that saved a parameter before the
+// one-pass update refuses to run backward after it.
+TEST(OptimizerTest, Float32AdamRaisesTheParameterVersion) {
+  std::vector<garden::optim::NamedParameter> params = {{"w", torch::ones({4, 3}).requires_grad_()}};
+  auto optimizer = garden::optim::make_optimizer(constant("adam", 0.1), params);
+  const at::Tensor loss = (params[0].tensor * params[0].tensor).sum();
+  params[0].tensor.mutable_grad() = torch::ones({4, 3});
+  const int64_t before = params[0].tensor._version();
+  optimizer->step();
+  EXPECT_GT(params[0].tensor._version(), before);
+  EXPECT_THROW(loss.backward(), c10::Error);
+}
+
 TEST(OptimizerTest, GlobalClipnormScalesAllGradientsTogether) {
   auto config = constant("sgd", 1.0);
   config.optimizer.sgd.global_clipnorm = 1.0;
