@@ -1,6 +1,9 @@
 // The Transformer's CPU kernels; see include/garden/nlp/kernels.h.
 #include "garden/nlp/kernels.h"
 
+#include "small_gemm.h"
+#include "vector_math.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
@@ -15,6 +18,7 @@
 #include <limits>
 #include <mutex>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -111,15 +115,6 @@ class FastDropout : public torch::autograd::Function<FastDropout> {
   }
 };
 
-// The widest of a kernel's builds this CPU runs: AVX-512 (F, DQ), AVX2 with
-// FMA, or the portable one.
-template <typename Kernel>
-Kernel widest_kernel(Kernel avx512, Kernel avx2, Kernel portable) {
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) return avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return avx2;
-  return portable;
-}
-
 // ---- GELU ------------------------------------------------------------------------
 // LibTorch 1.13's CPU gelu_backward (the erf form) took 11 ms a call in an
 // ELECTRA-small step, ten times its forward and 17 % of the step
@@ -187,37 +182,6 @@ void gelu_backward_kernel(const float* x, const float* grad, float* out, int64_t
 // V 8000, against 1.4 ms here. Here, per row, one pass
 // finds the maximum, one sums e^(x - max) in double, and one selects; the
 // [rows, V] log-probabilities are never written.
-
-// e^u for u <= 0, in double: 2^n e^g with |g| <= ln 2 / 2 and e^g by its
-// Taylor polynomial of degree 13 (truncation below 1e-17 relative); no libm
-// call, so a loop of it vectorizes. 0 below -708 (the sums it enters hold a
-// 1 from the maximum). NaN stays NaN.
-__attribute__((always_inline)) inline double exp_nonpositive(double u) {
-  constexpr double kLog2e = 1.4426950408889634074;
-  constexpr double kLn2Hi = 6.93147180369123816490e-01, kLn2Lo = 1.90821492927058770002e-10;
-  const double v = u < -708.0 ? -708.0 : u;
-  const double n = std::floor(v * kLog2e + 0.5);
-  const double g = (v - n * kLn2Hi) - n * kLn2Lo;
-  const double p =
-      1.0 +
-      g * (1.0 +
-           g * (0.5 +
-                g * (1.0 / 6 +
-                     g * (1.0 / 24 +
-                          g * (1.0 / 120 +
-                               g * (1.0 / 720 +
-                                    g * (1.0 / 5040 +
-                                         g * (1.0 / 40320 +
-                                              g * (1.0 / 362880 +
-                                                   g * (1.0 / 3628800 +
-                                                        g * (1.0 / 39916800 +
-                                                             g * (1.0 / 479001600 +
-                                                                  g / 6227020800.0))))))))))));
-  const int64_t bits = (static_cast<int64_t>(n) + 1023) << 52;
-  double scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return u < -708.0 ? 0.0 : p * scale;
-}
 
 // sum_v e^(x_v - shift) of a float row, in double (shift >= every x_v).
 __attribute__((always_inline)) inline double row_sum_exp_loop(const float* __restrict x, int64_t n,
@@ -583,6 +547,30 @@ void few_rows_product(const FewRowsProduct& p, double /*type*/) {
 // and a preallocated out [N1, N2, m, n] with unit stride in its last dim.
 template <typename T>
 void batched_gemm(const at::Tensor& a_in, const at::Tensor& b_in, double alpha, at::Tensor& out) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (a_in.size(2) > kFewRows && small_product_applies(a_in.size(3), b_in.size(3))) {
+      // Training's heads: Garden's register-blocked loops (small_gemm.cpp),
+      // on the views as they are.
+      const int64_t n1 = a_in.size(0), n2 = a_in.size(1);
+      const float* pa = a_in.data_ptr<float>();
+      const float* pb = b_in.data_ptr<float>();
+      float* pc = out.data_ptr<float>();
+      at::parallel_for(0, n1 * n2, 8, [&](int64_t begin, int64_t end) {
+        std::vector<float> scratch(
+            static_cast<size_t>(small_product_scratch(a_in.size(3), b_in.size(3))));
+        for (int64_t i = begin; i < end; ++i) {
+          const int64_t i1 = i / n2, i2 = i % n2;
+          small_product(
+              {pa + i1 * a_in.stride(0) + i2 * a_in.stride(1), a_in.stride(2), a_in.stride(3),
+               pb + i1 * b_in.stride(0) + i2 * b_in.stride(1), b_in.stride(2), b_in.stride(3),
+               a_in.size(2), a_in.size(3), b_in.size(3), static_cast<float>(alpha),
+               pc + i1 * out.stride(0) + i2 * out.stride(1), out.stride(2)},
+              scratch.data());
+        }
+      });
+      return;
+    }
+  }
   const at::Tensor a = blas_operand(a_in).ld ? a_in : a_in.contiguous();
   const at::Tensor b = blas_operand(b_in).ld ? b_in : b_in.contiguous();
   const BlasOperand oa = blas_operand(a), ob = blas_operand(b);

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "garden/nlp/kernels.h"
+#include "nlp/small_gemm.h"
 
 namespace garden::nlp {
 namespace {
@@ -77,6 +78,105 @@ TEST(AttentionMatmulTest, ManyQueryRowsAndOtherLayoutsMatchMatmul) {
     expect_product(torch::randn({3, 2, 1, 8}, options),
                    torch::randn({3, 2, 16, 22}, options).slice(2, 0, 16, 2).slice(3, 0, 22, 2), 1.0,
                    true);
+  }
+}
+
+// Training's heads in float32 (more than 8 query rows): Garden's
+// register-blocked loops for n and k up to 256, in blocks of 6 rows and 32
+// (AVX-512), 16 (AVX2) or 8 columns. Row counts, column counts and depths on
+// and off those blocks, b read in place (rows contiguous, n a multiple of 32)
+// or repacked (transposed, strided or a short last block), a transposed or
+// strided along k, and sizes past 256 (OpenBLAS).
+TEST(AttentionMatmulTest, TrainingHeadsInFloatMatchMatmulOnEveryBlockEdge) {
+  torch::manual_seed(6);
+  const auto options = at::TensorOptions().dtype(at::kFloat);
+  for (const int64_t m : {9, 12, 13, 17, 32}) {
+    for (const int64_t k : {1, 7, 64, 65}) {
+      for (const int64_t n : {1, 15, 16, 17, 32, 33, 64, 70}) {
+        const at::Tensor a = torch::randn({2, 3, m, k}, options);
+        expect_product(a, torch::randn({2, 3, k, n}, options), 0.125, false);
+        expect_product(a, torch::randn({2, 3, k, n}, options), 1.0, true);
+        expect_product(torch::randn({2, 3, k, m}, options).transpose(-2, -1),
+                       torch::randn({2, 3, n, k}, options).transpose(-2, -1), 0.5, false);
+        expect_product(
+            torch::randn({2, 3, m, 2 * k}, options).slice(3, 0, 2 * k, 2),
+            torch::randn({2, 3, 2 * k, 2 * n}, options).slice(2, 0, 2 * k, 2).slice(3, 0, 2 * n, 2),
+            1.0, false);
+      }
+    }
+  }
+  // q, k, v as the model's heads see them: [B, T, H, Dh] storage viewed as
+  // [B, H, T, Dh]; scores, then the context written heads last.
+  const at::Tensor q = torch::randn({4, 32, 8, 64}, options).transpose(1, 2);
+  const at::Tensor keys = torch::randn({4, 32, 8, 64}, options).transpose(1, 2);
+  expect_product(q, keys.transpose(-2, -1), 0.125, false);
+  expect_product(torch::softmax(torch::randn({4, 8, 32, 32}, options), -1), keys, 1.0, true);
+  // Past the loops' limit, OpenBLAS.
+  expect_product(torch::randn({2, 2, 10, 300}, options), torch::randn({2, 2, 300, 20}, options),
+                 1.0, false);
+  expect_product(torch::randn({2, 2, 10, 20}, options), torch::randn({2, 2, 20, 300}, options), 1.0,
+                 false);
+}
+
+// Each build of those loops (this CPU runs only the widest), on one head.
+TEST(AttentionMatmulTest, EveryBuildOfTheHeadLoopsMatchesMatmul) {
+  torch::manual_seed(8);
+  for (const int lanes : {16, 8, 4}) {
+    for (const int64_t m : {1, 5, 6, 13}) {
+      for (const int64_t n : {3, 8, 16, 24, 32, 40}) {
+        for (const bool transposed_b : {false, true}) {
+          const int64_t k = 11;
+          const at::Tensor a = torch::randn({m, k});
+          const at::Tensor b = transposed_b ? torch::randn({n, k}).t() : torch::randn({k, n});
+          at::Tensor c = torch::full({m, n + 3}, 7.0f);  // 3 columns past n stay untouched
+          std::vector<float> scratch(static_cast<size_t>(small_product_scratch(k, n)));
+          const SmallProduct p{a.data_ptr<float>(),
+                               a.stride(0),
+                               a.stride(1),
+                               b.data_ptr<float>(),
+                               b.stride(0),
+                               b.stride(1),
+                               m,
+                               k,
+                               n,
+                               0.5f,
+                               c.data_ptr<float>(),
+                               c.stride(0)};
+          if (!small_product_with_lanes(lanes, p, scratch.data())) continue;
+          const at::Tensor want = at::matmul(a.to(at::kDouble), b.to(at::kDouble)) * 0.5;
+          EXPECT_LE((c.narrow(1, 0, n).to(at::kDouble) - want).abs().max().item<double>(), 1e-5)
+              << lanes << " lanes, m " << m << " n " << n;
+          EXPECT_TRUE(torch::all(c.narrow(1, n, 3) == 7.0f).item<bool>());
+        }
+      }
+    }
+  }
+}
+
+// The four backward products of scores and context in float32, against
+// autograd through at::matmul in double.
+TEST(AttentionMatmulTest, TrainingHeadGradientsInFloatMatchMatmul) {
+  torch::manual_seed(7);
+  const auto options = at::TensorOptions().dtype(at::kFloat);
+  const at::Tensor q = torch::randn({3, 19, 4, 24}, options).transpose(1, 2).requires_grad_();
+  const at::Tensor keys = torch::randn({3, 19, 4, 24}, options).transpose(1, 2).requires_grad_();
+  const at::Tensor values = torch::randn({3, 19, 4, 24}, options).transpose(1, 2).requires_grad_();
+  const at::Tensor upstream = torch::randn({3, 4, 19, 24}, options);
+  const at::Tensor scores = attention_matmul(q, keys.transpose(-2, -1), 0.25, false);
+  attention_matmul(torch::softmax(scores, -1), values, 1.0, true).backward(upstream);
+
+  std::vector<at::Tensor> reference;
+  for (const at::Tensor& t : {q, keys, values})
+    reference.push_back(t.detach().to(at::kDouble).requires_grad_());
+  const at::Tensor reference_scores =
+      at::matmul(reference[0], reference[1].transpose(-2, -1)) * 0.25;
+  at::matmul(torch::softmax(reference_scores, -1), reference[2]).backward(upstream.to(at::kDouble));
+  const at::Tensor* grads[] = {&q.grad(), &keys.grad(), &values.grad()};
+  for (size_t i = 0; i < 3; ++i) {
+    const at::Tensor want = reference[i].grad();
+    EXPECT_LE((grads[i]->to(at::kDouble) - want).abs().max().item<double>(),
+              1e-5 * (1.0 + want.abs().max().item<double>()))
+        << "input " << i;
   }
 }
 
