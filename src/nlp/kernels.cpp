@@ -401,9 +401,10 @@ namespace {
 // select + addmm calls, and matmul first copies the permuted q/k/v views and
 // the context into contiguous layouts. For the short sequences of
 // translation that overhead costs more than the arithmetic. Here each head's
-// product is one BLAS gemm call on the views as they are (or, for a few
-// query rows, the loops below), and the context is written straight into
-// [B, T, H, Dh] order, so merging the heads is a view.
+// product works on the views as they are: Garden's loops for training's
+// float heads (small_gemm.cpp) and for a few query rows (below), one BLAS
+// gemm call otherwise; the context is written straight into [B, T, H, Dh]
+// order, so merging the heads is a view.
 // The BLAS is the one LibTorch itself loaded (found with dlsym); without it,
 // or off the CPU, the attention falls back to at::matmul.
 

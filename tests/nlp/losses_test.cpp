@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "garden/nlp/losses.h"
@@ -113,6 +114,80 @@ TEST(PaddedCrossEntropyLoss, GradientMatchesAutogradOfTheDefinition) {
     ((token * weights).sum() / weights.sum()).backward();
     EXPECT_TRUE(torch::allclose(logits.grad(), reference.grad(), 1e-12, 1e-12))
         << "smoothing " << smoothing;
+  }
+}
+
+// The float32 path as training runs it: vocabularies on and off the
+// kernel's 16 lanes, logits spread wide enough that most exponentials
+// underflow, against the definition computed in double.
+TEST(PaddedCrossEntropyLoss, FloatRowsMatchTheDefinitionInDouble) {
+  torch::manual_seed(11);
+  for (const int64_t vocab : {2, 17, 1000, 8003}) {
+    for (const double spread : {1.0, 30.0}) {
+      const at::Tensor logits = (torch::randn({3, 5, vocab}) * spread).requires_grad_();
+      const at::Tensor labels = torch::randint(1, vocab, {3, 5}, torch::kLong);
+      labels[1][2] = 0;  // one padded position
+      const auto loss = padded_cross_entropy_loss(logits, labels, 0.1);
+      loss.loss_sum.backward();
+
+      const at::Tensor reference = logits.detach().to(torch::kDouble).requires_grad_();
+      const at::Tensor target =
+          torch::full(reference.sizes(), 0.1 / double(vocab - 1), torch::kDouble)
+              .scatter_(-1, labels.unsqueeze(-1), 0.9);
+      const double constant =
+          -(0.9 * std::log(0.9) + double(vocab - 1) * (0.1 / double(vocab - 1)) *
+                                      std::log(0.1 / double(vocab - 1) + 1e-20));
+      const at::Tensor token = (-(target * torch::log_softmax(reference, -1)).sum(-1) - constant) *
+                               labels.ne(0).to(torch::kDouble);
+      token.sum().backward();
+      const double scale = 1.0 + token.abs().max().item<double>();
+      EXPECT_LE((loss.token_losses.to(torch::kDouble) - token).abs().max().item<double>(),
+                2e-5 * scale)
+          << "vocab " << vocab << " spread " << spread;
+      EXPECT_LE((logits.grad().to(torch::kDouble) - reference.grad()).abs().max().item<double>(),
+                1e-6)
+          << "vocab " << vocab << " spread " << spread;
+    }
+  }
+}
+
+// Central finite differences of the summed loss, in double, on every logit
+// of a small batch: the fused backward is the derivative of the fused forward.
+TEST(PaddedCrossEntropyLoss, GradientMatchesFiniteDifferences) {
+  const at::Tensor base = logits_tensor();
+  at::Tensor logits = base.clone().requires_grad_();
+  padded_cross_entropy_loss(logits, labels_tensor(), 0.1).loss_sum.backward();
+  const at::Tensor flat = base.reshape({-1});
+  const double h = 1e-6;
+  for (int64_t i = 0; i < flat.numel(); ++i) {
+    at::Tensor plus = flat.clone(), minus = flat.clone();
+    plus[i] += h;
+    minus[i] -= h;
+    const double up = padded_cross_entropy_loss(plus.view(base.sizes()), labels_tensor(), 0.1)
+                          .loss_sum.item<double>();
+    const double down = padded_cross_entropy_loss(minus.view(base.sizes()), labels_tensor(), 0.1)
+                            .loss_sum.item<double>();
+    EXPECT_NEAR(logits.grad().reshape({-1})[i].item<double>(), (up - down) / (2 * h), 1e-8)
+        << "logit " << i;
+  }
+}
+
+// A NaN or infinite logit makes its row's loss NaN (the trainer's NaN
+// handling then acts), and leaves the other rows as they were.
+TEST(PaddedCrossEntropyLoss, ANonFiniteLogitMakesOnlyItsRowNaN) {
+  for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()}) {
+    at::Tensor logits = logits_tensor().to(torch::kFloat);
+    const auto clean = padded_cross_entropy_loss(logits, labels_tensor(), 0.1);
+    logits[0][1][2] = bad;
+    const auto loss = padded_cross_entropy_loss(logits, labels_tensor(), 0.1);
+    const bool minus_infinity = std::isinf(bad) && bad < 0;
+    // -inf on a logit that is not the label's is a zero probability: with
+    // smoothing its log enters the sum, so the loss is +inf, not NaN.
+    const double got = loss.token_losses[0][1].item<double>();
+    EXPECT_TRUE(minus_infinity ? std::isinf(got) : std::isnan(got)) << bad << ": " << got;
+    EXPECT_EQ(loss.token_losses[0][0].item<float>(), clean.token_losses[0][0].item<float>());
+    EXPECT_EQ(loss.token_losses[1][0].item<float>(), clean.token_losses[1][0].item<float>());
   }
 }
 
