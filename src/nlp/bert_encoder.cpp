@@ -154,7 +154,7 @@ at::Tensor BertEncoderImpl::forward(const at::Tensor& word_ids, const at::Tensor
   x = position_ids.defined() ? x + position_embeddings->forward(position_ids)
                              : x + position_embeddings->weight.narrow(0, 0, length);
   if (type_ids.defined()) x = x + type_embeddings->forward(type_ids);
-  x = nlp::dropout(embedding_norm->forward(x), options_.dropout_rate, is_training());
+  x = nlp::dropout(layer_norm(x, embedding_norm), options_.dropout_rate, is_training());
   if (embedding_projection) x = embedding_projection->forward(x);
 
   at::Tensor attention_mask;
@@ -164,7 +164,7 @@ at::Tensor BertEncoderImpl::forward(const at::Tensor& word_ids, const at::Tensor
   if (mask.defined() && (!mask.device().is_cpu() || (mask == 0).any().item<bool>()))
     attention_mask = (mask == 0).to(x.scalar_type()).mul_(kMaskedValue).view({batch, 1, 1, length});
   for (auto& layer : layers) x = layer->forward(x, attention_mask);
-  if (output_norm) x = output_norm->forward(x);
+  if (output_norm) x = layer_norm(x, output_norm);
   return x;
 }
 

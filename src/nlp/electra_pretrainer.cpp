@@ -162,7 +162,7 @@ Batch ElectraPretrainerImpl::forward(const Batch& inputs) {
   const int64_t batch = positions.size(0), predictions = positions.size(1);
   at::Tensor gathered =
       sequence.gather(1, positions.to(at::kLong).unsqueeze(-1).expand({-1, -1, sequence.size(2)}));
-  at::Tensor h = mlm_norm->forward(activate(mlm_dense->forward(gathered), gelu));
+  at::Tensor h = layer_norm(activate(mlm_dense->forward(gathered), gelu), mlm_norm);
   // One addmm over the flattened positions.
   at::Tensor lm_outputs = at::linear(h.reshape({batch * predictions, h.size(2)}),
                                      generator->word_embeddings->weight, mlm_bias)

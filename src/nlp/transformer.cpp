@@ -14,8 +14,8 @@ namespace {
 template <typename F>
 at::Tensor residual(const at::Tensor& x, torch::nn::LayerNorm& norm, bool norm_first,
                     double dropout_rate, bool training, F&& f) {
-  if (norm_first) return x + nlp::dropout(f(norm->forward(x)), dropout_rate, training);
-  return norm->forward(x + nlp::dropout(f(x), dropout_rate, training));
+  if (norm_first) return x + nlp::dropout(f(layer_norm(x, norm)), dropout_rate, training);
+  return layer_norm(x + nlp::dropout(f(x), dropout_rate, training), norm);
 }
 
 torch::nn::LayerNorm make_norm(int64_t width, double epsilon) {
@@ -235,7 +235,7 @@ EncoderOutput Seq2SeqTransformerImpl::encode(const at::Tensor& src_ids) {
       padding_mask(src_ids, options_.pad_id, embedding->weight.scalar_type()).to(src_ids.device());
   at::Tensor x = embed(src_ids, 0);
   for (auto& layer : encoder_layers) x = layer->forward(x, mask);
-  if (options_.norm_first) x = encoder_norm->forward(x);
+  if (options_.norm_first) x = layer_norm(x, encoder_norm);
   return {x, mask};
 }
 
@@ -245,7 +245,7 @@ at::Tensor Seq2SeqTransformerImpl::decode(const at::Tensor& tgt_in, const Encode
   at::Tensor x = embed(tgt_in, 0);
   for (auto& layer : decoder_layers)
     x = layer->forward(x, encoded.outputs, self_mask, encoded.padding_mask);
-  if (options_.norm_first) x = decoder_norm->forward(x);
+  if (options_.norm_first) x = layer_norm(x, decoder_norm);
   return x;
 }
 
@@ -288,7 +288,7 @@ at::Tensor Seq2SeqTransformerImpl::decode_step(const at::Tensor& ids_at_step, in
                                         cache.at("per_example/" + layer + "cross_k"),
                                         cache.at("per_example/" + layer + "cross_v"), cross_mask);
   }
-  if (options_.norm_first) x = decoder_norm->forward(x);
+  if (options_.norm_first) x = layer_norm(x, decoder_norm);
   return project(x).squeeze(1);
 }
 

@@ -25,6 +25,15 @@ at::Tensor gelu(const at::Tensor& x);
 // dropout(relu(x)) in one pass.
 at::Tensor relu_dropout(const at::Tensor& x, double p, bool training);
 
+// Layer normalization over the last dimension, (x - mean) / sqrt(var + eps)
+// * weight + bias with the biased variance, as at::layer_norm (weight and
+// bias [C]; differentiable in all three). On the CPU in float and double,
+// forward and backward are Garden's one-pass-per-row loops (AVX-512, AVX2 or
+// portable builds; the sums in double, the weight and bias gradients summed
+// in the same order whatever the thread count); otherwise at::layer_norm.
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                      double eps);
+
 // alpha * a @ b over the last two dims of [B, H, m, k] x [B, H, k, n]
 // tensors (differentiable). With heads_last, the result [B, H, m, n] is a view
 // of [B, m, H, n] storage, so merging the heads afterwards is a view. On the

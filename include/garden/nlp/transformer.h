@@ -22,6 +22,11 @@
 
 namespace garden::nlp {
 
+// A LayerNorm module applied through nlp::layer_norm (garden/nlp/kernels.h)
+// with its weight, bias and epsilon; the module's own forward when it has no
+// affine parameters or normalizes more than the last dimension.
+at::Tensor layer_norm(const at::Tensor& x, torch::nn::LayerNorm& norm);
+
 // The Cache (garden/nlp/cache.h) this model fills for incremental decoding. Every tensor has the
 // batch on dim 0: the flattened batch x beam B for "steps/" entries, the examples E for
 // "per_example/" ones (B = E x beams; init_cache makes both B rows, beam search keeps E).
