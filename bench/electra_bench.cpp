@@ -277,7 +277,7 @@ int main(int argc, char** argv) {
   std::cout << "# electra " << o.preset << ", batch " << o.batch << " x " << o.length
             << ", threads " << o.threads << ", " << o.warmup << " warmup + " << o.steps
             << " timed steps a round, peer " << peer << "\n";
-  std::vector<double> ratios, peer_ms, garden_ms;
+  std::vector<double> ratios, peer_ms, garden_ms, ceilings;
   nlohmann::json peer_info;
   for (int r = 0; r < o.rounds; ++r) {
     peer_info = garden_bench::run_peer_script(peer, o);
@@ -288,6 +288,7 @@ int main(int argc, char** argv) {
     const double g = garden.measure(o.warmup, o.steps);
     peer_ms.push_back(p);
     garden_ms.push_back(g);
+    ceilings.push_back(garden_bench::gemm_ceiling_gflops());
     ratios.push_back(p / g);  // tokens/s garden over peer
     std::cout << nlohmann::json{{"garden", "libtorch-cpp"},
                                 {"task", "electra"},
@@ -306,7 +307,8 @@ int main(int argc, char** argv) {
   }
   nlohmann::json summary = garden_bench::step_summary(
       "electra_step", o, garden.parameter_count(), peer_info, tokens, peer_ms, garden_ms, ratios);
-  garden_bench::add_gemm_share(summary, matmul_flops_per_step(o) / 1e9, garden_ms, peer_ms);
+  garden_bench::add_gemm_share(summary, matmul_flops_per_step(o) / 1e9, garden_ms, peer_ms,
+                               ceilings);
   std::cout << summary.dump() << "\n";
   return 0;
 }

@@ -241,17 +241,27 @@ inline nlohmann::json step_summary(const std::string& bench, const StepOptions& 
   };
 }
 
-// Adds to a step summary the share of the machine's GEMM ceiling (measured
-// now, with the same threads) that each side's matrix products reach:
-// `gflop` a step over the median step time, over the ceiling.
+// Adds to a step summary the share of the machine's GEMM ceiling that each
+// side's matrix products reach: `gflop` a step over the step time, over the
+// ceiling measured in the same round (`ceilings`, gemm_ceiling_gflops() right
+// after Garden's steps, so a drift of the machine's speed during the run
+// moves step and ceiling together); the median over rounds, and each round's.
 inline void add_gemm_share(nlohmann::json& summary, double gflop,
-                           const std::vector<double>& garden_ms,
-                           const std::vector<double>& peer_ms) {
-  const double ceiling = gemm_ceiling_gflops();
+                           const std::vector<double>& garden_ms, const std::vector<double>& peer_ms,
+                           const std::vector<double>& ceilings) {
+  std::vector<double> garden_share, peer_share, rounded_ceilings, rounded_shares;
+  for (std::size_t r = 0; r < ceilings.size(); ++r) {
+    garden_share.push_back(gflop / (garden_ms[r] / 1000.0) / ceilings[r]);
+    peer_share.push_back(gflop / (peer_ms[r] / 1000.0) / ceilings[r]);
+    rounded_ceilings.push_back(rounded(ceilings[r], 1));
+    rounded_shares.push_back(rounded(garden_share.back(), 3));
+  }
   summary["matmul_gflop_per_step"] = rounded(gflop, 2);
-  summary["gemm_ceiling_gflops"] = rounded(ceiling, 1);
-  summary["garden_gemm_share"] = rounded(gflop / (median(garden_ms) / 1000.0) / ceiling, 3);
-  summary["peer_gemm_share"] = rounded(gflop / (median(peer_ms) / 1000.0) / ceiling, 3);
+  summary["gemm_ceiling_gflops"] = rounded(median(ceilings), 1);
+  summary["gemm_ceilings_gflops"] = rounded_ceilings;
+  summary["garden_gemm_share"] = rounded(median(garden_share), 3);
+  summary["garden_gemm_shares"] = rounded_shares;
+  summary["peer_gemm_share"] = rounded(median(peer_share), 3);
 }
 
 }  // namespace garden_bench

@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
                "comparable cost\n";
   std::printf("%5s %12s %14s %14s %16s %7s\n", "round", "peer_step_ms", "peer_tokens/s",
               "garden_step_ms", "garden_tokens/s", "ratio");
-  std::vector<double> ratios, peer_ms, garden_ms;
+  std::vector<double> ratios, peer_ms, garden_ms, ceilings;
   nlohmann::json peer_info;
   for (int r = 0; r < o.rounds; ++r) {
     peer_info = garden_bench::run_peer_script(peer, o);
@@ -243,6 +243,7 @@ int main(int argc, char** argv) {
     const double g = garden.measure(o.warmup, o.steps);
     peer_ms.push_back(p);
     garden_ms.push_back(g);
+    ceilings.push_back(garden_bench::gemm_ceiling_gflops());
     ratios.push_back(p / g);  // tokens/s garden over peer
     std::printf("%5d %12.1f %14.1f %14.1f %16.1f %7.3f\n", r + 1, p, tokens / p * 1000.0, g,
                 tokens / g * 1000.0, p / g);
@@ -253,7 +254,7 @@ int main(int argc, char** argv) {
                                  peer_ms, garden_ms, ratios);
   garden_bench::add_gemm_share(summary,
                                matmul_flops_per_step(preset_of(o.preset), o.batch, o.length) / 1e9,
-                               garden_ms, peer_ms);
+                               garden_ms, peer_ms, ceilings);
   std::cout << summary.dump() << "\n";
   return 0;
 }
