@@ -187,10 +187,10 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
     at::Tensor dx = at::empty_like(x);
     // Each task's weight and bias gradients [2, c], added in task order in
-    // double.
+    // double into the returned gradients.
     const int64_t tasks = std::max<int64_t>(1, (rows + kRowGrain - 1) / kRowGrain);
     at::Tensor partial = at::zeros({tasks, 2, c}, x.options());
-    at::Tensor sums = at::zeros({2, c}, x.options().dtype(at::kDouble));
+    at::Tensor grad_weight = at::empty({c}, x.options()), grad_bias = at::empty({c}, x.options());
     AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "garden_layer_norm_backward", [&] {
       static const auto kernel = widest_kernel(backward_avx512<scalar_t>, backward_avx2<scalar_t>,
                                                backward_portable<scalar_t>);
@@ -210,12 +210,19 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
                  pdx + first * c, dw, dw + c, last - first, c);
         }
       });
-      double* total = sums.data_ptr<double>();
-      for (int64_t t = 0; t < tasks; ++t)
-        for (int64_t j = 0; j < 2 * c; ++j) total[j] += static_cast<double>(pp[2 * t * c + j]);
+      scalar_t* gw = grad_weight.data_ptr<scalar_t>();
+      scalar_t* gb = grad_bias.data_ptr<scalar_t>();
+      for (int64_t j = 0; j < c; ++j) {
+        double sum_w = 0, sum_b = 0;
+        for (int64_t t = 0; t < tasks; ++t) {
+          sum_w += static_cast<double>(pp[2 * t * c + j]);
+          sum_b += static_cast<double>(pp[2 * t * c + c + j]);
+        }
+        gw[j] = static_cast<scalar_t>(sum_w);
+        gb[j] = static_cast<scalar_t>(sum_b);
+      }
     });
-    sums = sums.to(x.scalar_type());
-    return {dx, sums[0].clone(), sums[1].clone(), at::Tensor()};
+    return {dx, grad_weight, grad_bias, at::Tensor()};
   }
 };
 
