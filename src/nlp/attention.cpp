@@ -118,13 +118,26 @@ at::Tensor MultiHeadAttentionImpl::attend(const at::Tensor& q, const at::Tensor&
 
 at::Tensor MultiHeadAttentionImpl::forward(const at::Tensor& query_in, const at::Tensor& memory,
                                            const at::Tensor& mask) {
+  // On the CPU in float32 (training's and evaluation's shapes), the heads are
+  // read in place from the projections by one fused operation
+  // (nlp::fused_attention); otherwise split into views and attended.
+  const double dropout = options_.attention_dropout;
   if (options_.cross_attention) {
     TORCH_CHECK(memory.defined(), "cross-attention needs memory");
-    auto [k, v] = project_kv(memory);
-    return attend(project_q(query_in), k, v, mask);
+    const at::Tensor q = query->forward(query_in);
+    const at::Tensor kv_proj = kv->forward(memory);
+    if (fused_attention_applies(q, kv_proj, options_.num_heads, mask))
+      return output->forward(
+          fused_attention(q, kv_proj, options_.num_heads, mask, dropout, is_training()));
+    auto heads = split_heads(kv_proj, 2);
+    return attend(split_heads(q, 1)[0], heads[0], heads[1], mask);
   }
-  auto [q, k, v] = project_qkv(query_in);
-  return attend(q, k, v, mask);
+  const at::Tensor qkv_proj = qkv->forward(query_in);
+  if (fused_attention_applies(qkv_proj, {}, options_.num_heads, mask))
+    return output->forward(
+        fused_attention(qkv_proj, {}, options_.num_heads, mask, dropout, is_training()));
+  auto heads = split_heads(qkv_proj, 3);
+  return attend(heads[0], heads[1], heads[2], mask);
 }
 
 }  // namespace garden::nlp

@@ -1,6 +1,7 @@
 // The Transformer's CPU kernels; see include/garden/nlp/kernels.h.
 #include "garden/nlp/kernels.h"
 
+#include "dropout_bits.h"
 #include "small_gemm.h"
 #include "vector_math.h"
 
@@ -24,6 +25,12 @@
 
 namespace garden::nlp {
 
+uint64_t draw_dropout_seed() {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return at::check_generator<at::CPUGeneratorImpl>(generator)->random64();
+}
+
 namespace {
 
 // ---- dropout ---------------------------------------------------------------------
@@ -37,19 +44,6 @@ namespace {
 // from LibTorch's default CPU generator, so torch::manual_seed and a saved
 // generator state reproduce it.
 
-uint64_t draw_dropout_seed() {
-  auto generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  return at::check_generator<at::CPUGeneratorImpl>(generator)->random64();
-}
-
-inline uint64_t splitmix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-constexpr uint64_t kGoldenGamma = 0x9e3779b97f4a7c15ULL;
 constexpr int64_t kDropoutGrain = 32768;  // element pairs per parallel task
 
 // keep[i] = bits(i) >= threshold; y[i] = x[i] * keep[i] * scale (branch-free).
@@ -86,7 +80,7 @@ class FastDropout : public torch::autograd::Function<FastDropout> {
     at::Tensor output = at::empty_like(input);
     at::Tensor keep = at::empty(input.sizes(), input.options().dtype(at::kByte));
     // Drop when the 32 random bits are below p * 2^32.
-    const auto threshold = static_cast<uint32_t>(std::llround(p * 4294967296.0));
+    const uint32_t threshold = dropout_threshold(p);
     const double scale = 1.0 / (1.0 - p);
     const uint64_t seed = draw_dropout_seed();
     AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "garden_dropout", [&] {

@@ -1,6 +1,7 @@
 // CPU kernels of the Transformer's hot spots, each with a LibTorch fallback:
 // inverted dropout (fused with relu where asked), GELU's backward, the
 // batched matrix products of attention (per head, on the views as they are),
+// training's whole attention from the projections in one operation,
 // ELECTRA's sampling from a softmax and beam search's candidates.
 #pragma once
 
@@ -44,6 +45,23 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::T
 // as they are. Without that BLAS, or off the CPU, it is at::matmul.
 at::Tensor attention_matmul(const at::Tensor& a, const at::Tensor& b, double alpha,
                             bool heads_last);
+
+// Multi-head scaled dot-product attention straight from the projections,
+// as one differentiable operation: for q_proj [B, T, 3D] (self-attention,
+// q | k | v side by side, kv_proj undefined) or q_proj [B, T, D] with
+// kv_proj [B, S, 2D] (k | v), split into `heads` heads of Dh = D / heads,
+//   context = softmax(q k^T / sqrt(Dh) + mask) v, heads merged: [B, T, D],
+// with inverted dropout at rate `dropout` on the probabilities in training
+// (the mask nlp::dropout would draw over the [B, H, T, S] probabilities, from
+// one seed of LibTorch's default CPU generator). mask: additive float32,
+// broadcastable to [B, heads, T, S], or undefined. Gradients for q_proj and
+// kv_proj. Garden's CPU kernel (fused_attention.cpp): float32 on the CPU
+// with T, S and Dh at most 256, which fused_attention_applies tells;
+// otherwise std::invalid_argument (the caller keeps the unfused path).
+bool fused_attention_applies(const at::Tensor& q_proj, const at::Tensor& kv_proj, int64_t heads,
+                             const at::Tensor& mask);
+at::Tensor fused_attention(const at::Tensor& q_proj, const at::Tensor& kv_proj, int64_t heads,
+                           const at::Tensor& mask, double dropout, bool training);
 
 // One id per row of logits [..., V], drawn from softmax(logits) as Model
 // Garden's ELECTRA sample_from_softmax draws it (argmax of the logits plus

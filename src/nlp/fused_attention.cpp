@@ -1,0 +1,456 @@
+// Training's multi-head attention as one operation on the CPU in float32:
+// for each (example, head), softmax(alpha q k^T + mask) with dropout, times
+// v, forward and backward, while the head's [T, S] scores stay in cache.
+//
+// Unfused, a base translation layer's attention was eight LibTorch and
+// Garden operations, each a pass over [B, H, T, S] or [B, T, 3, H, Dh]:
+// the heads' copy out of the fused projection, the scores' product, the mask
+// add, softmax, dropout, the context's product, and in the backward the
+// same again plus the stack of the q, k and v gradients back into one
+// tensor. Here the heads are read in place from the projections, the
+// gradients are written in place into one tensor shaped like them, and one
+// [B, H, T, S] tensor (the probabilities) is kept for the backward; the
+// dropout mask is drawn again from its seed there.
+//
+// The products are small_gemm.cpp's; the exponential is vector_math.h's.
+// The dropout mask is element for element the one nlp::dropout draws for the
+// same seed over the contiguous [B, H, T, S] probabilities (dropout_bits.h),
+// so training draws the same masks as the unfused layers did.
+#include "garden/nlp/kernels.h"
+
+#include "dropout_bits.h"
+#include "small_gemm.h"
+#include "vector_math.h"
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+namespace garden::nlp {
+
+namespace {
+
+// Where one call's operands live. Element d of head h of row t of example b
+// of the queries is q[b * q_batch + t * q_row + h * Dh + d]; keys and values
+// likewise with kv_batch and kv_row. The mask (additive, may be null) is
+// read through its four strides (0 where it broadcasts).
+struct Geometry {
+  int64_t batch, heads, q_len, kv_len, head_size, hidden;
+  float alpha;
+  const float* q;
+  const float* k;
+  const float* v;
+  int64_t q_batch, q_row, kv_batch, kv_row;
+  const float* mask;
+  int64_t mask_stride[4];
+  bool dropout;
+  uint64_t seed;
+  uint32_t threshold;
+  float scale;  // 1 / (1 - p)
+};
+
+constexpr int kLanes = 16;
+
+// x[s] += mask; then softmax(x) in place: e^(x - max) by vector_math.h's
+// polynomial, summed in 16 lanes. A row holding a NaN or an infinity, or
+// whose every value is -inf, becomes NaN (as LibTorch's softmax gives NaN
+// for NaN rows).
+__attribute__((always_inline)) inline void softmax_row(float* __restrict x, int64_t n,
+                                                       const float* mask, int64_t mask_stride) {
+  if (mask) {
+    if (mask_stride == 1) {
+      for (int64_t s = 0; s < n; ++s) x[s] += mask[s];
+    } else {
+      for (int64_t s = 0; s < n; ++s) x[s] += mask[s * mask_stride];
+    }
+  }
+  float top[kLanes];
+  for (int l = 0; l < kLanes; ++l) top[l] = -std::numeric_limits<float>::infinity();
+  int64_t s = 0;
+  for (; s + kLanes <= n; s += kLanes)
+    for (int l = 0; l < kLanes; ++l) top[l] = x[s + l] > top[l] ? x[s + l] : top[l];
+  for (int64_t r = 0; s < n; ++s, ++r) top[r] = x[s] > top[r] ? x[s] : top[r];
+  float m = top[0];
+  for (int l = 1; l < kLanes; ++l) m = top[l] > m ? top[l] : m;
+  float sums[kLanes] = {};
+  s = 0;
+  for (; s + kLanes <= n; s += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float e = exp_nonpositive(x[s + l] - m);
+      x[s + l] = e;
+      sums[l] += e;
+    }
+  for (int64_t r = 0; s < n; ++s, ++r) {
+    const float e = exp_nonpositive(x[s] - m);
+    x[s] = e;
+    sums[r] += e;
+  }
+  for (int l = 0; l < 8; ++l) sums[l] += sums[l + 8];
+  for (int l = 0; l < 4; ++l) sums[l] += sums[l + 4];
+  for (int l = 0; l < 2; ++l) sums[l] += sums[l + 2];
+  const float sum = sums[0] + sums[1];
+  // A NaN anywhere makes the sum NaN; +inf makes x - m NaN; all -inf
+  // leaves m = -inf.
+  if (!(sum >= 1.0f && sum <= static_cast<float>(n)) || std::isinf(m)) {
+    for (int64_t t = 0; t < n; ++t) x[t] = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  const float inverse = 1.0f / sum;
+  for (int64_t t = 0; t < n; ++t) x[t] *= inverse;
+}
+
+// keep[s] = scale where element first + s of the [B, H, T, S]
+// probabilities is kept, else 0: one splitmix64 per element pair, in a loop
+// that vectorizes (bits holds n + 2 words).
+__attribute__((always_inline)) inline void keep_row(const Geometry& g, uint64_t first, int64_t n,
+                                                    uint32_t* __restrict bits,
+                                                    float* __restrict keep) {
+  const uint64_t pair0 = first >> 1;
+  const int64_t pairs = static_cast<int64_t>(((first + static_cast<uint64_t>(n) + 1) >> 1) - pair0);
+  const uint64_t start = g.seed + pair0 * kGoldenGamma;
+  for (int64_t j = 0; j < pairs; ++j) {
+    const uint64_t r = splitmix64(start + static_cast<uint64_t>(j) * kGoldenGamma);
+    std::memcpy(bits + 2 * j, &r, sizeof(r));  // low half first, as dropout_bits reads it
+  }
+  const uint32_t* __restrict own = bits + (first & 1);
+  const uint32_t threshold = g.threshold;
+  const float scale = g.scale;
+  for (int64_t s = 0; s < n; ++s) keep[s] = static_cast<float>(own[s] >= threshold) * scale;
+}
+
+// Per-task scratch of the dropout mask: one row's bits and factors.
+struct KeepScratch {
+  std::vector<uint32_t> bits;
+  std::vector<float> keep;
+  explicit KeepScratch(int64_t n)
+      : bits(static_cast<size_t>(n + 2)), keep(static_cast<size_t>(n)) {}
+};
+
+// The first element of row t of head (b, h) in the [B, H, T, S] probabilities.
+inline uint64_t row_index(const Geometry& g, int64_t b, int64_t h, int64_t t) {
+  return static_cast<uint64_t>(((b * g.heads + h) * g.q_len + t) * g.kv_len);
+}
+
+inline const float* mask_row(const Geometry& g, int64_t b, int64_t h, int64_t t) {
+  return g.mask ? g.mask + b * g.mask_stride[0] + h * g.mask_stride[1] + t * g.mask_stride[2]
+                : nullptr;
+}
+
+// Head (b, h) forward: probs [T, S] (kept for the backward), and its context
+// into out [B, T, D] at columns h * Dh.
+__attribute__((always_inline)) inline void forward_head(const Geometry& g, int64_t b, int64_t h,
+                                                        float* probs, float* dropped,
+                                                        KeepScratch& mask, float* pack,
+                                                        float* out) {
+  const int64_t T = g.q_len, S = g.kv_len, Dh = g.head_size;
+  const float* q = g.q + b * g.q_batch + h * Dh;
+  const float* k = g.k + b * g.kv_batch + h * Dh;
+  const float* v = g.v + b * g.kv_batch + h * Dh;
+  // scores = alpha q k^T: b[l, j] = k[j, l].
+  small_product({q, g.q_row, 1, k, 1, g.kv_row, T, Dh, S, g.alpha, probs, S}, pack);
+  for (int64_t t = 0; t < T; ++t)
+    softmax_row(probs + t * S, S, mask_row(g, b, h, t), g.mask_stride[3]);
+  const float* p = probs;
+  if (g.dropout) {
+    for (int64_t t = 0; t < T; ++t) {
+      keep_row(g, row_index(g, b, h, t), S, mask.bits.data(), mask.keep.data());
+      const float* __restrict row = probs + t * S;
+      float* __restrict out_row = dropped + t * S;
+      for (int64_t s = 0; s < S; ++s) out_row[s] = row[s] * mask.keep[s];
+    }
+    p = dropped;
+  }
+  small_product(
+      {p, S, 1, v, g.kv_row, 1, T, S, Dh, 1.0f, out + b * T * g.hidden + h * Dh, g.hidden}, pack);
+}
+
+// Where one call's gradients go: dq like q (dq_batch, dq_row), dk and dv
+// like k and v (dkv_batch, dkv_row).
+struct Gradients {
+  float* dq;
+  float* dk;
+  float* dv;
+  int64_t dq_batch, dq_row, dkv_batch, dkv_row;
+};
+
+// Head (b, h) backward from grad_out [B, T, D] and the saved probs [T, S].
+// work holds 2 T S floats.
+__attribute__((always_inline)) inline void backward_head(const Geometry& g, const Gradients& d,
+                                                         int64_t b, int64_t h, const float* probs,
+                                                         const float* grad_out, float* work,
+                                                         KeepScratch& mask, float* pack) {
+  const int64_t T = g.q_len, S = g.kv_len, Dh = g.head_size;
+  const float* q = g.q + b * g.q_batch + h * Dh;
+  const float* k = g.k + b * g.kv_batch + h * Dh;
+  const float* v = g.v + b * g.kv_batch + h * Dh;
+  const float* go = grad_out + b * T * g.hidden + h * Dh;
+  float* grad_p = work;           // [T, S]: d/d(dropped probs), then d/d(scores)
+  float* dropped = work + T * S;  // [T, S]
+  // d dropped = dO v^T: b[l, j] = v[j, l].
+  small_product({go, g.hidden, 1, v, 1, g.kv_row, T, Dh, S, 1.0f, grad_p, S}, pack);
+  // Through the dropout mask, row by row: the dropped probabilities (for
+  // dV) and d probabilities = d dropped * keep.
+  const float* p = probs;
+  if (g.dropout) {
+    for (int64_t t = 0; t < T; ++t) {
+      keep_row(g, row_index(g, b, h, t), S, mask.bits.data(), mask.keep.data());
+      const float* __restrict keep = mask.keep.data();
+      const float* __restrict row = probs + t * S;
+      float* __restrict out_row = dropped + t * S;
+      float* __restrict grad_row = grad_p + t * S;
+      for (int64_t s = 0; s < S; ++s) {
+        out_row[s] = row[s] * keep[s];
+        grad_row[s] *= keep[s];
+      }
+    }
+    p = dropped;
+  }
+  // dV = dropped^T dO.
+  small_product(
+      {p, 1, S, go, g.hidden, 1, S, T, Dh, 1.0f, d.dv + b * d.dkv_batch + h * Dh, d.dkv_row}, pack);
+  // d scores = P (dP - rowsum(dP P)).
+  for (int64_t t = 0; t < T; ++t) {
+    float* __restrict row = grad_p + t * S;
+    const float* __restrict pr = probs + t * S;
+    float sums[kLanes] = {};
+    int64_t s = 0;
+    for (; s + kLanes <= S; s += kLanes)
+      for (int l = 0; l < kLanes; ++l) sums[l] += row[s + l] * pr[s + l];
+    for (int64_t r = 0; s < S; ++s, ++r) sums[r] += row[s] * pr[s];
+    for (int l = 0; l < 8; ++l) sums[l] += sums[l + 8];
+    for (int l = 0; l < 4; ++l) sums[l] += sums[l + 4];
+    for (int l = 0; l < 2; ++l) sums[l] += sums[l + 2];
+    const float dot = sums[0] + sums[1];
+    for (s = 0; s < S; ++s) row[s] = pr[s] * (row[s] - dot);
+  }
+  // dQ = alpha dS k; dK = alpha dS^T q.
+  small_product(
+      {grad_p, S, 1, k, g.kv_row, 1, T, S, Dh, g.alpha, d.dq + b * d.dq_batch + h * Dh, d.dq_row},
+      pack);
+  small_product(
+      {grad_p, 1, S, q, g.q_row, 1, S, T, Dh, g.alpha, d.dk + b * d.dkv_batch + h * Dh, d.dkv_row},
+      pack);
+}
+
+// Per instruction set: the row loops (softmax, the dropout bits, the row dot
+// products) vectorize to the widest the CPU runs; the products dispatch
+// themselves.
+using ForwardHead = void (*)(const Geometry&, int64_t, int64_t, float*, float*, KeepScratch&,
+                             float*, float*);
+using BackwardHead = void (*)(const Geometry&, const Gradients&, int64_t, int64_t, const float*,
+                              const float*, float*, KeepScratch&, float*);
+
+__attribute__((target("avx512f,avx512dq"))) void forward_head_avx512(const Geometry& g, int64_t b,
+                                                                     int64_t h, float* probs,
+                                                                     float* dropped,
+                                                                     KeepScratch& mask, float* pack,
+                                                                     float* out) {
+  forward_head(g, b, h, probs, dropped, mask, pack, out);
+}
+__attribute__((target("avx2,fma"))) void forward_head_avx2(const Geometry& g, int64_t b, int64_t h,
+                                                           float* probs, float* dropped,
+                                                           KeepScratch& mask, float* pack,
+                                                           float* out) {
+  forward_head(g, b, h, probs, dropped, mask, pack, out);
+}
+void forward_head_portable(const Geometry& g, int64_t b, int64_t h, float* probs, float* dropped,
+                           KeepScratch& mask, float* pack, float* out) {
+  forward_head(g, b, h, probs, dropped, mask, pack, out);
+}
+__attribute__((target("avx512f,avx512dq"))) void backward_head_avx512(
+    const Geometry& g, const Gradients& d, int64_t b, int64_t h, const float* probs,
+    const float* grad_out, float* work, KeepScratch& mask, float* pack) {
+  backward_head(g, d, b, h, probs, grad_out, work, mask, pack);
+}
+__attribute__((target("avx2,fma"))) void backward_head_avx2(const Geometry& g, const Gradients& d,
+                                                            int64_t b, int64_t h,
+                                                            const float* probs,
+                                                            const float* grad_out, float* work,
+                                                            KeepScratch& mask, float* pack) {
+  backward_head(g, d, b, h, probs, grad_out, work, mask, pack);
+}
+void backward_head_portable(const Geometry& g, const Gradients& d, int64_t b, int64_t h,
+                            const float* probs, const float* grad_out, float* work,
+                            KeepScratch& mask, float* pack) {
+  backward_head(g, d, b, h, probs, grad_out, work, mask, pack);
+}
+
+int64_t pack_floats(const Geometry& g) {
+  const int64_t widest = std::max({g.q_len, g.kv_len, g.head_size});
+  return small_product_scratch(widest, widest);
+}
+
+void forward_heads(const Geometry& g, float* probs, float* out) {
+  static const ForwardHead head =
+      widest_kernel<ForwardHead>(forward_head_avx512, forward_head_avx2, forward_head_portable);
+  const int64_t TS = g.q_len * g.kv_len;
+  at::parallel_for(0, g.batch * g.heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> pack(static_cast<size_t>(pack_floats(g)));
+    std::vector<float> dropped(static_cast<size_t>(g.dropout ? TS : 0));
+    KeepScratch mask(g.dropout ? g.kv_len : 0);
+    for (int64_t i = begin; i < end; ++i)
+      head(g, i / g.heads, i % g.heads, probs + i * TS, dropped.data(), mask, pack.data(), out);
+  });
+}
+
+void backward_heads(const Geometry& g, const Gradients& d, const float* probs,
+                    const float* grad_out) {
+  static const BackwardHead head =
+      widest_kernel<BackwardHead>(backward_head_avx512, backward_head_avx2, backward_head_portable);
+  const int64_t TS = g.q_len * g.kv_len;
+  at::parallel_for(0, g.batch * g.heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> pack(static_cast<size_t>(pack_floats(g)));
+    std::vector<float> work(static_cast<size_t>(2 * TS));
+    KeepScratch mask(g.dropout ? g.kv_len : 0);
+    for (int64_t i = begin; i < end; ++i)
+      head(g, d, i / g.heads, i % g.heads, probs + i * TS, grad_out, work.data(), mask,
+           pack.data());
+  });
+}
+
+// The geometry of q_proj [B, T, 3D] (self-attention: q, k, v side by side)
+// or q_proj [B, T, D] with kv_proj [B, S, 2D] (k, v side by side), both
+// contiguous.
+Geometry geometry(const at::Tensor& q_proj, const at::Tensor& kv_proj, int64_t heads,
+                  const at::Tensor& mask) {
+  Geometry g{};
+  const bool self = !kv_proj.defined();
+  g.batch = q_proj.size(0);
+  g.q_len = q_proj.size(1);
+  g.hidden = self ? q_proj.size(2) / 3 : q_proj.size(2);
+  g.kv_len = self ? g.q_len : kv_proj.size(1);
+  g.heads = heads;
+  g.head_size = g.hidden / heads;
+  g.alpha = static_cast<float>(1.0 / std::sqrt(static_cast<double>(g.head_size)));
+  g.q = q_proj.data_ptr<float>();
+  g.q_row = q_proj.size(2);
+  g.q_batch = g.q_len * g.q_row;
+  const at::Tensor& kv = self ? q_proj : kv_proj;
+  g.k = kv.data_ptr<float>() + (self ? g.hidden : 0);
+  g.v = g.k + g.hidden;
+  g.kv_row = kv.size(2);
+  g.kv_batch = kv.size(1) * g.kv_row;
+  g.mask = mask.defined() ? mask.data_ptr<float>() : nullptr;
+  for (int i = 0; i < 4; ++i) g.mask_stride[i] = mask.defined() ? mask.stride(i) : 0;
+  return g;
+}
+
+// The mask as a [B, H, T, S] view (strides 0 where it broadcasts).
+at::Tensor expanded_mask(const at::Tensor& mask, const Geometry& g) {
+  if (!mask.defined()) return mask;
+  return mask.expand({g.batch, g.heads, g.q_len, g.kv_len});
+}
+
+class FusedAttention : public torch::autograd::Function<FusedAttention> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q_in,
+                            const at::Tensor& kv_in, int64_t heads, const at::Tensor& mask_in,
+                            double rate, bool training) {
+    // Autograd's inputs must be defined: an empty kv_in stands for
+    // self-attention and an empty mask_in for none (fused_attention).
+    const at::Tensor q_proj = q_in.contiguous();
+    const at::Tensor kv_proj = kv_in.dim() == 3 ? kv_in.contiguous() : at::Tensor();
+    Geometry g = geometry(q_proj, kv_proj, heads, {});
+    const at::Tensor mask = mask_in.numel() > 0 ? expanded_mask(mask_in, g) : at::Tensor();
+    g = geometry(q_proj, kv_proj, heads, mask);
+    g.dropout = training && rate > 0;
+    if (g.dropout) {
+      g.seed = draw_dropout_seed();
+      g.threshold = dropout_threshold(rate);
+      g.scale = static_cast<float>(1.0 / (1.0 - rate));
+    }
+    at::Tensor probs = at::empty({g.batch, g.heads, g.q_len, g.kv_len}, q_proj.options());
+    at::Tensor out = at::empty({g.batch, g.q_len, g.hidden}, q_proj.options());
+    forward_heads(g, probs.data_ptr<float>(), out.data_ptr<float>());
+    ctx->save_for_backward({q_proj, kv_proj, mask, probs});
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["dropout"] = g.dropout;
+    ctx->saved_data["seed"] = static_cast<int64_t>(g.seed);
+    ctx->saved_data["rate"] = rate;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& q_proj = saved[0];
+    const at::Tensor& kv_proj = saved[1];
+    const at::Tensor& probs = saved[3];
+    Geometry g = geometry(q_proj, kv_proj, ctx->saved_data["heads"].toInt(), saved[2]);
+    g.dropout = ctx->saved_data["dropout"].toBool();
+    if (g.dropout) {
+      const double rate = ctx->saved_data["rate"].toDouble();
+      g.seed = static_cast<uint64_t>(ctx->saved_data["seed"].toInt());
+      g.threshold = dropout_threshold(rate);
+      g.scale = static_cast<float>(1.0 / (1.0 - rate));
+    }
+    const at::Tensor grad_out = grads[0].contiguous();
+    at::Tensor grad_q = at::empty_like(q_proj);
+    at::Tensor grad_kv = kv_proj.defined() ? at::empty_like(kv_proj) : at::Tensor();
+    Gradients d{};
+    d.dq = grad_q.data_ptr<float>();
+    d.dq_row = g.q_row;
+    d.dq_batch = g.q_batch;
+    float* kv_base = kv_proj.defined() ? grad_kv.data_ptr<float>() : d.dq + g.hidden;
+    d.dk = kv_base;
+    d.dv = kv_base + g.hidden;
+    d.dkv_row = g.kv_row;
+    d.dkv_batch = g.kv_batch;
+    backward_heads(g, d, probs.data_ptr<float>(), grad_out.data_ptr<float>());
+    return {grad_q, grad_kv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool fused_attention_applies(const at::Tensor& q_proj, const at::Tensor& kv_proj, int64_t heads,
+                             const at::Tensor& mask) {
+  const auto is_cpu_float = [](const at::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 3;
+  };
+  if (!is_cpu_float(q_proj) || heads < 1 || q_proj.size(0) < 1 || q_proj.size(1) < 1) return false;
+  const bool self = !kv_proj.defined();
+  if (!self && (!is_cpu_float(kv_proj) || kv_proj.size(0) != q_proj.size(0) || kv_proj.size(1) < 1))
+    return false;
+  const int64_t width = q_proj.size(2);
+  if (self ? width % 3 != 0 : kv_proj.size(2) != 2 * width) return false;
+  const int64_t hidden = self ? width / 3 : width;
+  if (hidden < 1 || hidden % heads != 0) return false;
+  const int64_t kv_len = self ? q_proj.size(1) : kv_proj.size(1);
+  for (int64_t n : {q_proj.size(1), kv_len, hidden / heads})
+    if (n > kSmallProductMaxDim) return false;
+  if (mask.defined()) {
+    if (!mask.device().is_cpu() || mask.scalar_type() != at::kFloat || mask.dim() > 4 ||
+        mask.requires_grad())
+      return false;
+    const int64_t full[4] = {q_proj.size(0), heads, q_proj.size(1), kv_len};
+    for (int64_t i = 0; i < mask.dim(); ++i) {
+      const int64_t size = mask.size(mask.dim() - 1 - i);
+      if (size != 1 && size != full[3 - i]) return false;
+    }
+  }
+  return true;
+}
+
+at::Tensor fused_attention(const at::Tensor& q_proj, const at::Tensor& kv_proj, int64_t heads,
+                           const at::Tensor& mask, double dropout, bool training) {
+  if (!fused_attention_applies(q_proj, kv_proj, heads, mask))
+    throw std::invalid_argument(
+        "fused_attention: expected float32 CPU q_proj [B, T, 3D] (or [B, T, D] with kv_proj "
+        "[B, S, 2D]), D a multiple of heads, T, S and D / heads at most 256, and a float32 mask "
+        "broadcastable to [B, heads, T, S]");
+  if (training && !(dropout >= 0 && dropout < 1))
+    throw std::invalid_argument("fused_attention: dropout must be in [0, 1)");
+  const at::Tensor none = at::empty({0}, q_proj.options());
+  return FusedAttention::apply(q_proj, kv_proj.defined() ? kv_proj : none, heads,
+                               mask.defined() ? mask : none, dropout, training);
+}
+
+}  // namespace garden::nlp

@@ -1,0 +1,222 @@
+// nlp::fused_attention (garden/nlp/kernels.h): training's attention from the
+// projections in one operation, against the definition composed from
+// LibTorch's operations in double, with gradients by LibTorch's autograd of
+// that definition; its dropout against nlp::dropout's mask for the same seed.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <limits>
+
+#include "garden/nlp/attention.h"
+#include "garden/nlp/kernels.h"
+
+namespace garden::nlp {
+namespace {
+
+// [B, L, n * D] -> n tensors [B, H, L, Dh].
+std::vector<at::Tensor> heads_of(const at::Tensor& x, int64_t n, int64_t heads) {
+  const int64_t d = x.size(2) / n;
+  return x.view({x.size(0), x.size(1), n, heads, d / heads}).permute({2, 0, 3, 1, 4}).unbind(0);
+}
+
+// The definition, in the inputs' dtype: `keep` (undefined: no dropout) holds
+// 0 or 1 / (1 - p) per [B, H, T, S] element.
+at::Tensor reference(const at::Tensor& q_proj, const at::Tensor& kv_proj, int64_t heads,
+                     const at::Tensor& mask, const at::Tensor& keep) {
+  at::Tensor q, k, v;
+  if (kv_proj.defined()) {
+    q = heads_of(q_proj, 1, heads)[0];
+    auto kv = heads_of(kv_proj, 2, heads);
+    k = kv[0];
+    v = kv[1];
+  } else {
+    auto qkv = heads_of(q_proj, 3, heads);
+    q = qkv[0];
+    k = qkv[1];
+    v = qkv[2];
+  }
+  at::Tensor scores =
+      at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(3)));
+  if (mask.defined()) scores = scores + mask.to(scores.scalar_type());
+  at::Tensor probs = at::softmax(scores, -1);
+  if (keep.defined()) probs = probs * keep.to(probs.scalar_type());
+  const at::Tensor context = at::matmul(probs, v);  // [B, H, T, Dh]
+  return context.transpose(1, 2).reshape({q_proj.size(0), q_proj.size(1), -1});
+}
+
+double max_error(const at::Tensor& got, const at::Tensor& want) {
+  return (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>() /
+         (1.0 + want.abs().max().item<double>());
+}
+
+// Forward and both gradients of the fused operation in float32 against the
+// definition in double, for a random upstream gradient.
+void expect_matches(int64_t batch, int64_t t_len, int64_t s_len, int64_t hidden, int64_t heads,
+                    bool self, const at::Tensor& mask, double rate = 0.0) {
+  SCOPED_TRACE(testing::Message() << "B " << batch << " T " << t_len << " S " << s_len << " D "
+                                  << hidden << " H " << heads << (self ? " self" : " cross")
+                                  << " dropout " << rate);
+  const at::Tensor q_proj =
+      torch::randn({batch, t_len, (self ? 3 : 1) * hidden}).mul_(1.5).requires_grad_();
+  const at::Tensor kv_proj =
+      self ? at::Tensor() : torch::randn({batch, s_len, 2 * hidden}).mul_(1.5).requires_grad_();
+  ASSERT_TRUE(fused_attention_applies(q_proj, kv_proj, heads, mask));
+  torch::manual_seed(7);
+  const at::Tensor got = fused_attention(q_proj, kv_proj, heads, mask, rate, /*training=*/true);
+  at::Tensor keep;
+  if (rate > 0) {  // the mask nlp::dropout draws from the same generator state
+    torch::manual_seed(7);
+    keep = nlp::dropout(torch::ones({batch, heads, t_len, s_len}), rate, /*training=*/true);
+    EXPECT_GT(keep.eq(0).sum().item<int64_t>(), 0);
+  }
+  const at::Tensor q64 = q_proj.detach().to(at::kDouble).requires_grad_();
+  const at::Tensor kv64 = self ? at::Tensor() : kv_proj.detach().to(at::kDouble).requires_grad_();
+  const at::Tensor want = reference(q64, kv64, heads, mask, keep);
+  ASSERT_EQ(got.sizes(), want.sizes());
+  EXPECT_LE(max_error(got, want), 2e-5);
+
+  const at::Tensor upstream = torch::randn(want.sizes(), torch::kDouble);
+  got.backward(upstream.to(at::kFloat));
+  want.backward(upstream);
+  EXPECT_LE(max_error(q_proj.grad(), q64.grad()), 5e-5) << "q_proj's gradient";
+  if (!self) {
+    EXPECT_LE(max_error(kv_proj.grad(), kv64.grad()), 5e-5) << "kv_proj gradient";
+  }
+}
+
+TEST(FusedAttention, SelfAttentionMatchesTheDefinition) {
+  torch::manual_seed(0);
+  // Head sizes on and off the 16-wide lanes and the 32-wide blocks;
+  // lengths across the 6-row blocks; one head and several.
+  expect_matches(2, 5, 5, 8, 2, true, {});
+  expect_matches(3, 33, 33, 64, 4, true, {});
+  expect_matches(2, 17, 17, 48, 3, true, {});
+  expect_matches(1, 1, 1, 16, 1, true, {});
+  expect_matches(2, 40, 40, 128, 2, true, {});
+  // Padding [B, 1, 1, S] and causal [1, 1, T, T] masks, and both summed.
+  const at::Tensor ids = torch::tensor({{5, 6, 7, 8, 9, 0, 0}, {1, 2, 3, 0, 0, 0, 0}});
+  expect_matches(2, 7, 7, 32, 4, true, padding_mask(ids));
+  expect_matches(2, 7, 7, 32, 4, true, causal_mask(7));
+  expect_matches(2, 7, 7, 32, 4, true, padding_mask(ids) + causal_mask(7));
+}
+
+TEST(FusedAttention, CrossAttentionMatchesTheDefinition) {
+  torch::manual_seed(1);
+  const at::Tensor ids = torch::tensor({{5, 6, 7, 8, 9, 10, 11, 12, 0, 0, 0, 0},
+                                        {1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0},
+                                        {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}});
+  expect_matches(3, 9, 12, 32, 2, false, padding_mask(ids));
+  expect_matches(2, 4, 37, 24, 3, false, {});
+  // A mask varying over every dimension, heads included.
+  expect_matches(2, 6, 10, 16, 2, false, torch::randn({2, 2, 6, 10}));
+}
+
+TEST(FusedAttention, DropoutIsNlpDropoutsMaskForTheSameSeed) {
+  torch::manual_seed(2);
+  expect_matches(2, 19, 19, 32, 2, true, causal_mask(19), 0.3);
+  expect_matches(3, 9, 14, 64, 4, false, {}, 0.1);
+}
+
+TEST(FusedAttention, NoDropoutOutsideTraining) {
+  torch::manual_seed(3);
+  const at::Tensor q_proj = torch::randn({2, 6, 48});
+  torch::manual_seed(5);
+  const at::Tensor eval = fused_attention(q_proj, {}, 2, {}, 0.5, /*training=*/false);
+  const at::Tensor after_eval = torch::rand({4});
+  torch::manual_seed(5);
+  const at::Tensor none = fused_attention(q_proj, {}, 2, {}, 0.0, /*training=*/true);
+  EXPECT_TRUE(eval.equal(none));
+  // Evaluation draws nothing from the generator.
+  EXPECT_TRUE(after_eval.equal(torch::rand({4})));
+}
+
+TEST(FusedAttention, SameBitsForAnyThreadCount) {
+  torch::manual_seed(4);
+  const at::Tensor q_proj = torch::randn({4, 24, 3 * 64}).requires_grad_();
+  const at::Tensor upstream = torch::randn({4, 24, 64});
+  const int threads = at::get_num_threads();
+  std::vector<at::Tensor> outputs, grads;
+  for (int n : {1, 2}) {
+    at::set_num_threads(n);
+    torch::manual_seed(9);
+    const at::Tensor out = fused_attention(q_proj, {}, 4, causal_mask(24), 0.2, true);
+    out.backward(upstream);
+    outputs.push_back(out.detach());
+    grads.push_back(q_proj.grad().clone());
+    q_proj.mutable_grad().reset();
+  }
+  at::set_num_threads(threads);
+  EXPECT_TRUE(outputs[0].equal(outputs[1]));
+  EXPECT_TRUE(grads[0].equal(grads[1]));
+}
+
+TEST(FusedAttention, ANanStaysInItsRowAndHead) {
+  torch::manual_seed(6);
+  at::Tensor q_proj = torch::randn({2, 5, 3 * 16});
+  q_proj[1][3][0] = std::numeric_limits<float>::quiet_NaN();  // head 0's query of row 3
+  const at::Tensor out = fused_attention(q_proj, {}, 2, {}, 0.0, false);
+  const at::Tensor nan = out.isnan();
+  EXPECT_TRUE(nan[1][3].narrow(0, 0, 8).all().item<bool>());
+  EXPECT_EQ(nan.sum().item<int64_t>(), 8);
+  // An infinite score makes its row NaN, in that head only (as LibTorch's
+  // softmax does): head 1's key 2 is +inf where every query of head 1 is 1.
+  at::Tensor inf_key = torch::randn({1, 4, 3 * 16});
+  inf_key.select(2, 8).fill_(1.0);
+  inf_key[0][2][16 + 8] = std::numeric_limits<float>::infinity();
+  const at::Tensor poisoned = fused_attention(inf_key, {}, 2, {}, 0.0, false);
+  EXPECT_TRUE(poisoned[0].narrow(1, 8, 8).isnan().all().item<bool>());
+  EXPECT_FALSE(poisoned[0].narrow(1, 0, 8).isnan().any().item<bool>());
+}
+
+TEST(FusedAttention, AppliesOnlyWhereItsKernelRuns) {
+  const at::Tensor q = torch::randn({2, 5, 48});
+  EXPECT_TRUE(fused_attention_applies(q, {}, 2, {}));
+  EXPECT_FALSE(fused_attention_applies(q.to(at::kDouble), {}, 2, {}));
+  EXPECT_FALSE(fused_attention_applies(torch::randn({2, 5, 47}), {}, 2, {}));       // not 3D
+  EXPECT_FALSE(fused_attention_applies(q, {}, 5, {}));                              // D % heads
+  EXPECT_FALSE(fused_attention_applies(torch::randn({1, 257, 48}), {}, 2, {}));     // T > 256
+  EXPECT_FALSE(fused_attention_applies(torch::randn({1, 4, 3 * 514}), {}, 2, {}));  // Dh > 256
+  EXPECT_FALSE(fused_attention_applies(q, torch::randn({2, 7, 31}), 2, {}));        // kv not 2D
+  EXPECT_FALSE(fused_attention_applies(q, {}, 2, torch::zeros({2, 1, 1, 4})));      // S is 5
+  EXPECT_FALSE(fused_attention_applies(q, {}, 2, torch::zeros({2, 1, 1, 5}, torch::kDouble)));
+  EXPECT_TRUE(fused_attention_applies(q, {}, 2, torch::zeros({5})));
+  EXPECT_THROW(fused_attention(q.to(at::kDouble), {}, 2, {}, 0.0, true), std::invalid_argument);
+  EXPECT_THROW(fused_attention(q, {}, 2, {}, 1.0, true), std::invalid_argument);
+}
+
+// The module takes the fused path in float32 and the unfused one in double:
+// the two agree, forward and gradients, with the module's own masks.
+TEST(FusedAttention, ModuleAgreesWithItsUnfusedPath) {
+  for (bool cross : {false, true}) {
+    AttentionOptions options;
+    options.hidden_size = 64;
+    options.num_heads = 4;
+    options.cross_attention = cross;
+    torch::manual_seed(10);
+    MultiHeadAttention fused(options);
+    torch::manual_seed(10);  // the same initial weights
+    MultiHeadAttention unfused(options);
+    unfused->to(at::kDouble);
+    const at::Tensor x = torch::randn({3, 11, 64}).requires_grad_();
+    const at::Tensor memory = torch::randn({3, 13, 64});
+    const at::Tensor mask = cross ? padding_mask(torch::randint(0, 3, {3, 13})) : causal_mask(11);
+    const at::Tensor x64 = x.detach().to(at::kDouble).requires_grad_();
+    const at::Tensor got = fused->forward(x, cross ? memory : at::Tensor(), mask);
+    const at::Tensor want =
+        unfused->forward(x64, cross ? memory.to(at::kDouble) : at::Tensor(), mask);
+    EXPECT_LE(max_error(got, want), 2e-5) << (cross ? "cross" : "self");
+    got.sum().backward();
+    want.sum().backward();
+    EXPECT_LE(max_error(x.grad(), x64.grad()), 5e-5);
+    const auto params = fused->named_parameters();
+    const auto params64 = unfused->named_parameters();
+    for (const auto& p : params)
+      EXPECT_LE(max_error(p.value().grad(), params64[p.key()].grad()), 5e-5) << p.key();
+  }
+}
+
+}  // namespace
+}  // namespace garden::nlp
