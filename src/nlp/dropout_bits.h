@@ -21,12 +21,6 @@ inline uint64_t splitmix64(uint64_t z) {
 
 constexpr uint64_t kGoldenGamma = 0x9e3779b97f4a7c15ULL;
 
-// The 32 bits of element i.
-inline uint32_t dropout_bits(uint64_t seed, uint64_t i) {
-  const uint64_t bits = splitmix64(seed + (i >> 1) * kGoldenGamma);
-  return static_cast<uint32_t>((i & 1) ? bits >> 32 : bits);
-}
-
 // The threshold below which an element is dropped with probability p.
 inline uint32_t dropout_threshold(double p) {
   const double t = p * 4294967296.0;

@@ -117,7 +117,7 @@ __attribute__((always_inline)) inline void keep_row(const Geometry& g, uint64_t 
   const uint64_t start = g.seed + pair0 * kGoldenGamma;
   for (int64_t j = 0; j < pairs; ++j) {
     const uint64_t r = splitmix64(start + static_cast<uint64_t>(j) * kGoldenGamma);
-    std::memcpy(bits + 2 * j, &r, sizeof(r));  // low half first, as dropout_bits reads it
+    std::memcpy(bits + 2 * j, &r, sizeof(r));  // low half first (dropout_bits.h)
   }
   const uint32_t* __restrict own = bits + (first & 1);
   const uint32_t threshold = g.threshold;
