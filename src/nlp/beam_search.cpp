@@ -184,6 +184,7 @@ std::vector<int64_t> check_limits(const at::Tensor& max_decode_lengths, int64_t 
   return limits;
 }
 
+// The limits are read on the host (check_limits), so they stay there.
 at::Tensor same_limit(int64_t batch, int64_t max_decode_length) {
   return torch::full({batch}, max_decode_length, torch::kLong);
 }
@@ -215,8 +216,10 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
   const int64_t batch = initial_ids.size(0);
   const int64_t beams = beam_size;
   const std::vector<int64_t> limits = check_limits(max_decode_lengths, batch, "beam search");
-  const auto long_opts = torch::TensorOptions().dtype(torch::kLong);
-  const auto score_opts = torch::TensorOptions().dtype(torch::kDouble);
+  // The search's state lives on the device of the ids it extends (the
+  // model's: a GPU's when it decodes there).
+  const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(initial_ids.device());
+  const auto score_opts = long_opts.dtype(torch::kDouble);
 
   // Every example's cache rows are repeated beam_size times (row b*beam + k),
   // except the "per_example/" entries, which its beams share.
@@ -239,7 +242,7 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
   alive_log_probs.select(1, 0).fill_(0.0);
   at::Tensor finished_seq = torch::zeros({batch, beams, 1}, long_opts);
   at::Tensor finished_scores = torch::full({batch, beams}, kLargeNegative, score_opts);
-  at::Tensor finished_flags = torch::zeros({batch, beams}, torch::kBool);
+  at::Tensor finished_flags = torch::zeros({batch, beams}, long_opts.dtype(torch::kBool));
   at::Tensor limit = torch::tensor(limits, long_opts);
   // Each example's length normalization at its own limit.
   std::vector<double> norms;
@@ -352,16 +355,19 @@ BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
   check_initial_ids(initial_ids);
   torch::NoGradGuard no_grad;
   const int64_t batch = initial_ids.size(0);
+  // On the device of the ids, as in the beam search.
+  const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(initial_ids.device());
+  const auto score_opts = long_opts.dtype(torch::kDouble);
   at::Tensor limit =
-      torch::tensor(check_limits(max_decode_lengths, batch, "greedy decode"), torch::kLong);
+      torch::tensor(check_limits(max_decode_lengths, batch, "greedy decode"), long_opts);
   check_cache_rows(initial_cache, batch, batch, "given to greedy decode");
   Cache cache = std::move(initial_cache);
 
   // As in the beam search, only the rows still decoding are run: a row is
   // finished by its EOS or at its own limit, and then leaves the batch.
-  at::Tensor examples = torch::arange(batch, torch::kLong);
+  at::Tensor examples = torch::arange(batch, long_opts);
   at::Tensor seq = initial_ids.to(torch::kLong).view({batch, 1});
-  at::Tensor scores = torch::zeros({batch}, torch::kDouble);
+  at::Tensor scores = torch::zeros({batch}, score_opts);
   at::Tensor finished = limit.le(0);
   std::vector<at::Tensor> result_sequences(static_cast<std::size_t>(batch));
   std::vector<at::Tensor> result_scores(static_cast<std::size_t>(batch));
@@ -381,7 +387,7 @@ BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
     }
     const at::Tensor logits = next_logits(symbols_to_logits_fn, seq, step, cache, seq.size(0), -1);
     auto [best_log_prob, best_id] =
-        top_log_prob_extensions(logits, torch::zeros({seq.size(0), 1}, torch::kDouble), 1);
+        top_log_prob_extensions(logits, torch::zeros({seq.size(0), 1}, score_opts), 1);
     scores = scores + best_log_prob.view({-1});
     seq = torch::cat({seq, best_id}, 1);
     finished = best_id.view({-1}).eq(eos_id).logical_or(limit.le(step + 1));

@@ -23,7 +23,8 @@ std::vector<std::vector<int64_t>> translate_ids(Seq2SeqTransformerImpl& model,
   const SymbolsToLogitsFn step_fn = [&model](const at::Tensor& ids, int64_t step, Cache& c) {
     return model.decode_step(ids.select(1, step), step, c);
   };
-  const at::Tensor initial = torch::zeros({batch}, torch::kLong);
+  // The search runs where the model does (the source ids' device).
+  const at::Tensor initial = torch::zeros({batch}, source_ids.options().dtype(torch::kLong));
   const BeamSearchResult result =
       options.beam_size <= 1
           ? greedy_decode(step_fn, initial, std::move(cache), max_lengths, eos_id)

@@ -515,6 +515,44 @@ TEST_F(TranslationTest, BeamOneIsGreedyAndABatchDecodesAsEachSentenceAlone) {
   }
 }
 
+// Device-parameterized, as CTranslate2's tests are: every case runs on the
+// CPU, and on CUDA when a GPU is present (skipped with a message otherwise).
+// On a device, the model's weights decode to the ids the CPU decodes them
+// to, greedy and beam; the search's state lives on that device.
+class TranslationDeviceTest : public TranslationTest,
+                              public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(TranslationDeviceTest, DecodesTheIdsTheCpuDecodes) {
+  const c10::Device device(GetParam());
+  if (device.is_cuda() && !torch::cuda::is_available())
+    GTEST_SKIP() << "no CUDA device (LibTorch built without CUDA, or no GPU)";
+  auto config = small_config(path("unused.tsv"), path("unused.tsv"));
+  TranslationTask task(config);
+  torch::manual_seed(11);
+  auto model = task.build_model();
+  model->eval();
+  auto& transformer = *model->as<garden::nlp::Seq2SeqTransformerImpl>();
+  const at::Tensor batch = torch::tensor({{5, 6, 7, 8, 1}, {9, 10, 1, 0, 0}, {11, 1, 0, 0, 0}});
+  garden::nlp::DecodeOptions options;
+  options.decode_max_length = 8;
+  std::map<int64_t, std::vector<std::vector<int64_t>>> on_cpu;
+  for (const int64_t beam : {1, 3}) {
+    options.beam_size = beam;
+    on_cpu[beam] = garden::nlp::translate_ids(transformer, batch, 1, options);
+  }
+  model->to(device);
+  for (const int64_t beam : {1, 3}) {
+    options.beam_size = beam;
+    EXPECT_EQ(garden::nlp::translate_ids(transformer, batch.to(device), 1, options), on_cpu[beam])
+        << "beam " << beam << " on " << device;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, TranslationDeviceTest, ::testing::Values("cpu", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
 // Dropout, a shuffle buffer and length buckets: a run stopped at 20 steps and
 // resumed to 40 ends bitwise equal to one that ran 40 steps straight.
 TEST_F(TranslationTest, AResumedRunEndsBitwiseEqualToAnUninterruptedOne) {
