@@ -396,6 +396,13 @@ Logs Trainer::eval_step(const Batch& inputs, const Logs& passthrough) {
 }
 
 namespace {
+// The state of a device's default generator (a CUDA device's), on the host.
+at::Tensor device_random_state(const at::Device& device) {
+  auto generator = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
 // The summary name of a step's scalar: Model Garden's training_loss /
 // validation_loss for the loss itself, the scalar's own name otherwise.
 std::string scalar_name(const std::string& key, const char* loss_key, const char* loss_name) {
@@ -636,6 +643,9 @@ CheckpointData Trainer::checkpoint_state() const {
     std::lock_guard<std::mutex> lock(generator.mutex());
     data.tensors["rng/cpu"] = generator.get_state();
   }
+  // On a GPU, dropout draws from the device's generator: it is saved too, so
+  // a resumed GPU run continues as the CPU one does.
+  if (device_.is_cuda()) data.tensors["rng/cuda"] = device_random_state(device_);
   if (train_dataset_ && !group_ && !servers_) meta["train_data"] = train_dataset_->state();
   meta["task"] = task_->checkpoint_metadata();
   meta["checkpoint_items"] = task_->checkpoint_items();
@@ -671,9 +681,11 @@ void Trainer::restore_checkpoint_state(const CheckpointData& data, bool restore_
     return;
   }
   std::string rng_key = "rng/cpu";
+  std::string cuda_rng_key = "rng/cuda";
   nlohmann::json input_state;
   if (group_) {
     rng_key += "/" + std::to_string(group_->rank());
+    cuda_rng_key += "/" + std::to_string(group_->rank());
     input_state = data.meta.at("workers").at(static_cast<std::size_t>(group_->rank())).value(
         "train_data", nlohmann::json());
   } else if (data.meta.contains("train_data")) {
@@ -684,6 +696,14 @@ void Trainer::restore_checkpoint_state(const CheckpointData& data, bool restore_
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(it->second);
     random_state_restored_ = true;
+  }
+  // A GPU's state continues on a GPU; a CPU run, or a checkpoint written on a
+  // CPU, leaves the device's generator as the seed set it.
+  if (const auto it = data.tensors.find(cuda_rng_key);
+      it != data.tensors.end() && device_.is_cuda()) {
+    auto generator = at::globalContext().defaultGenerator(device_);
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(it->second);
   }
   if (train_dataset_ && !input_state.is_null()) train_dataset_->restore(input_state);
 }
@@ -700,6 +720,11 @@ CheckpointData Trainer::checkpoint_state_of_all_workers() {
     mine["rng"] = std::vector<uint8_t>(state.data_ptr<uint8_t>(),
                                        state.data_ptr<uint8_t>() + state.numel());
   }
+  if (device_.is_cuda()) {
+    const at::Tensor state = device_random_state(device_).contiguous();
+    mine["cuda_rng"] =
+        std::vector<uint8_t>(state.data_ptr<uint8_t>(), state.data_ptr<uint8_t>() + state.numel());
+  }
   nlohmann::json workers = nlohmann::json::array();
   int64_t rank = 0;
   for (const auto& text : group_->all_gather(mine.dump(), "the checkpoint's worker states")) {
@@ -710,6 +735,14 @@ CheckpointData Trainer::checkpoint_state_of_all_workers() {
                          torch::kUInt8)
             .clone();
     worker.erase("rng");
+    if (worker.contains("cuda_rng")) {
+      const auto cuda_rng = worker.at("cuda_rng").get<std::vector<uint8_t>>();
+      data.tensors["rng/cuda/" + std::to_string(rank - 1)] =
+          torch::from_blob(const_cast<uint8_t*>(cuda_rng.data()),
+                           {static_cast<int64_t>(cuda_rng.size())}, torch::kUInt8)
+              .clone();
+      worker.erase("cuda_rng");
+    }
     workers.push_back(std::move(worker));
   }
   data.meta["workers"] = std::move(workers);
