@@ -88,6 +88,13 @@ int run_train(const ExperimentFlags& flags, const std::string& mode, const std::
   // OpenMPI, runtime.worker_hosts), joined before the seed is drawn.
   const auto cluster =
       distribute::resolve_cluster(distribute::process_environment(), params->runtime);
+  // One GPU per local process: runtime.device=cuda becomes cuda:<local rank>.
+  if (const auto device = distribute::process_device(cluster, params->runtime.device);
+      device != params->runtime.device) {
+    log_info() << "runtime.device=" << params->runtime.device << " on local rank "
+               << cluster.local_rank << ": training on " << device;
+    params->runtime.device = device;
+  }
   RunOptions options;
   options.mode = mode;
   if (cluster.is_evaluator() && mode != "continuous_eval") {

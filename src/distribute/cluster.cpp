@@ -242,6 +242,11 @@ void check_agrees(const Cluster& cluster, const Environment& env, const std::str
 
 }  // namespace
 
+std::string process_device(const Cluster& cluster, const std::string& device) {
+  if (!cluster.distributed() || device != "cuda") return device;
+  return "cuda:" + std::to_string(cluster.local_rank);
+}
+
 std::string first_slurm_host(const std::string& nodelist) {
   // The first entry: up to the first comma outside brackets.
   int depth = 0;

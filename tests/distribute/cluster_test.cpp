@@ -161,6 +161,11 @@ TEST(ClusterTest, SlurmTakesTheFirstHostOfTheNodeList) {
   EXPECT_EQ(c.world_size, 8);
   EXPECT_EQ(c.local_rank, 1);
   EXPECT_EQ(c.master_addr, "gpu012");
+  // runtime.device=cuda: this process's GPU is its local rank's.
+  EXPECT_EQ(gd::process_device(c, "cuda"), "cuda:1");
+  EXPECT_EQ(gd::process_device(c, "cuda:3"), "cuda:3");
+  EXPECT_EQ(gd::process_device(c, "cpu"), "cpu");
+  EXPECT_EQ(gd::process_device(gd::resolve_cluster({}, runtime()), "cuda"), "cuda");
   EXPECT_EQ(gd::first_slurm_host("a1,b2"), "a1");
   EXPECT_EQ(gd::first_slurm_host("node[7]"), "node7");
   EXPECT_EQ(gd::first_slurm_host("rack[1-2]-n[01-04]"), "rack1-n[01-04]");

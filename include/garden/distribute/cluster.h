@@ -71,6 +71,11 @@ struct Cluster {
 // with another strategy are refused.
 Cluster resolve_cluster(const Environment& env, const config::RuntimeConfig& runtime);
 
+// The device this process trains on: `cuda` (no index) in a run of several
+// processes means the GPU of the process's local rank, `cuda:<local_rank>`,
+// as torchrun's scripts choose it; any other setting is kept.
+std::string process_device(const Cluster& cluster, const std::string& device);
+
 // "node[01-04,07],other" -> "node01": the first host of a SLURM node list.
 std::string first_slurm_host(const std::string& nodelist);
 
