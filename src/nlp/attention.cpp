@@ -50,8 +50,10 @@ at::Tensor padding_mask(const at::Tensor& ids, int64_t pad_id, at::ScalarType dt
   return (ids == pad_id).to(dtype).mul_(kMaskedValue).view({ids.size(0), 1, 1, ids.size(1)});
 }
 
-at::Tensor causal_mask(int64_t length, at::ScalarType dtype) {
-  return at::triu(at::full({length, length}, kMaskedValue, at::TensorOptions().dtype(dtype)), 1)
+at::Tensor causal_mask(int64_t length, at::ScalarType dtype, at::Device device) {
+  return at::triu(at::full({length, length}, kMaskedValue,
+                           at::TensorOptions().dtype(dtype).device(device)),
+                  1)
       .view({1, 1, length, length});
 }
 

@@ -26,11 +26,11 @@ torch::nn::LayerNorm make_norm(int64_t width, double epsilon) {
 
 at::Tensor relative_position_encoding(int64_t length, int64_t hidden_size, int64_t start,
                                       double min_timescale, double max_timescale,
-                                      at::ScalarType dtype) {
+                                      at::ScalarType dtype, at::Device device) {
   TORCH_CHECK(hidden_size % 2 == 0, "position encoding needs an even hidden_size");
   const int64_t num_timescales = hidden_size / 2;
   // Computed in double, then cast, so float and double models see the same values.
-  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
   const double log_increment = std::log(max_timescale / min_timescale) /
                                static_cast<double>(std::max<int64_t>(num_timescales - 1, 1));
   at::Tensor inv_timescales =
@@ -210,8 +210,7 @@ at::Tensor Seq2SeqTransformerImpl::embed(const at::Tensor& ids, int64_t start) {
   at::Tensor x = embedding->forward(ids) * std::sqrt(static_cast<double>(options_.hidden_size));
   x = x * (ids != options_.pad_id).unsqueeze(-1).to(x.scalar_type());
   x = x + relative_position_encoding(ids.size(1), options_.hidden_size, start, 1.0, 1.0e4,
-                                     weight.scalar_type())
-              .to(weight.device());
+                                     weight.scalar_type(), weight.device());
   const double p = options_.embedding_dropout_rate >= 0 ? options_.embedding_dropout_rate
                                                         : options_.dropout_rate;
   return nlp::dropout(x, p, is_training());
@@ -241,7 +240,7 @@ EncoderOutput Seq2SeqTransformerImpl::encode(const at::Tensor& src_ids) {
 
 at::Tensor Seq2SeqTransformerImpl::decode(const at::Tensor& tgt_in, const EncoderOutput& encoded) {
   at::Tensor self_mask =
-      causal_mask(tgt_in.size(1), embedding->weight.scalar_type()).to(tgt_in.device());
+      causal_mask(tgt_in.size(1), embedding->weight.scalar_type(), tgt_in.device());
   at::Tensor x = embed(tgt_in, 0);
   for (auto& layer : decoder_layers)
     x = layer->forward(x, encoded.outputs, self_mask, encoded.padding_mask);

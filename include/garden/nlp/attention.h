@@ -30,7 +30,8 @@ constexpr double kMaskedValue = -1e9;
 at::Tensor padding_mask(const at::Tensor& ids, int64_t pad_id = 0,
                         at::ScalarType dtype = at::kFloat);
 // Additive causal mask [1, 1, T, T]: position t attends to positions <= t.
-at::Tensor causal_mask(int64_t length, at::ScalarType dtype = at::kFloat);
+at::Tensor causal_mask(int64_t length, at::ScalarType dtype = at::kFloat,
+                       at::Device device = at::kCPU);
 
 // A dense layer, y = x w^T + b, with the parameters torch::nn::Linear has
 // ("weight" [out, in], "bias" [out]: checkpoints name them the same), and an

@@ -48,9 +48,11 @@ at::Tensor layer_norm(const at::Tensor& x, torch::nn::LayerNorm& norm);
 // timescales min * (max/min)^(i / (hidden_size/2 - 1)), i < hidden_size/2, and
 // row p = concat(sin(p / timescale_i) for all i, cos(p / timescale_i) for all i)
 // (sin half first, then cos half; not interleaved). Positions start at `start`.
+// Made on `device` (no copy from the host each step on a GPU).
 at::Tensor relative_position_encoding(int64_t length, int64_t hidden_size, int64_t start = 0,
                                       double min_timescale = 1.0, double max_timescale = 1.0e4,
-                                      at::ScalarType dtype = at::kFloat);
+                                      at::ScalarType dtype = at::kFloat,
+                                      at::Device device = at::kCPU);
 
 // Shared by the encoder and decoder blocks.
 struct TransformerBlockOptions {
