@@ -88,6 +88,19 @@ class TranslationTest : public ::testing::Test {
   static std::string spm_path() { return (dir_ / "spm.model").string(); }
   static std::string path(const std::string& name) { return (dir_ / name).string(); }
 
+  // A small model in eval mode, its weights drawn from seed 11.
+  static garden::ModelPtr seeded_model() {
+    TranslationTask task(small_config(path("unused.tsv"), path("unused.tsv")));
+    torch::manual_seed(11);
+    auto model = task.build_model();
+    model->eval();
+    return model;
+  }
+  // Three sentences of different lengths, padded with 0, each ending in EOS (1).
+  static at::Tensor three_sentences() {
+    return torch::tensor({{5, 6, 7, 8, 1}, {9, 10, 1, 0, 0}, {11, 1, 0, 0, 0}});
+  }
+
   // A small task config over `train` / `validation` TSV files.
   static std::shared_ptr<TranslationConfig> small_config(const std::string& train,
                                                          const std::string& validation) {
@@ -477,13 +490,9 @@ TEST_F(TranslationTest, ValidationLogsReduceToBleuInUniqueIdOrder) {
 }
 
 TEST_F(TranslationTest, BeamOneIsGreedyAndABatchDecodesAsEachSentenceAlone) {
-  auto config = small_config(path("unused.tsv"), path("unused.tsv"));
-  TranslationTask task(config);
-  torch::manual_seed(11);
-  auto model = task.build_model();
-  model->eval();
+  auto model = seeded_model();
   auto& transformer = *model->as<garden::nlp::Seq2SeqTransformerImpl>();
-  const at::Tensor batch = torch::tensor({{5, 6, 7, 8, 1}, {9, 10, 1, 0, 0}, {11, 1, 0, 0, 0}});
+  const at::Tensor batch = three_sentences();
   garden::nlp::DecodeOptions options;
   options.beam_size = 3;
   options.decode_max_length = 8;
@@ -526,13 +535,9 @@ TEST_P(TranslationDeviceTest, DecodesTheIdsTheCpuDecodes) {
   const c10::Device device(GetParam());
   if (device.is_cuda() && !torch::cuda::is_available())
     GTEST_SKIP() << "no CUDA device (LibTorch built without CUDA, or no GPU)";
-  auto config = small_config(path("unused.tsv"), path("unused.tsv"));
-  TranslationTask task(config);
-  torch::manual_seed(11);
-  auto model = task.build_model();
-  model->eval();
+  auto model = seeded_model();
   auto& transformer = *model->as<garden::nlp::Seq2SeqTransformerImpl>();
-  const at::Tensor batch = torch::tensor({{5, 6, 7, 8, 1}, {9, 10, 1, 0, 0}, {11, 1, 0, 0, 0}});
+  const at::Tensor batch = three_sentences();
   garden::nlp::DecodeOptions options;
   options.decode_max_length = 8;
   std::map<int64_t, std::vector<std::vector<int64_t>>> on_cpu;
