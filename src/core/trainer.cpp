@@ -713,36 +713,32 @@ CheckpointData Trainer::checkpoint_state_of_all_workers() {
   if (!group_) return data;
   nlohmann::json mine = nlohmann::json::object();
   if (train_dataset_) mine["train_data"] = train_dataset_->state();
+  // Each generator's state travels as bytes in the worker's JSON.
+  const auto save = [&mine](const char* key, const at::Tensor& state) {
+    const at::Tensor bytes = state.contiguous();
+    mine[key] =
+        std::vector<uint8_t>(bytes.data_ptr<uint8_t>(), bytes.data_ptr<uint8_t>() + bytes.numel());
+  };
   {
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
-    const at::Tensor state = generator.get_state();
-    mine["rng"] = std::vector<uint8_t>(state.data_ptr<uint8_t>(),
-                                       state.data_ptr<uint8_t>() + state.numel());
+    save("rng", generator.get_state());
   }
-  if (device_.is_cuda()) {
-    const at::Tensor state = device_random_state(device_).contiguous();
-    mine["cuda_rng"] =
-        std::vector<uint8_t>(state.data_ptr<uint8_t>(), state.data_ptr<uint8_t>() + state.numel());
-  }
+  if (device_.is_cuda()) save("cuda_rng", device_random_state(device_));
   nlohmann::json workers = nlohmann::json::array();
   int64_t rank = 0;
   for (const auto& text : group_->all_gather(mine.dump(), "the checkpoint's worker states")) {
     auto worker = nlohmann::json::parse(text);
-    const auto rng = worker.at("rng").get<std::vector<uint8_t>>();
-    data.tensors["rng/cpu/" + std::to_string(rank++)] =
-        torch::from_blob(const_cast<uint8_t*>(rng.data()), {static_cast<int64_t>(rng.size())},
-                         torch::kUInt8)
-            .clone();
-    worker.erase("rng");
-    if (worker.contains("cuda_rng")) {
-      const auto cuda_rng = worker.at("cuda_rng").get<std::vector<uint8_t>>();
-      data.tensors["rng/cuda/" + std::to_string(rank - 1)] =
-          torch::from_blob(const_cast<uint8_t*>(cuda_rng.data()),
-                           {static_cast<int64_t>(cuda_rng.size())}, torch::kUInt8)
+    for (const auto& [key, name] :
+         {std::pair{"rng", "rng/cpu/"}, std::pair{"cuda_rng", "rng/cuda/"}}) {
+      if (!worker.contains(key)) continue;
+      auto bytes = worker.at(key).get<std::vector<uint8_t>>();
+      data.tensors[name + std::to_string(rank)] =
+          torch::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, torch::kUInt8)
               .clone();
-      worker.erase("cuda_rng");
+      worker.erase(key);
     }
+    ++rank;
     workers.push_back(std::move(worker));
   }
   data.meta["workers"] = std::move(workers);
