@@ -161,7 +161,6 @@ void Trainer::wait_for_async_steps(int64_t num_steps) {
   for (const auto& [key, sum_steps] : progress.scalars) {
     const double mean = sum_steps.first / static_cast<double>(std::max<int64_t>(1, sum_steps.second));
     train_scalars_[key].add(mean, /*weighted=*/false);
-    if (key == task_->loss()) last_train_loss_ = mean;
   }
   examples_seen_ += progress.examples;
   global_step_ = target;
@@ -173,7 +172,12 @@ void Trainer::initialize() { task_->initialize(*model_); }
 Batch Trainer::to_device(const Batch& batch) const {
   if (device_.is_cpu()) return batch;
   Batch out;
-  for (const auto& [key, tensor] : batch) out[key] = tensor.to(device_, /*non_blocking=*/true);
+  for (const auto& [key, tensor] : batch) {
+    // From pageable memory a copy waits for the device's queue; from pinned
+    // memory it is queued behind this step's work and the host goes on.
+    const bool pin = device_.is_cuda() && tensor.device().is_cpu() && !tensor.is_pinned();
+    out[key] = (pin ? tensor.pin_memory() : tensor).to(device_, /*non_blocking=*/true);
+  }
   return out;
 }
 
@@ -308,7 +312,9 @@ std::vector<Batch> split_rows(const Batch& batch, int64_t parts) {
 
 // One step's logs from its accumulation parts' logs: an Average term by term
 // over the parts' counts (the whole batch's mean), anything else the mean.
+// Computed where the parts' tensors are: nothing is read to the host.
 Logs merge_part_logs(const std::vector<Logs>& parts) {
+  const auto as_double = [](const at::Tensor& t) { return t.detach().reshape({}).to(at::kDouble); };
   Logs merged;
   for (const auto& [key, value] : parts.front()) {
     if (!is_scalar(value)) {
@@ -318,26 +324,38 @@ Logs merge_part_logs(const std::vector<Logs>& parts) {
     if (const auto* first = std::get_if<Average>(&value)) {
       Average whole;
       for (std::size_t t = 0; t < first->terms.size(); ++t) {
-        at::Tensor sum = at::zeros({}, at::kDouble);
-        at::Tensor count = at::zeros({}, at::kDouble);
+        at::Tensor sum, count;
         for (const auto& logs : parts) {
           const auto* average = std::get_if<Average>(&logs.at(key));
           if (!average || average->terms.size() != first->terms.size())
             throw Error("the accumulation parts of one step logged '" + key + "' differently");
           const auto& term = average->terms[t];
-          const at::Tensor c = term.count.detach().cpu().to(at::kDouble);
-          sum += term.value.detach().cpu().to(at::kDouble) * c;
-          count += c;
+          const at::Tensor c = as_double(term.count);
+          const at::Tensor weighted = as_double(term.value) * c;
+          sum = sum.defined() ? sum + weighted : weighted;
+          count = count.defined() ? count + c : c;
         }
-        const at::Tensor mean = count.item<double>() > 0 ? sum / count : at::zeros({}, at::kDouble);
+        const at::Tensor mean = at::where(count > 0, sum / count, at::zeros_like(sum));
         whole.terms.push_back(AverageTerm{mean.to(at::kFloat), count, first->terms[t].weight});
       }
       merged[key] = std::move(whole);
-    } else {
-      double total = 0.0;
-      for (const auto& logs : parts) total += to_double(logs.at(key));
-      merged[key] = total / static_cast<double>(parts.size());
+      continue;
     }
+    // Numbers add on the host, tensors where they are.
+    double host_total = 0.0;
+    at::Tensor total;
+    for (const auto& logs : parts) {
+      const LogValue& part = logs.at(key);
+      if (const auto* tensor = std::get_if<at::Tensor>(&part))
+        total = total.defined() ? total + as_double(*tensor) : as_double(*tensor);
+      else
+        host_total += to_double(part);
+    }
+    const double n = static_cast<double>(parts.size());
+    if (total.defined())
+      merged[key] = (total + host_total) / n;
+    else
+      merged[key] = host_total / n;
   }
   return merged;
 }
@@ -355,35 +373,122 @@ Logs Trainer::run_task_step(const Batch& inputs) {
 
 void Trainer::train_step(const Batch& inputs) {
   const Logs logs = run_task_step(inputs);
-  const auto it = logs.find(task_->loss());
-  if (it == logs.end()) throw Error("task train_step returned no '" + std::string(task_->loss()) + "'");
-  if (group_) loop_steps_.emplace_back();
-  for (const auto& [key, value] : logs) {
-    if (!is_scalar(value)) continue;
-    const double number = to_double(value);
-    if (key == task_->loss()) last_train_loss_ = number;
-    if (!group_) {
-      train_scalars_[key].add(number, /*weighted=*/false);
-      continue;
-    }
-    // The step's global value needs every worker's terms: kept until the
-    // loop ends (an Average term by term, anything else as a mean).
-    auto& terms = loop_steps_.back()[key];
-    if (const auto* average = std::get_if<Average>(&value)) {
-      for (const auto& term : average->terms) {
-        const double count = to_double(term.count);
-        terms.push_back({to_double(term.value) * count, count, term.weight});
-      }
-    } else {
-      terms.push_back({number, 1.0, 1.0});
-    }
-  }
+  if (logs.find(task_->loss()) == logs.end())
+    throw Error("task train_step returned no '" + std::string(task_->loss()) + "'");
+  keep_step_scalars(logs);
   if (group_)
     loop_examples_ += task_->num_examples(inputs);
   else
     examples_seen_ += task_->num_examples(inputs);
   ++global_step_;
   if (step_observer_) step_observer_(global_step_);
+}
+
+void Trainer::keep_step_scalars(const Logs& logs) {
+  // The step's tensors are copied into one vector on their device; reading
+  // them waits until the loop ends, so a GPU step never waits for the host.
+  PendingStep step;
+  std::vector<at::Tensor> tensors;
+  // The vector lives where the step ran: on the first accelerator a log
+  // value is on, else on the CPU.
+  at::Device device = at::kCPU;
+  const auto consider = [&device](const at::Tensor& t) {
+    if (device.is_cpu() && t.defined() && !t.device().is_cpu()) device = t.device();
+  };
+  for (const auto& [key, value] : logs) {
+    if (const auto* tensor = std::get_if<at::Tensor>(&value)) consider(*tensor);
+    if (const auto* average = std::get_if<Average>(&value))
+      for (const auto& term : average->terms) {
+        consider(term.value);
+        consider(term.count);
+      }
+  }
+  // The index of `t` in the step's vector; -1 when it was read at once
+  // (into `host`: a CPU number beside device ones costs no wait).
+  const auto keep = [&](const at::Tensor& t, const std::string& key, double& host) -> int64_t {
+    if (!t.defined() || t.numel() != 1)
+      throw Error("the training step's '" + key + "' is a tensor of " +
+                  std::to_string(t.defined() ? t.numel() : 0) + " elements, not a scalar");
+    if (t.device() != device && t.device().is_cpu()) {
+      host = t.item<double>();
+      return -1;
+    }
+    tensors.push_back(t.detach().reshape({1}).to(device, at::kDouble));
+    return static_cast<int64_t>(tensors.size()) - 1;
+  };
+  for (const auto& [key, value] : logs) {
+    if (!is_scalar(value)) continue;
+    PendingStep::Entry entry{key, false, {}};
+    if (const auto* number = std::get_if<double>(&value)) {
+      entry.terms.push_back({*number, 1.0, 1.0, -1, -1});
+    } else if (const auto* tensor = std::get_if<at::Tensor>(&value)) {
+      PendingStep::Term term{0.0, 1.0, 1.0, -1, -1};
+      term.value_at = keep(*tensor, key, term.value);
+      entry.terms.push_back(term);
+    } else {
+      entry.average = true;
+      for (const auto& part : std::get<Average>(value).terms) {
+        // A term without a count counts once.
+        PendingStep::Term term{0.0, 1.0, part.weight, -1, -1};
+        term.value_at = keep(part.value, key, term.value);
+        if (part.count.defined()) term.count_at = keep(part.count, key, term.count);
+        entry.terms.push_back(term);
+      }
+    }
+    step.entries.push_back(std::move(entry));
+  }
+  if (!tensors.empty()) step.values = at::cat(tensors);
+  pending_steps_.push_back(std::move(step));
+}
+
+void Trainer::fold_pending_steps() {
+  // One copy to the host per device for the whole loop.
+  std::map<std::string, std::vector<std::size_t>> by_device;
+  for (std::size_t i = 0; i < pending_steps_.size(); ++i)
+    if (pending_steps_[i].values.defined())
+      by_device[pending_steps_[i].values.device().str()].push_back(i);
+  std::vector<at::Tensor> host(pending_steps_.size());
+  for (const auto& [device, steps] : by_device) {
+    std::vector<at::Tensor> parts;
+    for (const std::size_t i : steps) parts.push_back(pending_steps_[i].values);
+    const at::Tensor all = at::cat(parts).cpu().contiguous();
+    int64_t at = 0;
+    for (const std::size_t i : steps) {
+      const int64_t n = pending_steps_[i].values.numel();
+      host[i] = all.narrow(0, at, n);
+      at += n;
+    }
+  }
+  for (std::size_t i = 0; i < pending_steps_.size(); ++i) {
+    const double* values = host[i].defined() ? host[i].data_ptr<double>() : nullptr;
+    const auto read = [values](double host_value, int64_t index) {
+      return index < 0 ? host_value : values[index];
+    };
+    if (group_) loop_steps_.emplace_back();
+    for (const auto& entry : pending_steps_[i].entries) {
+      if (!group_) {
+        // Model Garden's Mean of the steps' values (an Average's result).
+        double number = 0.0;
+        for (const auto& term : entry.terms)
+          number += term.weight * read(term.value, term.value_at);
+        train_scalars_[entry.key].add(number, /*weighted=*/false);
+        continue;
+      }
+      // The step's global value needs every worker's terms: kept until the
+      // loop ends (an Average term by term, anything else as a mean).
+      auto& terms = loop_steps_.back()[entry.key];
+      for (const auto& term : entry.terms) {
+        const double value = read(term.value, term.value_at);
+        if (!entry.average) {
+          terms.push_back({value, 1.0, 1.0});
+          continue;
+        }
+        const double count = read(term.count, term.count_at);
+        terms.push_back({value * count, count, term.weight});
+      }
+    }
+  }
+  pending_steps_.clear();
 }
 
 Logs Trainer::eval_step(const Batch& inputs, const Logs& passthrough) {
@@ -512,6 +617,7 @@ Logs Trainer::gather_aggregated_logs(const Logs& local) {
 
 Logs Trainer::train_loop_end() {
   Logs logs;
+  fold_pending_steps();
   if (group_) {
     fold_worker_scalars();
     reduce_metrics(train_metrics_, "the training metrics at step " + std::to_string(global_step_));

@@ -31,15 +31,18 @@ bool LossScaler::unscale_and_check(const std::vector<NamedParameter>& params) {
   torch::NoGradGuard no_grad;
   // Keras multiplies by the reciprocal (get_unscaled_gradients).
   const double reciprocal = 1.0 / scale_;
-  bool finite = true;
+  std::vector<at::Tensor> sums;
   for (const auto& p : params) {
     at::Tensor& grad = p.tensor.mutable_grad();
     if (!grad.defined()) continue;
     grad.mul_(reciprocal);
     // A sum in double stays finite for finite entries and carries any inf or
     // NaN through: one reduction instead of an elementwise isfinite.
-    if (finite && !std::isfinite(grad.sum(at::kDouble).item<double>())) finite = false;
+    sums.push_back(grad.sum(at::kDouble));
   }
+  // One read to the host per step (PyTorch's GradScaler reads one too): the
+  // step is skipped, and the scale changed, by what it says.
+  const bool finite = sums.empty() || std::isfinite(at::stack(sums).sum().item<double>());
   if (!dynamic_) return finite;
   if (finite) {
     if (good_steps_ + 1 >= growth_steps_) {

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "event_files.h"
@@ -21,9 +22,17 @@
 #include "garden/core/checkpoint.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
+#include "garden/core/trainer.h"
 #include "garden/optim/lr_schedule.h"
 #include "garden/optim/optimizer.h"
 #include "toy_task.h"
+
+// With CUDA's headers (a CUDA LibTorch), a test can make every CUDA call
+// that waits for the device an error (torch.cuda.set_sync_debug_mode).
+#if __has_include(<c10/cuda/CUDAFunctions.h>) && __has_include(<cuda_runtime_api.h>)
+#include <c10/cuda/CUDAFunctions.h>
+#define GARDEN_TEST_CUDA_SYNC_CHECK 1
+#endif
 
 namespace fs = std::filesystem;
 
@@ -92,6 +101,31 @@ TEST_F(StepTest, ThreeNamedLossPartsReachTheLogsAndTheEventFiles) {
               1e-5);
 }
 
+TEST_F(StepTest, ALoopLogsTheMeanOfItsStepsValues) {
+  // The steps' values are kept where they were computed and read once per
+  // loop: a loop of 10 steps logs the mean of what 10 loops of one step
+  // log, part by part, for the same training.
+  const std::string common = "task.three_parts=true,trainer.train_steps=20,";
+  run("train", "by_one", common + "trainer.steps_per_loop=1,trainer.summary_interval=1");
+  run("train", "by_ten", common + "trainer.steps_per_loop=10,trainer.summary_interval=10");
+  using garden_test::events::scalars_in;
+  const auto one = scalars_in(root_ / "by_one" / "train");
+  const auto ten = scalars_in(root_ / "by_ten" / "train");
+  for (const char* key : {"training_loss", "mse", "mae", "weight_penalty"}) {
+    ASSERT_TRUE(one.count(key) && ten.count(key)) << key;
+    ASSERT_EQ(one.at(key).size(), 20u) << key;
+    ASSERT_EQ(ten.at(key).size(), 2u) << key;
+    for (const int64_t end : {10, 20}) {
+      double sum = 0.0;
+      for (int64_t step = end - 9; step <= end; ++step) sum += one.at(key).at(step);
+      EXPECT_NEAR(ten.at(key).at(end), sum / 10.0, 1e-6 * std::abs(sum / 10.0))
+          << key << " " << end;
+    }
+    // The steps differ, so a loop that logged one of them would be caught.
+    EXPECT_NE(one.at(key).at(1), one.at(key).at(10)) << key;
+  }
+}
+
 TEST_F(StepTest, ValidationLossIsWeightedByWhatItAveragesNotByBatches) {
   // 10 validation rows: batches of 4 give 4 + 4 + 2 rows, whose mean of
   // batch means differs from the mean over rows; batches of 10 give one.
@@ -126,6 +160,98 @@ TEST_F(StepTest, ValidationLossIsWeightedByWhatItAveragesNotByBatches) {
   ASSERT_EQ(batches, 3);
   EXPECT_GT(std::abs(sum_of_means / batches - value(by_10, "mse")), 1e-4);
 }
+
+// While one lives on a CUDA device, a CUDA call that makes the host wait
+// for the device throws ("called a synchronizing CUDA operation").
+class NoHostWait {
+ public:
+  explicit NoHostWait(const c10::Device& device) {
+#ifdef GARDEN_TEST_CUDA_SYNC_CHECK
+    on_ = device.is_cuda();
+    if (on_) c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+#else
+    (void)device;
+#endif
+  }
+  ~NoHostWait() {
+#ifdef GARDEN_TEST_CUDA_SYNC_CHECK
+    if (on_) c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+#endif
+  }
+  NoHostWait(const NoHostWait&) = delete;
+  NoHostWait& operator=(const NoHostWait&) = delete;
+
+ private:
+  bool on_ = false;
+};
+
+// Device-parameterized, as CTranslate2's tests are: the CPU always, CUDA
+// when a GPU is present (skipped with a message otherwise).
+class StepDeviceTest : public StepTest, public ::testing::WithParamInterface<std::string> {
+ protected:
+  struct Run {
+    garden::Logs logs;
+    std::map<std::string, at::Tensor> weights;  // on the CPU
+  };
+  // One loop of `steps` steps of the toy task in three parts, clipped by
+  // global norm and accumulated over two halves of each batch, on `device`.
+  // After the first step (which makes what is made once: the metrics' state
+  // on the device, the libraries' handles), no step may wait for the device.
+  static Run train_on(const c10::Device& device, int steps, bool clip = true) {
+    auto params =
+        experiment(std::string("task.three_parts=true,trainer.gradient_accumulation_steps=2,") +
+                   (clip ? "trainer.optimizer_config.optimizer.sgd.global_clipnorm=0.05," : "") +
+                   "runtime.device=" + device.str());
+    torch::manual_seed(7);
+    auto task = garden::get_task(params->task);
+    auto model = task->build_model();
+    model->to(device);
+    std::shared_ptr<garden::optim::Optimizer> optimizer =
+        garden::Task::create_optimizer(params->trainer.optimizer_config, params->runtime,
+                                       params->task->differential_privacy_config, *model);
+    garden::Trainer trainer(params, task, model, optimizer, /*train=*/true, /*evaluate=*/false);
+    trainer.train_loop_begin();
+    for (int i = 0; i < steps; ++i) {
+      std::optional<NoHostWait> guard;
+      if (i > 0) guard.emplace(device);
+      trainer.train_step(trainer.next_train_inputs());
+    }
+    Run run;
+    run.logs = trainer.train_loop_end();
+    for (const auto& [name, tensor] : garden::model_state(*model))
+      run.weights[name] = tensor.detach().cpu();
+    return run;
+  }
+};
+
+TEST_P(StepDeviceTest, StepsWaitForNothingAndEndWhereTheCpuEnds) {
+  const c10::Device device(GetParam());
+  if (device.is_cuda() && !torch::cuda::is_available())
+    GTEST_SKIP() << "no CUDA device (LibTorch built without CUDA, or no GPU)";
+#ifndef GARDEN_TEST_CUDA_SYNC_CHECK
+  if (device.is_cuda())
+    std::cerr << "note: built without CUDA's headers: host waits are not checked\n";
+#endif
+  const Run here = train_on(device, 6);
+  const Run cpu = train_on(c10::Device("cpu"), 6);
+  ASSERT_EQ(here.weights.size(), 4u);
+  for (const auto& [name, tensor] : cpu.weights)
+    EXPECT_TRUE(torch::allclose(here.weights.at(name), tensor, 1e-5, 1e-6))
+        << name << " on " << device << " differs by "
+        << (here.weights.at(name) - tensor).abs().max().item<double>();
+  for (const char* key : {"training_loss", "mse", "mae", "weight_penalty", "mean_absolute_error"})
+    EXPECT_NEAR(value(here.logs, key), value(cpu.logs, key), 1e-5 * std::abs(value(cpu.logs, key)))
+        << key << " on " << device;
+  // The clipping took effect: without it the weights end elsewhere.
+  const Run unclipped = train_on(c10::Device("cpu"), 6, /*clip=*/false);
+  EXPECT_FALSE(torch::allclose(unclipped.weights.at("head.weight"), cpu.weights.at("head.weight"),
+                               1e-3, 1e-4));
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, StepDeviceTest, ::testing::Values("cpu", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 TEST_F(StepTest, AnEvaluationThatSeesNoBatchFailsAtStart) {
   try {
@@ -455,6 +581,32 @@ TEST_F(StepTest, GradientAccumulationNeedsARowForEveryPart) {
         << e.what();
   }
   EXPECT_THROW(experiment("trainer.gradient_accumulation_steps=0"), garden::config::ConfigError);
+}
+
+}  // namespace
+
+namespace {
+
+TEST_P(StepDeviceTest, ACheckpointWrittenHereResumesOnTheCpu) {
+  const c10::Device device(GetParam());
+  if (device.is_cuda() && !torch::cuda::is_available())
+    GTEST_SKIP() << "no CUDA device (LibTorch built without CUDA, or no GPU)";
+  // 20 steps here (a checkpoint at 20), 20 more on the CPU from it, against
+  // 40 on the CPU: checkpoints hold CPU tensors whatever wrote them.
+  const std::string common =
+      "task.three_parts=true,trainer.optimizer_config.optimizer.sgd.momentum=0.9,";
+  run("train", "moved", common + "trainer.train_steps=20,runtime.device=" + device.str());
+  run("train", "moved", common + "trainer.train_steps=40,runtime.device=cpu");
+  run("train", "cpu", common + "trainer.train_steps=40,runtime.device=cpu");
+  const auto moved = weights_at(root_ / "moved", 40), cpu = weights_at(root_ / "cpu", 40);
+  ASSERT_EQ(moved.size(), 4u);
+  for (const auto& [name, tensor] : cpu) {
+    if (device.is_cpu())
+      EXPECT_TRUE(torch::equal(moved.at(name), tensor)) << name << ": a CPU resume is exact";
+    else
+      EXPECT_TRUE(torch::allclose(moved.at(name), tensor, 1e-5, 1e-6))
+          << name << " differs by " << (moved.at(name) - tensor).abs().max().item<double>();
+  }
 }
 
 }  // namespace

@@ -73,9 +73,12 @@ class Minimizer {
   BackwardObserver observer_;
   std::function<void()> apply_;
   int64_t steps_ = 1;
+  // After the k-th backward: the gradients times estimate / true count.
+  void rescale_to_true_counts();
   int64_t done_ = 0;              // parts of this step already backward
-  std::vector<double> estimate_;  // per loss part: k * the first part's count
-  std::vector<double> total_;     // per loss part: the step's count so far
+  // Per loss part, double scalars where the counts are (no host read):
+  std::vector<at::Tensor> estimate_;  // k * the first part's count
+  std::vector<at::Tensor> total_;     // the step's count so far
 };
 
 }  // namespace garden

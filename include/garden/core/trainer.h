@@ -125,8 +125,6 @@ class Trainer {
   const DatasetPtr& validation_dataset() const { return validation_dataset_; }
   CheckpointExporter* checkpoint_exporter() { return checkpoint_exporter_.get(); }
   const at::Device& device() const { return device_; }
-  // The loss of the last training step (for recovery checks).
-  double last_train_loss() const { return last_train_loss_; }
   // The workers this Trainer trains with (null: one process).
   const distribute::ProcessGroupPtr& process_group() const { return group_; }
   bool is_chief() const { return !group_ || group_->is_chief(); }
@@ -187,7 +185,6 @@ class Trainer {
   at::Device device_{at::kCPU};
   int64_t global_step_ = 0;
   int64_t examples_seen_ = 0;
-  double last_train_loss_ = 0.0;
   std::unique_ptr<Minimizer> minimizer_;
   std::string params_yaml_;
   std::map<std::string, ScalarFolder> train_scalars_;
@@ -215,6 +212,27 @@ class Trainer {
   Logs run_task_step(const Batch& inputs);
   void wait_for_async_steps(int64_t num_steps);
   std::vector<std::map<std::string, std::vector<std::array<double, 3>>>> loop_steps_;
+  // A training step's scalar logs until the loop ends: their tensors in one
+  // double vector on the device (`values`), read to the host once per loop
+  // by fold_pending_steps() (no host wait per step on a GPU). A term's
+  // *_at indexes `values`; -1 means its number is the host value beside it.
+  struct PendingStep {
+    struct Term {
+      double value, count, weight;
+      int64_t value_at, count_at;
+    };
+    struct Entry {
+      std::string key;
+      bool average;  // an Average (value and count per term), else one number
+      std::vector<Term> terms;
+    };
+    std::vector<Entry> entries;
+    at::Tensor values;
+  };
+  void keep_step_scalars(const Logs& logs);
+  // Into train_scalars_ (one process) or loop_steps_ (several workers).
+  void fold_pending_steps();
+  std::vector<PendingStep> pending_steps_;
   int64_t loop_examples_ = 0;
   bool stop_agreed_ = false;
 };
