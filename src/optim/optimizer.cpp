@@ -2,7 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <regex>
 
 #include "adam_pass.h"
@@ -37,16 +39,26 @@ void Optimizer::add_gradient_transformer(GradientTransformer transformer) {
   transformers_.push_back(std::move(transformer));
 }
 
-double clip_by_global_norm(std::vector<at::Tensor>& gradients, double max_norm) {
-  double sum_squares = 0.0;
+namespace {
+// max_norm / norm where norm > max_norm (and, with finite_only, finite), 1
+// elsewhere: a factor on the norm's device, so no norm is read to the host
+// (and x * 1 is x).
+at::Tensor factor_above(const at::Tensor& norm, double max_norm, bool finite_only) {
+  at::Tensor above = norm.gt(max_norm);
+  if (finite_only) above = above.logical_and(norm.isfinite());
+  return at::where(above, max_norm / norm, at::ones_like(norm));
+}
+}  // namespace
+
+at::Tensor clip_by_global_norm(std::vector<at::Tensor>& gradients, double max_norm) {
+  std::vector<at::Tensor> squares;
   for (const auto& g : gradients)
-    if (g.defined()) sum_squares += g.to(at::kDouble).pow(2).sum().item<double>();
-  const double norm = std::sqrt(sum_squares);
-  if (norm > max_norm && std::isfinite(norm)) {
-    const double scale = max_norm / norm;
-    for (auto& g : gradients)
-      if (g.defined()) g.mul_(scale);
-  }
+    if (g.defined()) squares.push_back(g.to(at::kDouble).pow(2).sum());
+  if (squares.empty()) return at::zeros({}, at::kDouble);
+  const at::Tensor norm = at::stack(squares).sum().sqrt();
+  const at::Tensor factor = factor_above(norm, max_norm, /*finite_only=*/true);
+  for (auto& g : gradients)
+    if (g.defined()) g.mul_(factor);
   return norm;
 }
 
@@ -82,11 +94,8 @@ void Optimizer::clip(std::vector<at::Tensor>& gradients) const {
     for (auto& g : gradients)
       if (g.defined()) g.clamp_(-*clip_.clipvalue, *clip_.clipvalue);
   if (clip_.clipnorm && *clip_.clipnorm > 0) {
-    for (auto& g : gradients) {
-      if (!g.defined()) continue;
-      const double norm = g.to(at::kDouble).norm().item<double>();
-      if (norm > *clip_.clipnorm) g.mul_(*clip_.clipnorm / norm);
-    }
+    for (auto& g : gradients)
+      if (g.defined()) g.mul_(factor_above(g.to(at::kDouble).norm(), *clip_.clipnorm, false));
   }
   if (clip_.global_clipnorm && *clip_.global_clipnorm > 0)
     clip_by_global_norm(gradients, *clip_.global_clipnorm);
@@ -120,13 +129,17 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& gradients) {
   if (gradients.size() != parameters_.size())
     throw Error("apply_gradients: " + std::to_string(gradients.size()) + " gradients for " +
                 std::to_string(parameters_.size()) + " parameters");
-  const double lr = learning_rate();
-  for (std::size_t i = 0; i < parameters_.size(); ++i) {
-    if (!gradients[i].defined()) continue;
-    update(i, parameters_[i].tensor, gradients[i], lr);
-  }
+  std::vector<std::size_t> indices;
+  for (std::size_t i = 0; i < parameters_.size(); ++i)
+    if (gradients[i].defined()) indices.push_back(i);
+  update_all(indices, gradients, learning_rate());
   ++iterations_;
   if (ema_) ema_->update(iterations_);
+}
+
+void Optimizer::update_all(const std::vector<std::size_t>& indices,
+                           const std::vector<at::Tensor>& gradients, double learning_rate) {
+  for (const std::size_t i : indices) update(i, parameters_[i].tensor, gradients[i], learning_rate);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Optimizer::state_tensors() const {
@@ -232,14 +245,77 @@ class Adam : public Optimizer {
 
  protected:
   void update(std::size_t i, at::Tensor& param, const at::Tensor& grad, double lr) override {
-    adam_update(i, param, grad, lr, 0.0);
+    adam_update(i, param, grad, lr, decay(i, lr));
+  }
+
+  // CPU float32 parameters take the one-pass kernel, one by one. The others
+  // (a GPU's) are updated together, per device and dtype, by LibTorch's
+  // multi-tensor ops: a handful of kernel launches for the whole model
+  // rather than a handful per parameter. The same operations in the same
+  // order as adam_update's, parameter by parameter.
+  void update_all(const std::vector<std::size_t>& indices, const std::vector<at::Tensor>& gradients,
+                  double lr) override {
+    struct Group {
+      std::vector<at::Tensor> params, grads, m, v, decaying;
+      std::vector<double> decays;
+    };
+    std::map<std::pair<std::string, int>, Group> groups;
+    for (const std::size_t i : indices) {
+      at::Tensor param = parameters()[i].tensor;  // a handle: updated in place
+      const at::Tensor& grad = gradients[i];
+      at::Tensor& m = slot(i, "m");
+      at::Tensor& v = slot(i, "v");
+      if (amsgrad_ || adam_pass_applies(param, grad, m, v)) {
+        adam_update(i, param, grad, lr, decay(i, lr));
+        continue;
+      }
+      Group& group = groups[{param.device().str(), static_cast<int>(param.scalar_type())}];
+      group.params.push_back(param);
+      group.grads.push_back(grad);
+      group.m.push_back(m);
+      group.v.push_back(v);
+      if (const double d = decay(i, lr); d > 0) {
+        group.decaying.push_back(param);
+        group.decays.push_back(d);
+      }
+    }
+    const double lr_t = corrected_rate(lr);
+    for (auto& [key, g] : groups) {
+      // p -= decay * p: AdamWeightDecay's decay is one rate for all.
+      if (std::all_of(g.decays.begin(), g.decays.end(),
+                      [&](double d) { return d == g.decays.front(); })) {
+        if (!g.decaying.empty()) at::_foreach_add_(g.decaying, g.decaying, -g.decays.front());
+      } else {
+        for (std::size_t k = 0; k < g.decaying.size(); ++k)
+          g.decaying[k].sub_(g.decaying[k], g.decays[k]);
+      }
+      at::_foreach_mul_(g.m, beta_1_);
+      at::_foreach_add_(g.m, g.grads, 1.0 - beta_1_);
+      at::_foreach_mul_(g.v, beta_2_);
+      at::_foreach_addcmul_(g.v, g.grads, g.grads, 1.0 - beta_2_);
+      std::vector<at::Tensor> denominators = at::_foreach_sqrt(g.v);
+      at::_foreach_add_(denominators, epsilon_);
+      at::_foreach_addcdiv_(g.params, g.m, denominators, -lr_t);
+    }
+  }
+
+  // AdamWeightDecay's lr * rate for parameter i where it decays; 0 else.
+  virtual double decay(std::size_t i, double lr) const {
+    (void)i;
+    (void)lr;
+    return 0.0;
+  }
+
+  // Keras's bias-corrected rate of this step: lr * sqrt(1 - b2^t) / (1 - b1^t).
+  double corrected_rate(double lr) const {
+    const double t = static_cast<double>(iterations() + 1);
+    return lr * std::sqrt(1.0 - std::pow(beta_2_, t)) / (1.0 - std::pow(beta_1_, t));
   }
 
   // The update after p -= decay * p where decay > 0 (AdamWeightDecay).
   void adam_update(std::size_t i, at::Tensor& param, const at::Tensor& grad, double lr,
                    double decay) {
-    const double t = static_cast<double>(iterations() + 1);
-    const double lr_t = lr * std::sqrt(1.0 - std::pow(beta_2_, t)) / (1.0 - std::pow(beta_1_, t));
+    const double lr_t = corrected_rate(lr);
     at::Tensor& m = slot(i, "m");
     at::Tensor& v = slot(i, "v");
     if (!amsgrad_ && adam_pass_applies(param, grad, m, v)) {
@@ -301,8 +377,8 @@ class AdamWeightDecay : public Adam {
       clip_by_global_norm(gradients, cfg_.gradient_clip_norm);
     }
   }
-  void update(std::size_t i, at::Tensor& param, const at::Tensor& grad, double lr) override {
-    adam_update(i, param, grad, lr, decays_[i] ? lr * cfg_.weight_decay_rate : 0.0);
+  double decay(std::size_t i, double lr) const override {
+    return decays_[i] ? lr * cfg_.weight_decay_rate : 0.0;
   }
 
  private:

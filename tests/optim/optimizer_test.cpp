@@ -193,6 +193,33 @@ TEST(OptimizerTest, GlobalClipnormScalesAllGradientsTogether) {
   EXPECT_DOUBLE_EQ(clipped[1], 0.25);
 }
 
+TEST(OptimizerTest, ClipByGlobalNormReturnsTheNormAndLeavesANonFiniteOneAlone) {
+  // (3, 4) and (12): norm 13. Clipped to 6.5: every entry halved; to 20:
+  // untouched, bit for bit; an inf anywhere: untouched too (tf's
+  // clip_by_global_norm would make them all NaN; the step's loss says why).
+  std::vector<at::Tensor> g = {torch::tensor({3.0f, 4.0f}), at::Tensor(), torch::tensor({12.0f})};
+  const at::Tensor norm = garden::optim::clip_by_global_norm(g, 6.5);
+  EXPECT_EQ(norm.scalar_type(), at::kDouble);
+  EXPECT_DOUBLE_EQ(norm.item<double>(), 13.0);
+  EXPECT_TRUE(torch::equal(g[0], torch::tensor({1.5f, 2.0f})));
+  EXPECT_FALSE(g[1].defined());
+  EXPECT_TRUE(torch::equal(g[2], torch::tensor({6.0f})));
+
+  std::vector<at::Tensor> small = {torch::tensor({0.1f, -0.7f}), torch::tensor({1e-30f})};
+  const std::vector<at::Tensor> before = {small[0].clone(), small[1].clone()};
+  EXPECT_NEAR(garden::optim::clip_by_global_norm(small, 20.0).item<double>(),
+              std::sqrt(0.1 * 0.1 + 0.7 * 0.7), 1e-7);
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(torch::equal(small[i], before[i])) << i;
+
+  std::vector<at::Tensor> overflow = {torch::tensor({3.0f, INFINITY}), torch::tensor({12.0f})};
+  EXPECT_TRUE(std::isinf(garden::optim::clip_by_global_norm(overflow, 1.0).item<double>()));
+  EXPECT_TRUE(torch::equal(overflow[1], torch::tensor({12.0f})));
+  EXPECT_EQ(overflow[0][0].item<float>(), 3.0f);
+
+  std::vector<at::Tensor> none = {at::Tensor()};
+  EXPECT_EQ(garden::optim::clip_by_global_norm(none, 1.0).item<double>(), 0.0);
+}
+
 TEST(OptimizerTest, StateRoundTripContinuesIdentically) {
   auto config = constant("adam", 0.01);
   std::vector<garden::optim::NamedParameter> a{{"w", torch::ones({3}).requires_grad_()}};
@@ -399,6 +426,15 @@ TEST(OptimizerTest, ClippingFollowsKerasOrder) {
     const double lr_t = 0.01 * std::sqrt(1 - 0.999) / (1 - 0.9);
     EXPECT_NEAR(adamw_run.values[i][0], -lr_t * m / (std::sqrt(v) + 0.1), 1e-15) << i;
   }
+}
+
+TEST(OptimizerTest, ClipnormScalesEachGradientByItsOwnNorm) {
+  // Keras clipnorm: (3, 4) has norm 5 -> (0.6, 0.8); (0.3) is under 1, kept.
+  auto config = constant("sgd", 1.0);
+  config.optimizer.sgd.clipnorm = 1.0;
+  const auto run = run_vector_steps(config, {{0.0, 0.0}, {0.0}}, {{{3.0, 4.0}, {0.3}}}, {"a", "b"});
+  expect_near(run.values[0], {-0.6, -0.8}, 1e-15, "a");
+  expect_near(run.values[1], {-0.3}, 1e-15, "b");
 }
 
 TEST(OptimizerTest, KerasRefusesConflictingClipOptions) {

@@ -93,6 +93,11 @@ class Optimizer {
   // One parameter's update, under NoGradGuard, in place.
   virtual void update(std::size_t index, at::Tensor& parameter, const at::Tensor& gradient,
                       double learning_rate) = 0;
+  // The step's updates of the parameters at `indices` (those with a
+  // gradient; gradients[i] is parameter i's): update() one by one, unless an
+  // optimizer updates them together (Adam: LibTorch's multi-tensor ops).
+  virtual void update_all(const std::vector<std::size_t>& indices,
+                          const std::vector<at::Tensor>& gradients, double learning_rate);
   // Called once per step before Keras's clipping, for an optimizer's own
   // transform of the raw gradients (AdamWeightDecay's gradient_clip_norm).
   // An entry may still alias its parameter's .grad: replace it (clone)
@@ -120,8 +125,10 @@ class Optimizer {
 };
 
 // Scales `gradients` in place so their global L2 norm is at most max_norm
-// (tf.clip_by_global_norm); returns the norm before clipping.
-double clip_by_global_norm(std::vector<at::Tensor>& gradients, double max_norm);
+// (tf.clip_by_global_norm; a non-finite norm leaves them as they are);
+// returns the norm before clipping, a double scalar on the gradients'
+// device. Nothing is read to the host: no wait for a GPU.
+at::Tensor clip_by_global_norm(std::vector<at::Tensor>& gradients, double max_norm);
 
 // Adds independent N(0, stddev^2) noise to every defined gradient, in place
 // (Model Garden's privacy ops.add_noise). The noise is drawn on the CPU from
