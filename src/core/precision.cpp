@@ -1,18 +1,18 @@
 #include "garden/core/precision.h"
 
 #include <ATen/autocast_mode.h>
-#include <torch/version.h>
 
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
+#include "garden/base/torch_features.h"
 
 namespace garden {
 
 // LibTorch 2.4 replaced the per-device autocast setters with ones taking the
-// device type; this file is the only place that knows.
+// device type (torch_features.h); this file is the only one that uses them.
 namespace {
 bool autocast_enabled(bool cuda) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if GARDEN_HAS_DEVICE_TYPE_AUTOCAST
   return at::autocast::is_autocast_enabled(cuda ? at::kCUDA : at::kCPU);
 #else
   return cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
@@ -20,7 +20,7 @@ bool autocast_enabled(bool cuda) {
 }
 
 void set_autocast(bool cuda, bool enabled, at::ScalarType dtype) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if GARDEN_HAS_DEVICE_TYPE_AUTOCAST
   const auto type = cuda ? at::kCUDA : at::kCPU;
   at::autocast::set_autocast_dtype(type, dtype);
   at::autocast::set_autocast_enabled(type, enabled);

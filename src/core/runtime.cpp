@@ -3,7 +3,6 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/alignment.h>
 #include <torch/torch.h>
-#include <torch/version.h>
 
 #include <malloc.h>
 #include <unistd.h>
@@ -18,6 +17,7 @@
 
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
+#include "garden/base/torch_features.h"
 #include "garden/config/yaml_io.h"
 
 namespace garden {
@@ -74,7 +74,7 @@ void free_aligned(void* data) {
 
 class HeapCpuAllocator final : public c10::Allocator {
  public:
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#if GARDEN_HAS_ALLOCATOR_COPY_DATA
   c10::DataPtr allocate(size_t bytes) override { return make(bytes); }
   void copy_data(void* destination, const void* source, size_t count) const override {
     std::memcpy(destination, source, count);

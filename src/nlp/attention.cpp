@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "garden/base/torch_features.h"
 #include "garden/nlp/kernels.h"
 
 namespace garden::nlp {
@@ -101,6 +102,21 @@ std::pair<at::Tensor, at::Tensor> MultiHeadAttentionImpl::project_kv(const at::T
 
 at::Tensor MultiHeadAttentionImpl::attend(const at::Tensor& q, const at::Tensor& k,
                                           const at::Tensor& v, const at::Tensor& mask) {
+#if GARDEN_HAS_FUSED_ATTENTION
+  // On a GPU: LibTorch's fused attention (flash or memory-efficient
+  // kernels), the same softmax(q k^T / sqrt(Dh) + mask) v with dropout on the
+  // probabilities, without the T x S scores in memory.
+  if (!q.device().is_cpu()) {
+    const double dropout = is_training() ? options_.attention_dropout : 0.0;
+    // The mask in the query's dtype (what the kernels take); {} is no mask.
+    at::Tensor context =
+        mask.defined()
+            ? at::scaled_dot_product_attention(q, k, v, mask.to(q.scalar_type()), dropout, false)
+            : at::scaled_dot_product_attention(q, k, v, {}, dropout, false);
+    context = context.transpose(1, 2).reshape({q.size(0), q.size(2), options_.hidden_size});
+    return output->forward(context);
+  }
+#endif
   // The 1 / sqrt(Dh) scale rides along in the product (gemm's alpha, or q
   // scaled before the fallback matmul: T x Dh is cheaper than T x S).
   at::Tensor scores =

@@ -1,0 +1,19 @@
+// The one place that knows which LibTorch Garden is built against: Debian's
+// 1.13 (CPU, the default) or a CUDA LibTorch 2.x. Code that uses what only a
+// newer LibTorch has tests one of these, so 1.13 keeps building.
+#pragma once
+
+#include <torch/version.h>
+
+#define GARDEN_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||         \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+// at::scaled_dot_product_attention (2.0): fused attention kernels (flash,
+// memory-efficient) on a GPU.
+#define GARDEN_HAS_FUSED_ATTENTION GARDEN_TORCH_AT_LEAST(2, 0)
+// c10::Allocator::allocate is no longer const and allocators copy their own
+// data (2.3).
+#define GARDEN_HAS_ALLOCATOR_COPY_DATA GARDEN_TORCH_AT_LEAST(2, 3)
+// Autocast's setters take the device type; the per-device ones are gone (2.4).
+#define GARDEN_HAS_DEVICE_TYPE_AUTOCAST GARDEN_TORCH_AT_LEAST(2, 4)
