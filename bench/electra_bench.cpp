@@ -71,6 +71,11 @@ Options parse(int argc, char** argv) {
   defaults.length = 128;
   const Options o =
       garden_bench::parse_step_options(argc, argv, defaults, {"tiny", "small"}, kUsage);
+  if (o.device != "cpu" || o.amp != "none")
+    garden_bench::usage(
+        "electra_bench runs on the CPU in float32: --device and --amp are "
+        "translation_bench's",
+        kUsage);
   if (o.length < 3) usage("--length must be at least 3 ([CLS], a piece, [SEP])");
   if (o.length > 512) usage("--length must be at most 512 (the position table)");
   return o;

@@ -114,6 +114,10 @@ struct StepOptions {
   // --peer_malloc glibc|garden: the peer runs with glibc's malloc settings
   // (default, as PyTorch users run it) or with those Garden sets.
   std::string peer_malloc = "glibc";
+  // --device cpu|cuda|cuda:N and --amp none|bf16 (translation_bench; the
+  // peer takes the same two flags).
+  std::string device = "cpu";
+  std::string amp = "none";
 };
 
 [[noreturn]] inline void usage(const std::string& problem, const std::string& usage_line) {
@@ -158,6 +162,12 @@ inline StepOptions parse_step_options(int argc, char** argv, StepOptions o,
         o.peer_malloc = value;
       else if (flag == "--peer_malloc")
         fail("--peer_malloc must be glibc or garden, got '" + value + "'");
+      else if (flag == "--device")
+        o.device = value;
+      else if (flag == "--amp" && (value == "none" || value == "bf16"))
+        o.amp = value;
+      else if (flag == "--amp")
+        fail("--amp must be none or bf16, got '" + value + "'");
       else
         fail("unknown flag " + flag);
     } catch (const std::logic_error&) {
@@ -184,11 +194,12 @@ inline nlohmann::json run_peer_script(const std::string& script, const StepOptio
   // --peer_malloc garden: the malloc settings Garden makes in its own process.
   const std::string environment =
       o.peer_malloc == "garden" ? "env MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 " : "";
-  const std::string command = environment + "/usr/bin/python3 '" + script + "' --preset " +
-                              o.preset + " --threads " + std::to_string(o.threads) + " --steps " +
-                              std::to_string(o.steps) + " --warmup " + std::to_string(o.warmup) +
-                              " --batch " + std::to_string(o.batch) + " --length " +
-                              std::to_string(o.length);
+  const std::string command =
+      environment + "/usr/bin/python3 '" + script + "' --preset " + o.preset + " --threads " +
+      std::to_string(o.threads) + " --steps " + std::to_string(o.steps) + " --warmup " +
+      std::to_string(o.warmup) + " --batch " + std::to_string(o.batch) + " --length " +
+      std::to_string(o.length) + (o.device == "cpu" ? "" : " --device " + o.device) +
+      (o.amp == "none" ? "" : " --amp " + o.amp);
   return run_peer_command(command);
 }
 
@@ -201,6 +212,8 @@ inline nlohmann::json smoke_summary(const std::string& bench, const StepOptions&
           {"threads", o.threads},
           {"batch", o.batch},
           {"length", o.length},
+          {"device", o.device},
+          {"amp", o.amp},
           {"garden_params", garden_params},
           {"garden_step_ms", rounded(garden_ms, 1)},
           {"garden_tokens_per_s", rounded(tokens / garden_ms * 1000.0, 1)}};
@@ -238,6 +251,9 @@ inline nlohmann::json step_summary(const std::string& bench, const StepOptions& 
       {"ratios", rounded_ratios},
       {"garden_peak_rss_mib", rounded(peak_rss_mib(RUSAGE_SELF), 1)},
       {"peer_peak_rss_mib", rounded(peak_rss_mib(RUSAGE_CHILDREN), 1)},
+      {"device", o.device},
+      {"amp", o.amp},
+      {"peer_max_memory_allocated_mib", peer_info.value("max_memory_allocated_mib", 0.0)},
   };
 }
 

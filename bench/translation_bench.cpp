@@ -4,7 +4,7 @@
 //
 //   translation_bench [--preset tiny|base] [--threads 1] [--steps 5] [--warmup 2] [--batch 64]
 //                     [--length 32] [--rounds 3] [--peer PATH] [--peer_malloc glibc|garden]
-//                     [--profile] [--smoke]
+//                     [--device cpu|cuda|cuda:N] [--amp none|bf16] [--profile] [--smoke]
 //
 // The model is the peer's `tiny` preset: shared embedding (V 8000, d 256),
 // 3 + 3 pre-layer-norm layers, 4 heads, feed-forward 1024 with ReLU, biases,
@@ -12,6 +12,11 @@
 // final layer norms, dropout 0.1 on sublayer outputs, attention
 // probabilities and the feed-forward activation; AdamW at a constant 1e-4
 // with weight decay 0.01 (torch.optim.AdamW's default) and no clipping.
+//
+// --device runs both sides on that device (the peer with the same flag),
+// --amp bf16 both under bfloat16 autocast (forward and loss). Each step
+// ends with the loss read to the host on both sides (the peer's
+// loss.item()), so a GPU step's time includes its kernels.
 //
 // Each round runs the peer once (its own warmup and timed steps, one JSON
 // line) and then Garden in this process. Tokens/s counts source + target
@@ -38,11 +43,13 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "garden/config/optimization.h"
+#include "garden/core/precision.h"
 #include "garden/core/runtime.h"
 #include "garden/nlp/losses.h"
 #include "garden/nlp/transformer.h"
@@ -59,7 +66,8 @@ using Options = garden_bench::StepOptions;
 const char* const kUsage =
     "translation_bench [--preset tiny|base] [--threads N] [--steps S] [--warmup W] [--batch B] "
     "[--length T] [--rounds "
-    "R] [--peer PATH] [--peer_malloc glibc|garden] [--profile] [--smoke]";
+    "R] [--peer PATH] [--peer_malloc glibc|garden] [--device cpu|cuda|cuda:N] [--amp none|bf16] "
+    "[--profile] [--smoke]";
 
 Options parse(int argc, char** argv) {
   Options defaults;
@@ -68,6 +76,15 @@ Options parse(int argc, char** argv) {
   defaults.length = 32;
   const Options o =
       garden_bench::parse_step_options(argc, argv, defaults, {"tiny", "base"}, kUsage);
+  try {
+    const c10::Device device(o.device);
+    if (device.is_cuda() && !torch::cuda::is_available())
+      garden_bench::usage("--device " + o.device + ": this LibTorch has no CUDA device", kUsage);
+    if (!device.is_cpu() && !device.is_cuda())
+      garden_bench::usage("--device must be cpu, cuda or cuda:N, got '" + o.device + "'", kUsage);
+  } catch (const c10::Error&) {
+    garden_bench::usage("--device must be cpu, cuda or cuda:N, got '" + o.device + "'", kUsage);
+  }
   return o;
 }
 
@@ -100,7 +117,10 @@ double matmul_flops_per_step(const Preset& p, int64_t batch, int64_t length) {
 // The model, optimizer and fixed synthetic batch of one Garden run.
 class GardenStep {
  public:
-  explicit GardenStep(const Options& o) : vocab_(preset_of(o.preset).vocab) {
+  explicit GardenStep(const Options& o)
+      : vocab_(preset_of(o.preset).vocab),
+        device_(o.device),
+        amp_(o.amp == "bf16" ? std::optional<std::string>("bfloat16") : std::nullopt) {
     torch::manual_seed(0);
     const Preset p = preset_of(o.preset);
     garden::nlp::Seq2SeqTransformerOptions m;
@@ -114,6 +134,7 @@ class GardenStep {
     m.use_bias = true;
     m.norm_first = true;
     model_ = garden::nlp::Seq2SeqTransformer(m);
+    model_->to(device_);
     model_->train();
 
     garden::config::OptimizationConfig c;
@@ -128,8 +149,8 @@ class GardenStep {
       params.push_back({item.key(), item.value()});
     optimizer_ = garden::optim::make_optimizer(c, std::move(params));
 
-    src_ = torch::randint(1, vocab_, {o.batch, o.length}, torch::kLong);
-    tgt_ = torch::randint(1, vocab_, {o.batch, o.length}, torch::kLong);
+    src_ = torch::randint(1, vocab_, {o.batch, o.length}, torch::kLong).to(device_);
+    tgt_ = torch::randint(1, vocab_, {o.batch, o.length}, torch::kLong).to(device_);
   }
 
   int64_t parameter_count() const {
@@ -140,8 +161,7 @@ class GardenStep {
 
   double step() {
     optimizer_->zero_grad();
-    at::Tensor logits = model_->forward(src_, tgt_);
-    at::Tensor loss = garden::nlp::padded_cross_entropy_loss(logits, tgt_, kSmoothing).mean();
+    at::Tensor loss = forward_loss();
     loss.backward();
     optimizer_->step();
     return loss.item<double>();
@@ -156,10 +176,14 @@ class GardenStep {
       t = now;
     };
     optimizer_->zero_grad();
-    at::Tensor logits = model_->forward(src_, tgt_);
-    lap(0);
-    at::Tensor loss = garden::nlp::padded_cross_entropy_loss(logits, tgt_, kSmoothing).mean();
-    lap(1);
+    at::Tensor loss;
+    {
+      const garden::AutocastGuard autocast(amp_, device_);
+      at::Tensor logits = model_->forward(src_, tgt_);
+      lap(0);
+      loss = garden::nlp::padded_cross_entropy_loss(logits, tgt_, kSmoothing).mean();
+      lap(1);
+    }
     loss.backward();
     lap(2);
     optimizer_->step();
@@ -178,7 +202,16 @@ class GardenStep {
   static constexpr double kSmoothing = 0.1;
 
  private:
+  // Forward and loss, under autocast with --amp bf16.
+  at::Tensor forward_loss() {
+    const garden::AutocastGuard autocast(amp_, device_);
+    at::Tensor logits = model_->forward(src_, tgt_);
+    return garden::nlp::padded_cross_entropy_loss(logits, tgt_, kSmoothing).mean();
+  }
+
   int64_t vocab_;
+  c10::Device device_;
+  std::optional<std::string> amp_;
   garden::nlp::Seq2SeqTransformer model_{nullptr};
   std::unique_ptr<garden::optim::Optimizer> optimizer_;
   at::Tensor src_, tgt_;
@@ -228,8 +261,8 @@ int main(int argc, char** argv) {
   const std::string peer =
       garden_bench::find_peer(o.peer, "peer_translation.py", GARDEN_SOURCE_DIR);
   std::cout << "# translation " << o.preset << ", batch " << o.batch << " x " << o.length
-            << ", threads " << o.threads << ", " << o.warmup << " warmup + " << o.steps
-            << " timed steps a round, peer " << peer << "\n"
+            << ", threads " << o.threads << ", device " << o.device << ", amp " << o.amp << ", "
+            << o.warmup << " warmup + " << o.steps << " timed steps a round, peer " << peer << "\n"
             << "# loss: Garden = Model Garden's padded_cross_entropy_loss (smoothing 0.1), "
                "peer = torch cross_entropy(label_smoothing=0.1); different values, "
                "comparable cost\n";
@@ -243,7 +276,8 @@ int main(int argc, char** argv) {
     const double g = garden.measure(o.warmup, o.steps);
     peer_ms.push_back(p);
     garden_ms.push_back(g);
-    ceilings.push_back(garden_bench::gemm_ceiling_gflops());
+    // The CPU's GEMM ceiling: the share means nothing for a GPU's step.
+    if (o.device == "cpu") ceilings.push_back(garden_bench::gemm_ceiling_gflops());
     ratios.push_back(p / g);  // tokens/s garden over peer
     std::printf("%5d %12.1f %14.1f %14.1f %16.1f %7.3f\n", r + 1, p, tokens / p * 1000.0, g,
                 tokens / g * 1000.0, p / g);
@@ -252,9 +286,10 @@ int main(int argc, char** argv) {
   nlohmann::json summary =
       garden_bench::step_summary("translation_step", o, garden.parameter_count(), peer_info, tokens,
                                  peer_ms, garden_ms, ratios);
-  garden_bench::add_gemm_share(summary,
-                               matmul_flops_per_step(preset_of(o.preset), o.batch, o.length) / 1e9,
-                               garden_ms, peer_ms, ceilings);
+  if (o.device == "cpu")
+    garden_bench::add_gemm_share(
+        summary, matmul_flops_per_step(preset_of(o.preset), o.batch, o.length) / 1e9, garden_ms,
+        peer_ms, ceilings);
   std::cout << summary.dump() << "\n";
   return 0;
 }
