@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "device_util.h"
 #include "event_files.h"
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
@@ -27,12 +28,6 @@
 #include "garden/optim/optimizer.h"
 #include "toy_task.h"
 
-// With CUDA's headers (a CUDA LibTorch), a test can make every CUDA call
-// that waits for the device an error (torch.cuda.set_sync_debug_mode).
-#if __has_include(<c10/cuda/CUDAFunctions.h>) && __has_include(<cuda_runtime_api.h>)
-#include <c10/cuda/CUDAFunctions.h>
-#define GARDEN_TEST_CUDA_SYNC_CHECK 1
-#endif
 
 namespace fs = std::filesystem;
 
@@ -161,30 +156,6 @@ TEST_F(StepTest, ValidationLossIsWeightedByWhatItAveragesNotByBatches) {
   EXPECT_GT(std::abs(sum_of_means / batches - value(by_10, "mse")), 1e-4);
 }
 
-// While one lives on a CUDA device, a CUDA call that makes the host wait
-// for the device throws ("called a synchronizing CUDA operation").
-class NoHostWait {
- public:
-  explicit NoHostWait(const c10::Device& device) {
-#ifdef GARDEN_TEST_CUDA_SYNC_CHECK
-    on_ = device.is_cuda();
-    if (on_) c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
-#else
-    (void)device;
-#endif
-  }
-  ~NoHostWait() {
-#ifdef GARDEN_TEST_CUDA_SYNC_CHECK
-    if (on_) c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
-#endif
-  }
-  NoHostWait(const NoHostWait&) = delete;
-  NoHostWait& operator=(const NoHostWait&) = delete;
-
- private:
-  bool on_ = false;
-};
-
 // Device-parameterized, as CTranslate2's tests are: the CPU always, CUDA
 // when a GPU is present (skipped with a message otherwise).
 class StepDeviceTest : public StepTest, public ::testing::WithParamInterface<std::string> {
@@ -212,7 +183,7 @@ class StepDeviceTest : public StepTest, public ::testing::WithParamInterface<std
     garden::Trainer trainer(params, task, model, optimizer, /*train=*/true, /*evaluate=*/false);
     trainer.train_loop_begin();
     for (int i = 0; i < steps; ++i) {
-      std::optional<NoHostWait> guard;
+      std::optional<garden_test::NoHostWait> guard;
       if (i > 0) guard.emplace(device);
       trainer.train_step(trainer.next_train_inputs());
     }
@@ -226,12 +197,7 @@ class StepDeviceTest : public StepTest, public ::testing::WithParamInterface<std
 
 TEST_P(StepDeviceTest, StepsWaitForNothingAndEndWhereTheCpuEnds) {
   const c10::Device device(GetParam());
-  if (device.is_cuda() && !torch::cuda::is_available())
-    GTEST_SKIP() << "no CUDA device (LibTorch built without CUDA, or no GPU)";
-#ifndef GARDEN_TEST_CUDA_SYNC_CHECK
-  if (device.is_cuda())
-    std::cerr << "note: built without CUDA's headers: host waits are not checked\n";
-#endif
+  if (const auto why = garden_test::unavailable(device); !why.empty()) GTEST_SKIP() << why;
   const Run here = train_on(device, 6);
   const Run cpu = train_on(c10::Device("cpu"), 6);
   ASSERT_EQ(here.weights.size(), 4u);
@@ -589,8 +555,7 @@ namespace {
 
 TEST_P(StepDeviceTest, ACheckpointWrittenHereResumesOnTheCpu) {
   const c10::Device device(GetParam());
-  if (device.is_cuda() && !torch::cuda::is_available())
-    GTEST_SKIP() << "no CUDA device (LibTorch built without CUDA, or no GPU)";
+  if (const auto why = garden_test::unavailable(device); !why.empty()) GTEST_SKIP() << why;
   // 20 steps here (a checkpoint at 20), 20 more on the CPU from it, against
   // 40 on the CPU: checkpoints hold CPU tensors whatever wrote them.
   const std::string common =

@@ -10,17 +10,20 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "device_util.h"
 #include "garden/base/error.h"
 #include "garden/cli/builtins.h"
 #include "garden/config/yaml_io.h"
 #include "garden/core/checkpoint.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
+#include "garden/core/trainer.h"
 #include "garden/data/example.h"
 #include "garden/data/sentencepiece.h"
 #include "garden/data/tfrecord.h"
@@ -533,8 +536,7 @@ class TranslationDeviceTest : public TranslationTest,
 
 TEST_P(TranslationDeviceTest, DecodesTheIdsTheCpuDecodes) {
   const c10::Device device(GetParam());
-  if (device.is_cuda() && !torch::cuda::is_available())
-    GTEST_SKIP() << "no CUDA device (LibTorch built without CUDA, or no GPU)";
+  if (const auto why = garden_test::unavailable(device); !why.empty()) GTEST_SKIP() << why;
   auto model = seeded_model();
   auto& transformer = *model->as<garden::nlp::Seq2SeqTransformerImpl>();
   const at::Tensor batch = three_sentences();
@@ -551,6 +553,62 @@ TEST_P(TranslationDeviceTest, DecodesTheIdsTheCpuDecodes) {
     EXPECT_EQ(garden::nlp::translate_ids(transformer, batch.to(device), 1, options), on_cpu[beam])
         << "beam " << beam << " on " << device;
   }
+}
+
+// Four training steps of the small model (SGD with momentum, global-norm
+// clipping at 1 as wmt_transformer's, no dropout) wait for nothing after
+// the first on the device and end with the CPU's loss and weights.
+TEST_P(TranslationDeviceTest, TrainsWithoutWaitingAndEndsWhereTheCpuEnds) {
+  const c10::Device device(GetParam());
+  if (const auto why = garden_test::unavailable(device); !why.empty()) GTEST_SKIP() << why;
+  write_tsv(path("device_train.tsv"), sample_pairs(300));
+  struct Run {
+    Logs logs;
+    std::map<std::string, at::Tensor> weights;
+  };
+  const auto train_on = [&](const c10::Device& where) {
+    auto params = std::make_shared<garden::config::ExperimentConfig>();
+    auto config = small_config(path("device_train.tsv"), path("device_train.tsv"));
+    config->train_data.global_batch_size = 512;
+    config->model.dropout_rate = 0.0;
+    for (auto* stack : {&config->model.encoder, &config->model.decoder})
+      stack->dropout_rate = stack->attention_dropout_rate = stack->intermediate_dropout = 0.0;
+    params->task = config;
+    auto& optimizer_config = params->trainer.optimizer_config;
+    optimizer_config.optimizer.type = "sgd";
+    optimizer_config.optimizer.sgd.momentum = 0.9;
+    optimizer_config.optimizer.sgd.global_clipnorm = 1.0;
+    optimizer_config.learning_rate.constant.learning_rate = 0.5;
+    params->runtime.device = where.str();
+    garden::config::validate_config(*params);
+    garden::finalize_config(*params);
+    torch::manual_seed(5);
+    auto task = std::make_shared<TranslationTask>(config);
+    auto model = task->build_model();
+    model->to(where);
+    std::shared_ptr<garden::optim::Optimizer> optimizer = garden::Task::create_optimizer(
+        optimizer_config, params->runtime, params->task->differential_privacy_config, *model);
+    garden::Trainer trainer(params, task, model, optimizer, /*train=*/true, /*evaluate=*/false);
+    trainer.train_loop_begin();
+    for (int i = 0; i < 4; ++i) {
+      std::optional<garden_test::NoHostWait> guard;
+      if (i > 0) guard.emplace(where);
+      trainer.train_step(trainer.next_train_inputs());
+    }
+    Run run;
+    run.logs = trainer.train_loop_end();
+    for (const auto& [name, tensor] : garden::model_state(*model))
+      run.weights[name] = tensor.detach().cpu();
+    return run;
+  };
+  const Run here = train_on(device), cpu = train_on(c10::Device("cpu"));
+  const double loss = garden::to_double(cpu.logs.at("training_loss"));
+  EXPECT_NEAR(garden::to_double(here.logs.at("training_loss")), loss, 1e-4 * loss);
+  ASSERT_EQ(here.weights.size(), cpu.weights.size());
+  for (const auto& [name, tensor] : cpu.weights)
+    EXPECT_TRUE(torch::allclose(here.weights.at(name), tensor, 1e-4, 1e-5))
+        << name << " on " << device << " differs by "
+        << (here.weights.at(name) - tensor).abs().max().item<double>();
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, TranslationDeviceTest, ::testing::Values("cpu", "cuda"),

@@ -6,10 +6,12 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "device_util.h"
 #include "garden/optim/lr_schedule.h"
 #include "garden/optim/optimizer.h"
 
@@ -109,62 +111,109 @@ TEST(OptimizerTest, AdamWeightDecayDecaysOnlySelectedParameters) {
   }
 }
 
-// float32 parameters take Adam's one-pass kernel (contiguous) or LibTorch's
-// ops (any other layout). Both against the formulas in double, and against
-// each other, over sizes that end inside a vector and with decay excluded
-// for one parameter.
-TEST(OptimizerTest, Float32AdamWeightDecayMatchesTheFormulaInEitherLayout) {
+// AdamWeightDecay (rate 0.1, lr 0.01, "bias" excluded) over three steps of
+// `grads` (grads[step * n + i]) in double: what float32 runs must reach.
+at::Tensor adamw_formula(const at::Tensor& start, const std::vector<at::Tensor>& grads,
+                         std::size_t i, std::size_t n, bool decays) {
+  at::Tensor p = start.to(torch::kDouble), m = torch::zeros_like(p), v = torch::zeros_like(p);
+  for (int t = 1; t <= 3; ++t) {
+    const at::Tensor g = grads[(t - 1) * n + i].to(torch::kDouble);
+    if (decays) p = p - 0.01 * 0.1 * p;
+    m = 0.9 * m + 0.1 * g;
+    v = 0.999 * v + 0.001 * g * g;
+    const double lr_t = 0.01 * std::sqrt(1 - std::pow(0.999, t)) / (1 - std::pow(0.9, t));
+    p = p - lr_t * m / (v.sqrt() + 1e-7);
+  }
+  return p.to(torch::kFloat);
+}
+
+OptimizationConfig adamw_config() {
   auto config = constant("adamw", 0.01);
   config.optimizer.adamw.weight_decay_rate = 0.1;
   config.optimizer.adamw.exclude_from_weight_decay = std::vector<std::string>{"bias"};
   config.optimizer.adamw.gradient_clip_norm = 0.0;
-  torch::manual_seed(3);
-  const std::vector<int64_t> rows = {37, 1, 64};
-  const int64_t cols = 19;
+  return config;
+}
+
+// Three AdamWeightDecay steps of float32 parameters made by `make` from
+// `start`, on `device`; the parameters after them, on the CPU.
+std::vector<at::Tensor> adamw_steps(const std::vector<at::Tensor>& start,
+                                    const std::vector<at::Tensor>& grads,
+                                    const std::vector<std::string>& names,
+                                    const std::function<at::Tensor(const at::Tensor&)>& make,
+                                    const c10::Device& device = c10::Device("cpu")) {
+  std::vector<garden::optim::NamedParameter> params;
+  for (std::size_t i = 0; i < start.size(); ++i)
+    params.push_back({names[i], make(start[i].to(device)).requires_grad_()});
+  auto optimizer = garden::optim::make_optimizer(adamw_config(), params);
+  for (std::size_t step = 0; step < 3; ++step) {
+    optimizer->zero_grad();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      params[i].tensor.mutable_grad() = grads[step * start.size() + i].to(device);
+    optimizer->step();
+  }
+  std::vector<at::Tensor> out;
+  for (auto& p : params) out.push_back(p.tensor.detach().cpu().contiguous());
+  return out;
+}
+
+struct AdamCase {
   std::vector<at::Tensor> start, grads;
-  for (int64_t r : rows) start.push_back(torch::randn({r, cols}));
-  for (int step = 0; step < 3; ++step)
-    for (int64_t r : rows) grads.push_back(torch::randn({r, cols}));
-  const std::vector<std::string> names = {"dense.kernel", "dense.bias", "other.kernel"};
-  // transposed: each parameter a non-contiguous view, so LibTorch's ops run.
-  const auto run = [&](bool transposed) {
-    std::vector<garden::optim::NamedParameter> params;
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      at::Tensor p = transposed ? start[i].clone().t().contiguous().t() : start[i].clone();
-      EXPECT_EQ(p.is_contiguous(), !transposed || rows[i] == 1);
-      params.push_back({names[i], p.requires_grad_()});
-    }
-    auto optimizer = garden::optim::make_optimizer(config, params);
-    for (int step = 0; step < 3; ++step) {
-      optimizer->zero_grad();
-      for (std::size_t i = 0; i < params.size(); ++i)
-        params[i].tensor.mutable_grad() = grads[step * rows.size() + i].clone();
-      optimizer->step();
-    }
-    std::vector<at::Tensor> out;
-    for (auto& p : params) out.push_back(p.tensor.detach().contiguous());
-    return out;
-  };
-  const auto fused = run(false);
-  const auto ops = run(true);
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    at::Tensor p = start[i].to(torch::kDouble), m = torch::zeros_like(p), v = torch::zeros_like(p);
-    for (int t = 1; t <= 3; ++t) {
-      const at::Tensor g = grads[(t - 1) * rows.size() + i].to(torch::kDouble);
-      if (i != 1) p = p - 0.01 * 0.1 * p;
-      m = 0.9 * m + 0.1 * g;
-      v = 0.999 * v + 0.001 * g * g;
-      const double lr_t = 0.01 * std::sqrt(1 - std::pow(0.999, t)) / (1 - std::pow(0.9, t));
-      p = p - lr_t * m / (v.sqrt() + 1e-7);
-    }
-    const at::Tensor expected = p.to(torch::kFloat);
-    EXPECT_TRUE(torch::allclose(fused[i], expected, 1e-6, 1e-6)) << names[i];
-    EXPECT_TRUE(torch::allclose(ops[i], expected, 1e-6, 1e-6)) << names[i];
+  std::vector<std::string> names = {"dense.kernel", "dense.bias", "other.kernel"};
+  // Sizes that end inside a vector, and a parameter of one row.
+  AdamCase() {
+    torch::manual_seed(3);
+    const std::vector<int64_t> rows = {37, 1, 64};
+    for (int64_t r : rows) start.push_back(torch::randn({r, 19}));
+    for (int step = 0; step < 3; ++step)
+      for (int64_t r : rows) grads.push_back(torch::randn({r, 19}));
+  }
+};
+
+// float32 parameters take Adam's one-pass kernel (contiguous) or LibTorch's
+// multi-tensor ops (any other layout). Both against the formulas in double,
+// and against each other, with decay excluded for one parameter.
+TEST(OptimizerTest, Float32AdamWeightDecayMatchesTheFormulaInEitherLayout) {
+  const AdamCase c;
+  const auto fused = adamw_steps(c.start, c.grads, c.names, [](const at::Tensor& t) {
+    return t.clone();
+  });
+  // transposed: each parameter a non-contiguous view.
+  const auto ops = adamw_steps(c.start, c.grads, c.names, [](const at::Tensor& t) {
+    at::Tensor p = t.clone().t().contiguous().t();
+    EXPECT_EQ(p.is_contiguous(), t.size(0) == 1);
+    return p;
+  });
+  for (std::size_t i = 0; i < c.start.size(); ++i) {
+    const at::Tensor expected = adamw_formula(c.start[i], c.grads, i, c.start.size(), i != 1);
+    EXPECT_TRUE(torch::allclose(fused[i], expected, 1e-6, 1e-6)) << c.names[i];
+    EXPECT_TRUE(torch::allclose(ops[i], expected, 1e-6, 1e-6)) << c.names[i];
     // A few units in the last place apart (multiply-adds contracted or not).
-    EXPECT_TRUE(torch::allclose(fused[i], ops[i], 0, 2e-6)) << names[i];
-    EXPECT_FALSE(torch::equal(fused[i], start[i])) << names[i];
+    EXPECT_TRUE(torch::allclose(fused[i], ops[i], 0, 2e-6)) << c.names[i];
+    EXPECT_FALSE(torch::equal(fused[i], c.start[i])) << c.names[i];
   }
 }
+
+// Device-parameterized: on a GPU the parameters are updated together by the
+// multi-tensor ops; the result is the formula's, as on the CPU.
+class OptimizerDeviceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OptimizerDeviceTest, AdamWeightDecayMatchesTheFormula) {
+  const c10::Device device(GetParam());
+  if (const auto why = garden_test::unavailable(device); !why.empty()) GTEST_SKIP() << why;
+  const AdamCase c;
+  const auto out = adamw_steps(
+      c.start, c.grads, c.names, [](const at::Tensor& t) { return t.clone(); }, device);
+  for (std::size_t i = 0; i < c.start.size(); ++i)
+    EXPECT_TRUE(torch::allclose(out[i], adamw_formula(c.start[i], c.grads, i, c.start.size(), i != 1),
+                                1e-6, 1e-6))
+        << c.names[i] << " on " << device;
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, OptimizerDeviceTest, ::testing::Values("cpu", "cuda"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 // As with LibTorch's in-place ops, a graph that saved a parameter before the
 // one-pass update refuses to run backward after it.
