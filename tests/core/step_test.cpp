@@ -28,7 +28,6 @@
 #include "garden/optim/optimizer.h"
 #include "toy_task.h"
 
-
 namespace fs = std::filesystem;
 
 namespace {

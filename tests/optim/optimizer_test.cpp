@@ -175,9 +175,8 @@ struct AdamCase {
 // and against each other, with decay excluded for one parameter.
 TEST(OptimizerTest, Float32AdamWeightDecayMatchesTheFormulaInEitherLayout) {
   const AdamCase c;
-  const auto fused = adamw_steps(c.start, c.grads, c.names, [](const at::Tensor& t) {
-    return t.clone();
-  });
+  const auto fused =
+      adamw_steps(c.start, c.grads, c.names, [](const at::Tensor& t) { return t.clone(); });
   // transposed: each parameter a non-contiguous view.
   const auto ops = adamw_steps(c.start, c.grads, c.names, [](const at::Tensor& t) {
     at::Tensor p = t.clone().t().contiguous().t();
@@ -205,8 +204,8 @@ TEST_P(OptimizerDeviceTest, AdamWeightDecayMatchesTheFormula) {
   const auto out = adamw_steps(
       c.start, c.grads, c.names, [](const at::Tensor& t) { return t.clone(); }, device);
   for (std::size_t i = 0; i < c.start.size(); ++i)
-    EXPECT_TRUE(torch::allclose(out[i], adamw_formula(c.start[i], c.grads, i, c.start.size(), i != 1),
-                                1e-6, 1e-6))
+    EXPECT_TRUE(torch::allclose(
+        out[i], adamw_formula(c.start[i], c.grads, i, c.start.size(), i != 1), 1e-6, 1e-6))
         << c.names[i] << " on " << device;
 }
 
