@@ -57,9 +57,31 @@
 #include "peer.h"
 #include "profile.h"
 
+// With CUDA's headers (a CUDA LibTorch): the caching allocator's statistics.
+#if __has_include(<c10/cuda/CUDACachingAllocator.h>) && __has_include(<cuda_runtime_api.h>)
+#include <c10/cuda/CUDACachingAllocator.h>
+#define GARDEN_BENCH_CUDA_MEMORY 1
+#endif
+
 namespace {
 
 namespace fs = std::filesystem;
+
+// The most GPU memory LibTorch's caching allocator had handed out in this
+// process (what the peer's torch.cuda.max_memory_allocated reports), in
+// MiB; nullopt off a GPU or without CUDA's headers.
+std::optional<double> garden_max_memory_allocated_mib(const c10::Device& device) {
+#ifdef GARDEN_BENCH_CUDA_MEMORY
+  if (device.is_cuda()) {
+    // Entry 0 of the statistics is the aggregate over pool kinds.
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+        device.has_index() ? device.index() : c10::DeviceIndex(0));
+    return static_cast<double>(stats.allocated_bytes[0].peak) / (1024.0 * 1024.0);
+  }
+#endif
+  (void)device;
+  return std::nullopt;
+}
 using Clock = std::chrono::steady_clock;
 
 using Options = garden_bench::StepOptions;
@@ -290,6 +312,8 @@ int main(int argc, char** argv) {
     garden_bench::add_gemm_share(
         summary, matmul_flops_per_step(preset_of(o.preset), o.batch, o.length) / 1e9, garden_ms,
         peer_ms, ceilings);
+  if (const auto mib = garden_max_memory_allocated_mib(c10::Device(o.device)))
+    summary["garden_max_memory_allocated_mib"] = garden_bench::rounded(*mib, 1);
   std::cout << summary.dump() << "\n";
   return 0;
 }
