@@ -5,8 +5,15 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
+
+#include "garden/core/task.h"
+#include "garden/core/trainer.h"
 
 // With CUDA's headers (a CUDA LibTorch), a test can make every CUDA call
 // that waits for the device an error (torch.cuda.set_sync_debug_mode).
@@ -52,5 +59,36 @@ class NoHostWait {
  private:
   bool on_ = false;
 };
+
+// One training loop on `device`: the model of `task` built after
+// torch::manual_seed(seed), the optimizer of `params`, `steps` steps, from
+// the second on under NoHostWait. The loop's logs, and the weights after it
+// on the CPU.
+struct DeviceRun {
+  garden::Logs logs;
+  std::map<std::string, at::Tensor> weights;
+};
+inline DeviceRun train_loop_on(const c10::Device& device,
+                               std::shared_ptr<const garden::config::ExperimentConfig> params,
+                               const garden::TaskPtr& task, int steps, uint64_t seed) {
+  torch::manual_seed(seed);
+  auto model = task->build_model();
+  model->to(device);
+  std::shared_ptr<garden::optim::Optimizer> optimizer =
+      garden::Task::create_optimizer(params->trainer.optimizer_config, params->runtime,
+                                     params->task->differential_privacy_config, *model);
+  garden::Trainer trainer(params, task, model, optimizer, /*train=*/true, /*evaluate=*/false);
+  trainer.train_loop_begin();
+  for (int i = 0; i < steps; ++i) {
+    std::optional<NoHostWait> guard;
+    if (i > 0) guard.emplace(device);
+    trainer.train_step(trainer.next_train_inputs());
+  }
+  DeviceRun run;
+  run.logs = trainer.train_loop_end();
+  for (const auto& [name, tensor] : garden::model_state(*model))
+    run.weights[name] = tensor.detach().cpu();
+  return run;
+}
 
 }  // namespace garden_test

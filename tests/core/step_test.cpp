@@ -159,40 +159,19 @@ TEST_F(StepTest, ValidationLossIsWeightedByWhatItAveragesNotByBatches) {
 // when a GPU is present (skipped with a message otherwise).
 class StepDeviceTest : public StepTest, public ::testing::WithParamInterface<std::string> {
  protected:
-  struct Run {
-    garden::Logs logs;
-    std::map<std::string, at::Tensor> weights;  // on the CPU
-  };
+  using Run = garden_test::DeviceRun;
   // One loop of `steps` steps of the toy task, clipped by global norm and
-  // accumulated over two halves of each batch, on `device`. After the first
-  // step (which makes what is made once: the metrics' state on the device,
-  // the libraries' handles), no step may wait for the device. The loss has
-  // one part: an accumulated loss of several parts reads its counts to the
-  // host once per step, by design (gpu.md).
+  // accumulated over two halves of each batch, on `device`, no host wait
+  // after the first step (which makes what is made once: the metrics' state
+  // on the device, the libraries' handles). The loss has one part: an
+  // accumulated loss of several parts reads its counts to the host once per
+  // step, by design (gpu.md).
   static Run train_on(const c10::Device& device, int steps, bool clip = true) {
     auto params =
         experiment(std::string("trainer.gradient_accumulation_steps=2,") +
                    (clip ? "trainer.optimizer_config.optimizer.sgd.global_clipnorm=0.05," : "") +
                    "runtime.device=" + device.str());
-    torch::manual_seed(7);
-    auto task = garden::get_task(params->task);
-    auto model = task->build_model();
-    model->to(device);
-    std::shared_ptr<garden::optim::Optimizer> optimizer =
-        garden::Task::create_optimizer(params->trainer.optimizer_config, params->runtime,
-                                       params->task->differential_privacy_config, *model);
-    garden::Trainer trainer(params, task, model, optimizer, /*train=*/true, /*evaluate=*/false);
-    trainer.train_loop_begin();
-    for (int i = 0; i < steps; ++i) {
-      std::optional<garden_test::NoHostWait> guard;
-      if (i > 0) guard.emplace(device);
-      trainer.train_step(trainer.next_train_inputs());
-    }
-    Run run;
-    run.logs = trainer.train_loop_end();
-    for (const auto& [name, tensor] : garden::model_state(*model))
-      run.weights[name] = tensor.detach().cpu();
-    return run;
+    return garden_test::train_loop_on(device, params, garden::get_task(params->task), steps, 7);
   }
 };
 

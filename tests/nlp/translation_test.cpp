@@ -562,10 +562,7 @@ TEST_P(TranslationDeviceTest, TrainsWithoutWaitingAndEndsWhereTheCpuEnds) {
   const c10::Device device(GetParam());
   if (const auto why = garden_test::unavailable(device); !why.empty()) GTEST_SKIP() << why;
   write_tsv(path("device_train.tsv"), sample_pairs(300));
-  struct Run {
-    Logs logs;
-    std::map<std::string, at::Tensor> weights;
-  };
+  using Run = garden_test::DeviceRun;
   const auto train_on = [&](const c10::Device& where) {
     auto params = std::make_shared<garden::config::ExperimentConfig>();
     auto config = small_config(path("device_train.tsv"), path("device_train.tsv"));
@@ -582,24 +579,8 @@ TEST_P(TranslationDeviceTest, TrainsWithoutWaitingAndEndsWhereTheCpuEnds) {
     params->runtime.device = where.str();
     garden::config::validate_config(*params);
     garden::finalize_config(*params);
-    torch::manual_seed(5);
-    auto task = std::make_shared<TranslationTask>(config);
-    auto model = task->build_model();
-    model->to(where);
-    std::shared_ptr<garden::optim::Optimizer> optimizer = garden::Task::create_optimizer(
-        optimizer_config, params->runtime, params->task->differential_privacy_config, *model);
-    garden::Trainer trainer(params, task, model, optimizer, /*train=*/true, /*evaluate=*/false);
-    trainer.train_loop_begin();
-    for (int i = 0; i < 4; ++i) {
-      std::optional<garden_test::NoHostWait> guard;
-      if (i > 0) guard.emplace(where);
-      trainer.train_step(trainer.next_train_inputs());
-    }
-    Run run;
-    run.logs = trainer.train_loop_end();
-    for (const auto& [name, tensor] : garden::model_state(*model))
-      run.weights[name] = tensor.detach().cpu();
-    return run;
+    return garden_test::train_loop_on(where, params, std::make_shared<TranslationTask>(config), 4,
+                                      5);
   };
   const Run here = train_on(device), cpu = train_on(c10::Device("cpu"));
   const double loss = garden::to_double(cpu.logs.at("training_loss"));
