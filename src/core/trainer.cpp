@@ -335,7 +335,10 @@ Logs merge_part_logs(const std::vector<Logs>& parts) {
           sum = sum.defined() ? sum + weighted : weighted;
           count = count.defined() ? count + c : c;
         }
-        const at::Tensor mean = at::where(count > 0, sum / count, at::zeros_like(sum));
+        // A count on the host beside values on a GPU joins them there
+        // (queued, not waited for): where() takes one device.
+        const at::Tensor on = count.to(sum.device(), at::kDouble, /*non_blocking=*/true);
+        const at::Tensor mean = at::where(on > 0, sum / on, at::zeros_like(sum));
         whole.terms.push_back(AverageTerm{mean.to(at::kFloat), count, first->terms[t].weight});
       }
       merged[key] = std::move(whole);
@@ -386,7 +389,7 @@ void Trainer::train_step(const Batch& inputs) {
 
 void Trainer::keep_step_scalars(const Logs& logs) {
   // The step's tensors are copied into one vector on their device; reading
-  // them waits until the loop ends, so a GPU step never waits for the host.
+  // them waits until the loop ends, so the host never waits for a GPU step.
   PendingStep step;
   std::vector<at::Tensor> tensors;
   // The vector lives where the step ran: on the first accelerator a log
