@@ -2,7 +2,6 @@
 
 #include <torch/torch.h>
 
-#include <algorithm>
 #include <cmath>
 #include <map>
 #include <regex>
@@ -256,8 +255,8 @@ class Adam : public Optimizer {
   void update_all(const std::vector<std::size_t>& indices, const std::vector<at::Tensor>& gradients,
                   double lr) override {
     struct Group {
-      std::vector<at::Tensor> params, grads, m, v, decaying;
-      std::vector<double> decays;
+      std::vector<at::Tensor> params, grads, m, v;
+      std::map<double, std::vector<at::Tensor>> decaying;  // by decay
     };
     std::map<std::pair<std::string, int>, Group> groups;
     for (const std::size_t i : indices) {
@@ -275,20 +274,13 @@ class Adam : public Optimizer {
       group.m.push_back(m);
       group.v.push_back(v);
       if (const double d = decay(i, lr); d > 0) {
-        group.decaying.push_back(param);
-        group.decays.push_back(d);
+        group.decaying[d].push_back(param);
       }
     }
     const double lr_t = corrected_rate(lr);
     for (auto& [key, g] : groups) {
-      // p -= decay * p: AdamWeightDecay's decay is one rate for all.
-      if (std::all_of(g.decays.begin(), g.decays.end(),
-                      [&](double d) { return d == g.decays.front(); })) {
-        if (!g.decaying.empty()) at::_foreach_add_(g.decaying, g.decaying, -g.decays.front());
-      } else {
-        for (std::size_t k = 0; k < g.decaying.size(); ++k)
-          g.decaying[k].sub_(g.decaying[k], g.decays[k]);
-      }
+      // p -= decay * p, per decay (AdamWeightDecay's: one for all).
+      for (auto& [decay, tensors] : g.decaying) at::_foreach_add_(tensors, tensors, -decay);
       at::_foreach_mul_(g.m, beta_1_);
       at::_foreach_add_(g.m, g.grads, 1.0 - beta_1_);
       at::_foreach_mul_(g.v, beta_2_);
