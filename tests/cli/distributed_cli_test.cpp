@@ -428,6 +428,68 @@ TEST_F(DistributedCliTest, AKilledWorkerStopsTheRunAndTheRelaunchResumesExactly)
   expect_same_weights(model_dir, path("uninterrupted"), 0.0);
 }
 
+TEST_F(DistributedCliTest, ASigtermToOneWorkerStopsBothAtOneStepAndTheRelaunchResumesExactly) {
+  // SIGTERM to rank 1 alone: the step agreement tells rank 0 at the same
+  // step, the chief checkpoints it, both exit, and the same command resumes
+  // it and ends bitwise where an uninterrupted run ends.
+  const std::string overrides =
+      "runtime.seed=5,trainer.train_steps=3000,trainer.steps_per_loop=50,"
+      "trainer.checkpoint_interval=1000,task.train_data.sharding=true";
+  const CliRun uninterrupted = iris(path("uninterrupted"), 2, overrides);
+  ASSERT_EQ(uninterrupted.status, 0) << uninterrupted.err;
+
+  const std::string model_dir = path("signalled");
+  const std::string launch =
+      "\"$GARDEN\" launch --nproc_per_node=2 --master_port=" + std::to_string(free_port()) +
+      " -- train --experiment=tabular/iris --mode=train --model_dir='" + model_dir +
+      "' --params_override='" + overrides + ",runtime.distribution_strategy=multi_worker_mirrored'";
+  const CliRun stopped =
+      shell(launch + " 2>'" + path("launch.err") +
+            "' &\nlauncher=$!\n"
+            "for i in $(seq 1 3000); do [ -e '" +
+            model_dir +
+            "/ckpt-1000' ] && break; sleep 0.01; done\n"
+            "victim=$(pgrep -P $launcher | sort -n | tail -1)\nkill -TERM $victim\n"
+            "wait $launcher; status=$?\ncat '" +
+            path("launch.err") + "' >&2\nexit $status\n");
+  EXPECT_NE(stopped.status, 0) << stopped.err;
+  const auto checkpoint = garden::latest_checkpoint(model_dir);
+  ASSERT_TRUE(checkpoint.has_value()) << stopped.err;
+  const int64_t step = garden::read_checkpoint_file(*checkpoint).meta.at("global_step");
+  ASSERT_LT(step, 3000) << "the signal came too late";
+  const std::string at = " at step " + std::to_string(step) + ";";
+  EXPECT_NE(stopped.err.find("[rank 1] garden: received SIGTERM" + at), std::string::npos)
+      << stopped.err;
+  EXPECT_NE(stopped.err.find("[rank 0] garden: another worker received a stop signal; stopping" +
+                             at + " saved " + *checkpoint),
+            std::string::npos)
+      << stopped.err;
+
+  const CliRun resumed = shell(launch + "\n");
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("restored " + *checkpoint), std::string::npos) << resumed.err;
+  expect_same_weights(model_dir, path("uninterrupted"), 0.0);
+}
+
+TEST_F(DistributedCliTest, TrainingDataThatEndsStopsEveryWorkerWithOneLine) {
+  // Training data that does not repeat: every worker names the step its
+  // data ended at, and none waits for the others.
+  const CliRun run =
+      iris(path("ended"), 2,
+           "runtime.seed=3,trainer.train_steps=1000,trainer.steps_per_loop=10,"
+           "task.train_data.is_training=false,runtime.collective_timeout_seconds=20");
+  EXPECT_EQ(run.status, 1) << run.err;
+  for (const std::string rank : {"0", "1"})
+    EXPECT_NE(run.err.find("[rank " + rank +
+                           "] garden: error: the training data ended on 2 of 2 "
+                           "workers at step "),
+              std::string::npos)
+        << run.err;
+  EXPECT_NE(run.err.find("; set task.train_data.is_training: true so it repeats"),
+            std::string::npos)
+      << run.err;
+}
+
 TEST_F(DistributedCliTest, AHungWorkerIsNamedAfterTheTimeout) {
   // SIGSTOP rank 1 mid-training: rank 0 waits collective_timeout_seconds,
   // finds rank 1's heartbeat stopped, and says so.
