@@ -10,25 +10,38 @@
 #               and their chief (garden launch --ps=K), asynchronous: every
 #               worker step is a whole global batch, so its steps/s compares
 #               with the others' as they are
+#   SHARDING=false: the workers read the global batches one process reads and
+#               keep every N-th row (task.train_data.sharding: false), so
+#               every worker's batch has the same shape each step; the
+#               default (true, Model Garden's) gives each its own records
 # Prints, per run, the median steps/s over the loops after the first (equal
 # global batches, so the ratio of steps/s is the ratio of tokens/s) and the
 # mean all_reduce_wait_ms (what a worker still waited for the gradient
 # all-reduce after backward ended).
 #
-#   [PS=K] bash bench/distributed_speed.sh [WORKERS=2] [STEPS=100] [ROUNDS=2]
+#   [PS=K] [SHARDING=false] bash bench/distributed_speed.sh [WORKERS=2] [STEPS=100] [ROUNDS=2]
+#   bash bench/distributed_speed.sh --smoke   # CI: 2 workers, 4 steps of 1-step loops
 set -euo pipefail
 cd "$(dirname "$0")/.."
 garden=${GARDEN:-build/garden}
+vocab=2000 loop=25
+if [ "${1:-}" = "--smoke" ]; then
+  set -- 2 4 1
+  vocab=500 loop=1
+fi
 workers=${1:-2}
 steps=${2:-100}
 rounds=${3:-2}
+# Below Linux's ephemeral ports, apart for each run of the script.
+port=$((20000 + $$ % 10000))
 ps=${PS:-0}
+sharding=${SHARDING:-true}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 overrides="task.train_data.input_path=data/translation/en_de_train.tsv"
 overrides+=",task.validation_data.input_path=data/translation/en_de_valid.tsv"
-overrides+=",task.sentencepiece_vocab_size=2000,runtime.seed=1,trainer.train_steps=$steps"
-overrides+=",trainer.steps_per_loop=25,trainer.summary_interval=25,trainer.checkpoint_interval=$steps"
+overrides+=",task.sentencepiece_vocab_size=$vocab,runtime.seed=1,trainer.train_steps=$steps"
+overrides+=",trainer.steps_per_loop=$loop,trainer.summary_interval=$loop,trainer.checkpoint_interval=$steps"
 overrides+=",runtime.intra_op_parallelism_threads=1"
 
 # The median of the steps/s of every loop after the first, and the mean wait.
@@ -50,9 +63,9 @@ for round in $(seq 1 "$rounds"); do
     --mode=train --model_dir="$scratch/one" --params_override="$overrides" >"$scratch/one.log" 2>&1
   "$garden" train --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/default" \
     --params_override="$overrides" >"$scratch/default.log" 2>&1
-  "$garden" launch --nproc_per_node="$workers" --master_port=$((29700 + round)) -- train \
+  "$garden" launch --nproc_per_node="$workers" --master_port=$((port + round)) -- train \
     --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/many" \
-    --params_override="$overrides,runtime.distribution_strategy=multi_worker_mirrored" \
+    --params_override="$overrides,runtime.distribution_strategy=multi_worker_mirrored,task.train_data.sharding=$sharding" \
     >"$scratch/many.log" 2>&1
   one=$(summarize "$scratch/one.log")
   default=$(summarize "$scratch/default.log")
@@ -61,7 +74,7 @@ for round in $(seq 1 "$rounds"); do
   line+=" | workers / one-thread $(ratio "$many" "$one") | workers / default $(ratio "$many" "$default")"
   line+=" | all_reduce_wait_ms $(wait_ms "$scratch/many.log")"
   if [ "$ps" -gt 0 ]; then
-    "$garden" launch --nproc_per_node="$workers" --ps="$ps" --master_port=$((29750 + round)) -- \
+    "$garden" launch --nproc_per_node="$workers" --ps="$ps" --master_port=$((port + 50 + round)) -- \
       train --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/ps" \
       --params_override="$overrides,runtime.distribution_strategy=parameter_server" \
       >"$scratch/ps.log" 2>&1
