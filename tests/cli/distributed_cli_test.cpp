@@ -119,6 +119,25 @@ class DistributedCliTest : public CliFixture {
                   model_dir + "' --params_override='" + overrides +
                   ",runtime.distribution_strategy=parameter_server'");
   }
+
+  // A shell line: `garden launch` of 2 mirrored workers training
+  // tabular/iris into `model_dir`.
+  static std::string launch_iris(const std::string& model_dir, const std::string& overrides) {
+    return "\"$GARDEN\" launch --nproc_per_node=2 --master_port=" + std::to_string(free_port()) +
+           " -- train --experiment=tabular/iris --mode=train --model_dir='" + model_dir +
+           "' --params_override='" + overrides +
+           ",runtime.distribution_strategy=multi_worker_mirrored'";
+  }
+  // Runs the `launch` line, sends `signal` to rank 1 (launch's second
+  // child) once `file` exists, and returns the launch's status and stderr.
+  CliRun signal_rank_1(const std::string& launch, const std::string& file,
+                       const std::string& signal) const {
+    return shell(launch + " 2>'" + path("launch.err") + "' &\nlauncher=$!\n" +
+                 "for i in $(seq 1 3000); do [ -e '" + file + "' ] && break; sleep 0.01; done\n" +
+                 "victim=$(pgrep -P $launcher | sort -n | tail -1)\nkill -" + signal +
+                 " $victim\nwait $launcher; status=$?\ncat '" + path("launch.err") +
+                 "' >&2\nexit $status\n");
+  }
 };
 
 // Plain SGD, whose update is proportional to the gradient (Adam's is not),
@@ -401,19 +420,11 @@ TEST_F(DistributedCliTest, AKilledWorkerStopsTheRunAndTheRelaunchResumesExactly)
   const CliRun uninterrupted = iris(path("uninterrupted"), 2, overrides);
   ASSERT_EQ(uninterrupted.status, 0) << uninterrupted.err;
 
-  // Kill rank 1 (launch's second child) once the first checkpoint is there.
+  // Kill rank 1 once the first checkpoint is there.
   const std::string model_dir = path("killed");
-  const std::string launch = "\"$GARDEN\" launch --nproc_per_node=2 --master_port=" +
-                             std::to_string(free_port()) +
-                             " -- train --experiment=tabular/iris --mode=train --model_dir='" +
-                             model_dir + "' --params_override='" + overrides +
-                             ",runtime.distribution_strategy=multi_worker_mirrored,"
-                             "runtime.collective_timeout_seconds=20'";
-  const CliRun killed = shell(
-      launch + " 2>'" + path("launch.err") + "' &\nlauncher=$!\n"
-      "for i in $(seq 1 3000); do [ -e '" + model_dir + "/ckpt-100' ] && break; sleep 0.01; done\n"
-      "victim=$(pgrep -P $launcher | sort -n | tail -1)\nkill -9 $victim\n"
-      "wait $launcher; status=$?\ncat '" + path("launch.err") + "' >&2\nexit $status\n");
+  const std::string launch =
+      launch_iris(model_dir, overrides + ",runtime.collective_timeout_seconds=20");
+  const CliRun killed = signal_rank_1(launch, model_dir + "/ckpt-100", "9");
   EXPECT_NE(killed.status, 0) << killed.err;
   EXPECT_NE(killed.err.find("garden launch: rank 1 was killed by signal 9"), std::string::npos)
       << killed.err;
@@ -439,19 +450,8 @@ TEST_F(DistributedCliTest, ASigtermToOneWorkerStopsBothAtOneStepAndTheRelaunchRe
   ASSERT_EQ(uninterrupted.status, 0) << uninterrupted.err;
 
   const std::string model_dir = path("signalled");
-  const std::string launch =
-      "\"$GARDEN\" launch --nproc_per_node=2 --master_port=" + std::to_string(free_port()) +
-      " -- train --experiment=tabular/iris --mode=train --model_dir='" + model_dir +
-      "' --params_override='" + overrides + ",runtime.distribution_strategy=multi_worker_mirrored'";
-  const CliRun stopped =
-      shell(launch + " 2>'" + path("launch.err") +
-            "' &\nlauncher=$!\n"
-            "for i in $(seq 1 3000); do [ -e '" +
-            model_dir +
-            "/ckpt-1000' ] && break; sleep 0.01; done\n"
-            "victim=$(pgrep -P $launcher | sort -n | tail -1)\nkill -TERM $victim\n"
-            "wait $launcher; status=$?\ncat '" +
-            path("launch.err") + "' >&2\nexit $status\n");
+  const std::string launch = launch_iris(model_dir, overrides);
+  const CliRun stopped = signal_rank_1(launch, model_dir + "/ckpt-1000", "TERM");
   EXPECT_NE(stopped.status, 0) << stopped.err;
   const auto checkpoint = garden::latest_checkpoint(model_dir);
   ASSERT_TRUE(checkpoint.has_value()) << stopped.err;
