@@ -14,12 +14,17 @@
 #               keep every N-th row (task.train_data.sharding: false), so
 #               every worker's batch has the same shape each step; the
 #               default (true, Model Garden's) gives each its own records
-# Prints, per run, the median steps/s over the loops after the first (equal
-# global batches, so the ratio of steps/s is the ratio of tokens/s) and the
+#   SCALE=weak: every worker keeps the one process's batch (the workers'
+#               global batch is WORKERS times as large, as with PyTorch DDP's
+#               per-process batch); the ratio is then WORKERS x the workers'
+#               steps/s over the one thread's. The default, strong, splits
+#               one global batch among the workers
+# Prints, per run, the median steps/s over the loops after the first (with
+# equal global batches the ratio of steps/s is the ratio of tokens/s) and the
 # mean all_reduce_wait_ms (what a worker still waited for the gradient
 # all-reduce after backward ended).
 #
-#   [PS=K] [SHARDING=false] bash bench/distributed_speed.sh [WORKERS=2] [STEPS=100] [ROUNDS=2]
+#   [PS=K] [SHARDING=false] [SCALE=weak] bash bench/distributed_speed.sh [WORKERS=2] [STEPS=100] [ROUNDS=2]
 #   bash bench/distributed_speed.sh --smoke   # CI: 2 workers, 4 steps of 1-step loops
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +41,13 @@ rounds=${3:-2}
 port=$((20000 + $$ % 10000))
 ps=${PS:-0}
 sharding=${SHARDING:-true}
+scale=${SCALE:-strong}
+case $scale in
+  strong) worker_batch="" factor=1 ;;
+  # wmt_transformer/tiny's token budget a batch, per worker.
+  weak) worker_batch=",task.train_data.global_batch_size=$((3072 * workers))" factor=$workers ;;
+  *) echo "distributed_speed.sh: SCALE must be strong or weak, not '$scale'" >&2; exit 2 ;;
+esac
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 overrides="task.train_data.input_path=data/translation/en_de_train.tsv"
@@ -56,7 +68,7 @@ wait_ms() {
     awk '{s+=$1; n++} END {if (n) printf "%.2f", s/n; else printf "-"}'
 }
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+ratio() { awk -v a="$1" -v b="$2" -v f="${3:-1}" 'BEGIN {printf "%.2f", f * a / b}'; }
 for round in $(seq 1 "$rounds"); do
   rm -rf "$scratch"/one "$scratch"/default "$scratch"/many "$scratch"/ps
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$garden" train --experiment=wmt_transformer/tiny \
@@ -65,13 +77,15 @@ for round in $(seq 1 "$rounds"); do
     --params_override="$overrides" >"$scratch/default.log" 2>&1
   "$garden" launch --nproc_per_node="$workers" --master_port=$((port + round)) -- train \
     --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/many" \
-    --params_override="$overrides,runtime.distribution_strategy=multi_worker_mirrored,task.train_data.sharding=$sharding" \
+    --params_override="$overrides,runtime.distribution_strategy=multi_worker_mirrored,task.train_data.sharding=$sharding$worker_batch" \
     >"$scratch/many.log" 2>&1
   one=$(summarize "$scratch/one.log")
   default=$(summarize "$scratch/default.log")
   many=$(summarize "$scratch/many.log")
   line="round $round: one-thread $one | default $default | $workers workers $many steps/s"
-  line+=" | workers / one-thread $(ratio "$many" "$one") | workers / default $(ratio "$many" "$default")"
+  [ "$scale" = weak ] && line+=" (each a one-process batch)"
+  line+=" | tokens/s workers / one-thread $(ratio "$many" "$one" "$factor")"
+  line+=" | workers / default $(ratio "$many" "$default" "$factor")"
   line+=" | all_reduce_wait_ms $(wait_ms "$scratch/many.log")"
   if [ "$ps" -gt 0 ]; then
     "$garden" launch --nproc_per_node="$workers" --ps="$ps" --master_port=$((port + 50 + round)) -- \
