@@ -1,5 +1,6 @@
 #include "garden/cli/translate_command.h"
 
+#include <sched.h>
 #include <torch/torch.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "garden/base/error.h"
@@ -41,7 +43,16 @@ struct TranslateFlags {
   std::string input;
   std::string output;
   bool int8 = false;
+  int64_t parallel_batches = 0;  // 0: the cores this process may use (1 on a GPU)
 };
+
+// The cores this process may run on.
+int64_t usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
 
 struct Line {
   int64_t number = 0;  // 1-based
@@ -51,6 +62,7 @@ struct Line {
 void run_translate(const TranslateFlags& flags) {
   if (flags.batch_size < 1) throw Error("--batch_size must be >= 1");
   if (flags.beam_size && *flags.beam_size < 1) throw Error("--beam_size must be >= 1");
+  if (flags.parallel_batches < 0) throw Error("--parallel_batches must be >= 0 (0: one per core)");
   // Files first, before the model loads: a bad path fails at once.
   if (!flags.input.empty()) {
     check_input_file(flags.input, "--input");
@@ -80,6 +92,19 @@ void run_translate(const TranslateFlags& flags) {
   // The model, its task and tokenizer, as garden serve would load them.
   serving::Predictor predictor(params, flags.model_dir, checkpoint, params->runtime.device);
   if (flags.int8) predictor.use_int8();
+  const bool on_cpu = predictor.device().is_cpu();
+  if (flags.parallel_batches > 1 && !on_cpu)
+    throw Error("--parallel_batches=" + std::to_string(flags.parallel_batches) +
+                " decodes batches on CPU threads; runtime.device is " + predictor.device().str() +
+                " (use 1)");
+  const int64_t parallel =
+      flags.parallel_batches > 0 ? flags.parallel_batches : (on_cpu ? usable_cores() : 1);
+  if (parallel > 1) {
+    // Each batch on its own core: LibTorch's and OpenBLAS's kernels run on
+    // the thread that calls them.
+    at::set_num_threads(1);
+    set_blas_threads(1);
+  }
   auto& task = dynamic_cast<nlp::TranslationTask&>(predictor.task());
   // The output is never a file this run reads, and replaces an existing
   // file only once every line is translated.
@@ -128,6 +153,9 @@ void run_translate(const TranslateFlags& flags) {
       return pending[a].ids.size() < pending[b].ids.size();
     });
     const int64_t first_number = lines - static_cast<int64_t>(texts.size()) + 1;
+    // The window's batches, decoded `parallel` at a time.
+    std::vector<Batch> batches;
+    std::vector<std::size_t> starts;
     for (std::size_t begin = 0; begin < order.size();
          begin += static_cast<std::size_t>(flags.batch_size)) {
       const std::size_t end =
@@ -142,10 +170,16 @@ void run_translate(const TranslateFlags& flags) {
         std::copy(ids.begin(), ids.end(),
                   source.data_ptr<int64_t>() + static_cast<int64_t>(k - begin) * source.size(1));
       }
+      batches.push_back({{"inputs", source}});
+      starts.push_back(begin);
+    }
+    const std::vector<Batch> decoded =
+        predictor.predict_batches(batches, static_cast<int>(std::min<int64_t>(parallel, 1 << 16)));
+    for (std::size_t b = 0; b < decoded.size(); ++b) {
       // The decoded ids [B, L], 0-padded, without EOS.
-      const at::Tensor outputs =
-          predictor.predict_batch({{"inputs", source}}).at("outputs").cpu().contiguous();
-      for (std::size_t k = begin; k < end; ++k) {
+      const at::Tensor outputs = decoded[b].at("outputs").cpu().contiguous();
+      const std::size_t begin = starts[b];
+      for (std::size_t k = begin; k < begin + static_cast<std::size_t>(outputs.size(0)); ++k) {
         const Line& line = pending[order[k]];
         const int64_t* row =
             outputs.data_ptr<int64_t>() + static_cast<int64_t>(k - begin) * outputs.size(1);
@@ -153,7 +187,7 @@ void run_translate(const TranslateFlags& flags) {
         while (!ids.empty() && ids.back() == 0) ids.pop_back();
         results[static_cast<std::size_t>(line.number - first_number)] = tokenizer.decode(ids);
       }
-      translated += static_cast<int64_t>(end - begin);
+      translated += outputs.size(0);
     }
     for (const auto& result : results) out << result << '\n';
     out.flush();
@@ -171,7 +205,8 @@ void run_translate(const TranslateFlags& flags) {
   std::cerr << "garden: translated " << lines << " lines (" << translated << " non-empty) in "
             << std::fixed << std::setprecision(2) << seconds << " s, " << std::setprecision(1)
             << (seconds > 0 ? static_cast<double>(translated) / seconds : 0.0)
-            << " sentences/s, beam " << decode.beam_size << (flags.int8 ? ", int8" : "")
+            << " sentences/s, beam " << decode.beam_size << (flags.int8 ? ", int8" : "") << ", "
+            << parallel << (parallel == 1 ? " batch" : " batches") << " at once"
             << ", checkpoint " << checkpoint << "\n";
 }
 
@@ -194,6 +229,12 @@ CLI::App* add_translate_command(CLI::App& app) {
   translate->add_option("--output", flags->output, "Output file (default: stdout)");
   translate->add_flag("--int8", flags->int8,
                       "Decode with int8 weights and products (dynamic quantization; CPU)");
+  translate
+      ->add_option("--parallel_batches", flags->parallel_batches,
+                   "Batches decoded at once on the CPU, each on its own thread with one "
+                   "LibTorch and BLAS thread (0: one per core; 1: one batch, with the "
+                   "run's thread settings)")
+      ->capture_default_str();
   translate->callback([flags] { run_translate(*flags); });
   return translate;
 }

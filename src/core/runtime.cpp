@@ -4,6 +4,7 @@
 #include <c10/core/alignment.h>
 #include <torch/torch.h>
 
+#include <dlfcn.h>
 #include <malloc.h>
 #include <unistd.h>
 
@@ -188,6 +189,14 @@ std::vector<std::string> slow_blas_warning(const std::string& blas) {
           "SLOW BLAS: " + blas + " is the reference BLAS; matrix products run",
           "about 25x slower. Install libopenblas0-pthread (scripts/setup.sh does).",
           "**************************************************************"};
+}
+
+bool set_blas_threads(int threads) {
+  using SetThreads = void (*)(int);
+  void* symbol = dlsym(RTLD_DEFAULT, "openblas_set_num_threads");
+  if (symbol == nullptr || threads < 1) return false;
+  reinterpret_cast<SetThreads>(symbol)(threads);
+  return true;
 }
 
 void warn_if_slow_blas() {

@@ -61,7 +61,9 @@ Logs Task::validation_step(const Batch& inputs, Model& model, MetricList& metric
 
 Batch Task::inference_step(const Batch& inputs, Model& model) {
   torch::NoGradGuard no_grad;
-  model.eval();
+  // Already so when served: no write to the shared model (predict_batches
+  // runs this on several threads at once).
+  if (model.is_training()) model.eval();
   return call_model(model, inputs, /*training=*/false);
 }
 

@@ -215,7 +215,9 @@ Logs TranslationTask::validation_step(const Batch& inputs, Model& model, MetricL
 
 Batch TranslationTask::inference_step(const Batch& inputs, Model& model) {
   torch::NoGradGuard no_grad;
-  model.eval();
+  // Already so when served: no write to the shared model (predict_batches
+  // runs this on several threads at once).
+  if (model.is_training()) model.eval();
   const auto outputs = translate_ids(as_transformer(model), inputs.at("inputs"),
                                      tokenizer().eos_id(), decode_options());
   int64_t longest = 1;

@@ -2,8 +2,14 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <system_error>
+#include <thread>
 
 #include "garden/base/encoding.h"
 #include "garden/base/error.h"
@@ -190,6 +196,44 @@ Batch Predictor::predict_batch(const Batch& inputs) const {
   Batch moved;
   for (const auto& [name, tensor] : inputs) moved[name] = tensor.to(device_);
   return task_->inference_step(moved, *model_);
+}
+
+std::vector<Batch> Predictor::predict_batches(const std::vector<Batch>& inputs, int threads) const {
+  if (fx_model_) throw Error("a TensorFX export predicts instances, not tensors");
+  if (threads < 1)
+    throw Error("predict_batches: threads must be >= 1, not " + std::to_string(threads));
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<Batch> outputs(inputs.size());
+  std::atomic<std::size_t> next{0};
+  std::mutex failure_mutex;
+  std::exception_ptr failure;
+  const auto work = [&] {
+    c10::InferenceMode inference;
+    for (std::size_t i = next++; i < inputs.size(); i = next++) {
+      try {
+        Batch moved;
+        for (const auto& [name, tensor] : inputs[i]) moved[name] = tensor.to(device_);
+        outputs[i] = task_->inference_step(moved, *model_);
+      } catch (...) {
+        std::lock_guard<std::mutex> failed(failure_mutex);
+        if (!failure) failure = std::current_exception();
+        next = inputs.size();  // the others stop after their current batch
+      }
+    }
+  };
+  const std::size_t helpers =
+      std::min(static_cast<std::size_t>(threads), std::max<std::size_t>(inputs.size(), 1)) - 1;
+  std::vector<std::thread> pool;
+  pool.reserve(helpers);
+  try {
+    for (std::size_t t = 0; t < helpers; ++t) pool.emplace_back(work);
+  } catch (const std::system_error&) {
+    // No more threads to be had: the ones started and this one do the work.
+  }
+  work();
+  for (std::thread& thread : pool) thread.join();
+  if (failure) std::rethrow_exception(failure);
+  return outputs;
 }
 
 void Predictor::load_tensorfx(const nlohmann::json& info) {

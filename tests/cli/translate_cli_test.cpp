@@ -182,6 +182,33 @@ TEST_F(TranslateCliTest, Int8TranslatesNearlyEveryLineAsFloat32Does) {
   }
 }
 
+// Batches decoded on several threads give the lines one batch at a time
+// gives, in input order, across several windows (16 batches each).
+TEST_F(TranslateCliTest, ParallelBatchesGiveTheSameLinesInOrderAsOneAtATime) {
+  std::string input;
+  for (int copy = 0; copy < 5; ++copy)
+    for (std::size_t i = 0; i < sources_.size(); ++i) {
+      // Each copy starts at another line, so windows differ in content.
+      input += sources_[(i + static_cast<std::size_t>(copy) * 3) % sources_.size()] + "\n";
+      if (i == 7) input += "\n";
+    }
+  for (const std::string mode : {"--beam_size 1", "--beam_size 4", "--int8 --beam_size 4"}) {
+    const CliRun one = translate(input, mode + " --batch_size 2 --parallel_batches 1");
+    ASSERT_EQ(one.status, 0) << one.err;
+    EXPECT_NE(one.err.find("1 batch at once"), std::string::npos) << one.err;
+    ASSERT_EQ(lines_of(one.out).size(), 85u);
+    for (const std::string threads : {"2", "3"}) {
+      const CliRun many = translate(input, mode + " --batch_size 2 --parallel_batches " + threads);
+      ASSERT_EQ(many.status, 0) << many.err;
+      EXPECT_NE(many.err.find(threads + " batches at once"), std::string::npos) << many.err;
+      EXPECT_EQ(many.out, one.out) << mode << ", " << threads << " batches at once";
+    }
+  }
+  const CliRun bad = translate(input, "--parallel_batches -1");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_EQ(bad.err, "garden: error: --parallel_batches must be >= 0 (0: one per core)\n");
+}
+
 TEST_F(TranslateCliTest, ALongLineIsTruncatedWithAWarningNamingIt) {
   std::string long_line;
   for (int i = 0; i < 40; ++i) long_line += sources_[static_cast<std::size_t>(i % 16)] + " ";

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "garden/base/error.h"
@@ -265,6 +266,38 @@ TEST_F(ServingTest, IrisPredictionsEqualInferenceStepOnTheSameCheckpoint) {
   // The tensor form gives inference_step's outputs themselves.
   const auto tensors = predictor.predict_batch({{"features", features}});
   EXPECT_TRUE(torch::equal(tensors.at("logits"), expected.at("logits")));
+}
+
+// Batches predicted several at a time come back in their order, each equal
+// to its own predict_batch; a bad batch among them is the one error thrown.
+TEST_F(ServingTest, PredictBatchesOnThreadsKeepsTheOrderAndRethrowsAFailure) {
+  const garden::serving::Predictor predictor(iris_export_);
+  std::vector<garden::Batch> batches;
+  for (int b = 0; b < 7; ++b) batches.push_back({{"features", torch::rand({b + 1, 4}) * 8.0}});
+  for (const int threads : {1, 3, 16}) {
+    const auto outputs = predictor.predict_batches(batches, threads);
+    ASSERT_EQ(outputs.size(), batches.size());
+    for (std::size_t b = 0; b < batches.size(); ++b)
+      EXPECT_TRUE(
+          torch::equal(outputs[b].at("logits"), predictor.predict_batch(batches[b]).at("logits")))
+          << "batch " << b << ", " << threads << " threads";
+  }
+  EXPECT_TRUE(predictor.predict_batches({}, 2).empty());
+  batches[4] = {{"features", torch::rand({2, 3})}};  // a feature short
+  const auto first_line_of_error = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      return what.substr(0, what.find('\n'));
+    }
+    return "(no error)";
+  };
+  const std::string error = first_line_of_error([&] { predictor.predict_batches(batches, 3); });
+  EXPECT_NE(error, "(no error)");
+  EXPECT_EQ(error, first_line_of_error([&] { predictor.predict_batch(batches[4]); }));
+  EXPECT_NE(error_of([&] { predictor.predict_batches(batches, 0); }).find("threads must be >= 1"),
+            std::string::npos);
 }
 
 TEST_F(ServingTest, TranslationsEqualInferenceStepOnTheSameCheckpoint) {

@@ -66,4 +66,9 @@ std::vector<std::string> slow_blas_warning(const std::string& blas);
 // Logs slow_blas_warning(loaded_blas_library()), once per process.
 void warn_if_slow_blas();
 
+// Sets the threads of the loaded OpenBLAS's own pool (openblas_set_num_threads,
+// the runtime form of OPENBLAS_NUM_THREADS); false when the BLAS is not
+// OpenBLAS. For code that runs several products at once on threads of its own.
+bool set_blas_threads(int threads);
+
 }  // namespace garden

@@ -63,6 +63,8 @@ class Predictor {
   // garden::Error, one line.
   void use_int8();
   bool int8() const { return int8_; }
+  // Where the model runs.
+  const c10::Device& device() const { return device_; }
   // LibTorch's thread settings and seed from the export's runtime section
   // (what garden predict and serve do before predicting); process-wide.
   void apply_runtime() const;
@@ -76,6 +78,14 @@ class Predictor {
   // The same on tensors: the task's batch in, inference_step's outputs out
   // (not for a TensorFX export: its model takes CSV lines or tf.Examples).
   Batch predict_batch(const Batch& inputs) const;
+  // predict_batch on each batch, up to `threads` of them at once (one
+  // std::thread each, this one included), outputs in the order of inputs.
+  // The task's inference_step must be safe to run concurrently on one model
+  // (the translation task's is). Each thread runs LibTorch's and the BLAS's
+  // kernels with the process's thread settings, so a caller that runs
+  // several at once sets those to one thread (garden translate does). The
+  // first exception of any batch is rethrown once every thread has stopped.
+  std::vector<Batch> predict_batches(const std::vector<Batch>& inputs, int threads) const;
 
   // An instance in the object form predict's task takes (see predict).
   nlohmann::json normalize_instance(const nlohmann::json& instance, std::size_t index) const;
