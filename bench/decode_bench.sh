@@ -11,6 +11,9 @@
 # "1 4"), one LibTorch thread each. Prints one JSON line per run and, per beam
 # size, a summary: median sentences/s of each, the median of the per-round
 # ratios, and the share of lines both translate identically.
+# Garden decodes one batch at a time (--parallel_batches=1), as the peer
+# does; TRANSLATE_FLAGS replaces that (TRANSLATE_FLAGS= for translate's
+# default of one batch per core).
 # Needs Debian's python3-torch and python3-sentencepiece (setup.sh --bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +40,8 @@ for beam in $beams; do
     echo "$peer_line"
     peer_rate=$(sed 's/.*"sentences_per_s": \([0-9.]*\).*/\1/' <<<"$peer_line")
     garden_line=$("$garden" translate --model_dir="$model_dir" --beam_size="$beam" \
-      --input="$input" --output="$work/garden.txt" 2>&1 >/dev/null | tail -n 1)
+      --input="$input" --output="$work/garden.txt" ${TRANSLATE_FLAGS---parallel_batches=1} \
+      2>&1 >/dev/null | tail -n 1)
     garden_rate=$(sed 's/.* s, \([0-9.]*\) sentences\/s.*/\1/' <<<"$garden_line")
     echo "{\"bench\":\"decode_garden\",\"beam_size\":$beam,\"round\":$round,\"sentences_per_s\":$garden_rate}"
     peer_rates+=("$peer_rate") garden_rates+=("$garden_rate")
@@ -45,7 +49,8 @@ for beam in $beams; do
   done
   identical=$(paste -d '\n' "$work/peer.txt" "$work/garden.txt" | paste - - |
     awk -F '\t' '$1 == $2 { same++ } END { printf "%.4f", NR ? same / NR : 0 }')
-  echo "{\"bench\":\"decode\",\"beam_size\":$beam,\"rounds\":$rounds,\"threads\":1," \
+  echo "{\"bench\":\"decode\",\"beam_size\":$beam,\"rounds\":$rounds," \
+    "\"garden_flags\":\"${TRANSLATE_FLAGS---parallel_batches=1}\"," \
     "\"peer_sentences_per_s_median\":$(median "${peer_rates[@]}")," \
     "\"garden_sentences_per_s_median\":$(median "${garden_rates[@]}")," \
     "\"ratio_median\":$(median "${ratios[@]}"),\"ratios\":[$(IFS=,; echo "${ratios[*]}")]," \

@@ -4,6 +4,7 @@
 #
 #   bash bench/int8_bench.sh MODEL_DIR PAIRS_TSV [ROUNDS] [BEAMS]
 #   bash bench/int8_bench.sh --smoke     # CI: a 30-step demo model, 20 lines
+#   TRANSLATE_FLAGS="--parallel_batches=1" bash bench/int8_bench.sh ...   # flags for every run
 #
 # PAIRS_TSV holds "source<TAB>reference" lines (data/translation/en_de_valid.tsv).
 # Each round translates the sources in float32 and then with --int8 for each
@@ -35,7 +36,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int(
 translate() {
   local line
   line=$("$garden" translate --model_dir="$model_dir" --beam_size="$1" --input="$work/source.txt" \
-    --output="$work/$2.txt" ${3:-} 2>&1 >/dev/null | tail -n 1)
+    --output="$work/$2.txt" ${3:-} ${TRANSLATE_FLAGS:-} 2>&1 >/dev/null | tail -n 1)
   sed 's/.* s, \([0-9.]*\) sentences\/s.*/\1/' <<<"$line"
 }
 bleu() {
