@@ -205,17 +205,15 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
                               same_limit(initial_ids.size(0), max_decode_length), eos_id);
 }
 
-BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
-                                      const at::Tensor& initial_ids, Cache initial_cache,
-                                      int64_t vocab_size, int64_t beam_size, double alpha,
-                                      const at::Tensor& max_decode_lengths, int64_t eos_id) {
-  check_initial_ids(initial_ids);
-  if (vocab_size < 1 || beam_size < 1)
-    throw Error("beam search: vocab_size and beam_size must be >= 1");
-  torch::NoGradGuard no_grad;
+namespace {
+
+// The search with its state in tensors, on the device of the ids (a GPU's
+// when the model decodes there).
+BeamSearchResult tensor_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
+                               const at::Tensor& initial_ids, Cache initial_cache,
+                               int64_t vocab_size, int64_t beams, double alpha,
+                               const std::vector<int64_t>& limits, int64_t eos_id) {
   const int64_t batch = initial_ids.size(0);
-  const int64_t beams = beam_size;
-  const std::vector<int64_t> limits = check_limits(max_decode_lengths, batch, "beam search");
   // The search's state lives on the device of the ids it extends (the
   // model's: a GPU's when it decodes there).
   const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(initial_ids.device());
@@ -339,6 +337,271 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
   result.sequences = pad_and_stack(result_sequences, step + 1);
   result.scores = torch::stack(result_scores);
   return result;
+}
+
+// The same search with its state on the host, for ids on the CPU. A step of
+// the tensor version is some sixty LibTorch operations on [n, 2k] tensors,
+// whose dispatch cost more than the model's int8 products in a beam-4
+// decoding; here they are loops over the same numbers. The model call, the
+// candidates kernel, the scaling by the length normalization, both top-k
+// selections and the cache moves are the same operations on the same values,
+// so both versions give the same bits (tested).
+BeamSearchResult host_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
+                             const at::Tensor& initial_ids, Cache initial_cache, int64_t vocab_size,
+                             int64_t beams, double alpha, const std::vector<int64_t>& limits,
+                             int64_t eos_id) {
+  const int64_t batch = initial_ids.size(0);
+  const auto long_opts = torch::TensorOptions().dtype(torch::kLong);
+  const auto score_opts = long_opts.dtype(torch::kDouble);
+  check_cache_rows(initial_cache, batch, batch, "given to beam search");
+  Cache cache = std::move(initial_cache);
+  for (auto& [name, tensor] : cache)
+    if (!is_per_example_entry(name)) tensor = tensor.repeat_interleave(beams, 0);
+  Cache spare;
+
+  // Per example still searching (n of them): its index in the batch, limit
+  // and largest length normalization; per beam (n * beams): the alive and
+  // the finished sequences (`capacity` tokens each, 0 after their length),
+  // the alive log-probability, the finished score and whether it is set.
+  int64_t capacity = 1;
+  for (const int64_t l : limits) capacity = std::max(capacity, l + 1);
+  const auto cap = static_cast<std::size_t>(capacity);
+  const auto K = static_cast<std::size_t>(beams);
+  std::vector<int64_t> examples(static_cast<std::size_t>(batch));
+  std::vector<int64_t> limit = limits;
+  std::vector<double> norm;
+  for (int64_t e = 0; e < batch; ++e) {
+    examples[static_cast<std::size_t>(e)] = e;
+    norm.push_back(length_normalization(alpha, limits[static_cast<std::size_t>(e)]));
+  }
+  const at::Tensor first_ids = initial_ids.to(torch::kLong).contiguous();
+  std::vector<int64_t> alive_seq(examples.size() * K * cap, 0), finished_seq(alive_seq.size(), 0);
+  for (std::size_t r = 0; r < examples.size() * K; ++r)
+    alive_seq[r * cap] = first_ids.data_ptr<int64_t>()[r / K];
+  std::vector<double> alive_log_probs(examples.size() * K,
+                                      -std::numeric_limits<double>::infinity());
+  for (std::size_t i = 0; i < examples.size(); ++i) alive_log_probs[i * K] = 0.0;
+  std::vector<double> finished_scores(examples.size() * K, kLargeNegative);
+  std::vector<char> finished_flags(examples.size() * K, 0);
+  std::vector<at::Tensor> result_sequences(static_cast<std::size_t>(batch));
+  std::vector<at::Tensor> result_scores(static_cast<std::size_t>(batch));
+  std::vector<int64_t> next_seq;  // the next step's alive or finished sequences
+  const auto as_tensor = [](auto& values, std::vector<int64_t> shape, at::TensorOptions options) {
+    return torch::from_blob(values.data(), shape, options);
+  };
+
+  int64_t step = 0;
+  for (;; ++step) {
+    const auto length = static_cast<std::size_t>(step + 1);  // tokens so far
+    std::size_t n = examples.size();
+    // Done at its limit, or once its worst finished score (empty slots count
+    // as 0; none set: kLargeNegative) beats its best alive log-probability
+    // over its largest length normalization.
+    std::vector<char> done(n, 0);
+    bool any_done = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double best_alive = alive_log_probs[i * K] / norm[i];
+      double lowest = std::numeric_limits<double>::infinity();
+      bool any_finished = false;
+      for (std::size_t k = 0; k < K; ++k) {
+        const double v = finished_flags[i * K + k] ? finished_scores[i * K + k] : 0.0;
+        lowest = std::isnan(v) || std::isnan(lowest) ? std::nan("") : std::min(lowest, v);
+        any_finished = any_finished || finished_flags[i * K + k];
+      }
+      if (!any_finished) lowest = kLargeNegative;
+      done[i] = limit[i] <= step || lowest > best_alive;
+      any_done = any_done || done[i];
+    }
+    if (any_done) {
+      std::vector<int64_t> staying;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!done[i]) {
+          staying.push_back(static_cast<int64_t>(i));
+          continue;
+        }
+        // Its finished set, or its alive one when nothing finished.
+        bool has_finished = false;
+        for (std::size_t k = 0; k < K; ++k)
+          has_finished = has_finished || finished_flags[i * K + k];
+        const std::vector<int64_t>& seq = has_finished ? finished_seq : alive_seq;
+        const std::vector<double>& scores = has_finished ? finished_scores : alive_log_probs;
+        at::Tensor out_seq = torch::empty({beams, step + 1}, long_opts);
+        for (std::size_t k = 0; k < K; ++k)
+          std::copy_n(seq.begin() + static_cast<std::ptrdiff_t>((i * K + k) * cap), length,
+                      out_seq.data_ptr<int64_t>() + k * length);
+        at::Tensor out_scores = torch::empty({beams}, score_opts);
+        std::copy_n(scores.begin() + static_cast<std::ptrdiff_t>(i * K), K,
+                    out_scores.data_ptr<double>());
+        const auto e = static_cast<std::size_t>(examples[i]);
+        result_sequences[e] = out_seq;
+        result_scores[e] = out_scores;
+      }
+      if (staying.empty()) break;
+      // Keep the rows of the examples staying, in order.
+      std::vector<int64_t> rows;
+      for (std::size_t j = 0; j < staying.size(); ++j) {
+        const auto i = static_cast<std::size_t>(staying[j]);
+        examples[j] = examples[i];
+        limit[j] = limit[i];
+        norm[j] = norm[i];
+        for (std::size_t k = 0; k < K; ++k) {
+          const std::size_t to = j * K + k, from = i * K + k;
+          rows.push_back(static_cast<int64_t>(from));
+          std::copy_n(alive_seq.begin() + static_cast<std::ptrdiff_t>(from * cap), cap,
+                      alive_seq.begin() + static_cast<std::ptrdiff_t>(to * cap));
+          std::copy_n(finished_seq.begin() + static_cast<std::ptrdiff_t>(from * cap), cap,
+                      finished_seq.begin() + static_cast<std::ptrdiff_t>(to * cap));
+          alive_log_probs[to] = alive_log_probs[from];
+          finished_scores[to] = finished_scores[from];
+          finished_flags[to] = finished_flags[from];
+        }
+      }
+      n = staying.size();
+      examples.resize(n);
+      limit.resize(n);
+      norm.resize(n);
+      keep_rows(cache, as_tensor(staying, {static_cast<int64_t>(n)}, long_opts).clone(),
+                as_tensor(rows, {static_cast<int64_t>(n * K)}, long_opts).clone(), step);
+      spare.clear();  // its buffers have the old row count
+    }
+    const auto rows_now = static_cast<int64_t>(n * K);
+    at::Tensor flat_ids = torch::empty({rows_now, step + 1}, long_opts);
+    for (std::size_t r = 0; r < n * K; ++r)
+      std::copy_n(alive_seq.begin() + static_cast<std::ptrdiff_t>(r * cap), length,
+                  flat_ids.data_ptr<int64_t>() + r * length);
+    const at::Tensor logits = next_logits(symbols_to_logits_fn, flat_ids, step, cache,
+                                          static_cast<int64_t>(n), vocab_size);
+
+    // Grow: the best 2 * beams (beam, token) extensions of each example.
+    const int64_t candidates = std::min(2 * beams, beams * vocab_size);
+    const auto C = static_cast<std::size_t>(candidates);
+    const at::Tensor alive_tensor =
+        as_tensor(alive_log_probs, {static_cast<int64_t>(n), beams}, score_opts).clone();
+    auto [top_log_probs, top_indices] = top_log_prob_extensions(logits, alive_tensor, candidates);
+    top_log_probs = top_log_probs.contiguous();
+    top_indices = top_indices.contiguous();
+    // Finished candidates are scored with the length normalization.
+    const at::Tensor scaled = (top_log_probs / length_normalization(alpha, step + 1)).contiguous();
+    const double* top_lp = top_log_probs.data_ptr<double>();
+    const int64_t* top_index = top_indices.data_ptr<int64_t>();
+    const double* top_scaled = scaled.data_ptr<double>();
+    std::vector<int64_t> top_beam(n * C), top_id(n * C);
+    std::vector<double> alive_candidates(n * C), new_scores(n * C);
+    std::vector<char> top_finished(n * C);
+    for (std::size_t c = 0; c < n * C; ++c) {
+      top_beam[c] = top_index[c] / vocab_size;
+      top_id[c] = top_index[c] % vocab_size;
+      top_finished[c] = top_id[c] == eos_id;
+      // As the tensor version computes them: x + flag * kLargeNegative.
+      alive_candidates[c] = top_lp[c] + (top_finished[c] ? 1.0 : 0.0) * kLargeNegative;
+      new_scores[c] = top_scaled[c] + (top_finished[c] ? 0.0 : 1.0) * kLargeNegative;
+    }
+    // The candidate's sequence: its beam's tokens, then its token.
+    const auto candidate_token = [&](std::size_t i, std::size_t c, std::size_t t) {
+      return t < length
+                 ? alive_seq[(i * K + static_cast<std::size_t>(top_beam[i * C + c])) * cap + t]
+                 : top_id[i * C + c];
+    };
+
+    // Alive: the best candidates that did not just produce EOS.
+    const at::Tensor alive_pick =
+        std::get<1>(as_tensor(alive_candidates, {static_cast<int64_t>(n), candidates}, score_opts)
+                        .topk(beams, 1))
+            .contiguous();
+    const int64_t* pick = alive_pick.data_ptr<int64_t>();
+    std::vector<int64_t> source_rows(n * K);
+    next_seq.assign(n * K * cap, 0);
+    std::vector<double> next_log_probs(n * K);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < K; ++j) {
+        const auto c = static_cast<std::size_t>(pick[i * K + j]);
+        source_rows[i * K + j] = static_cast<int64_t>(i * K) + top_beam[i * C + c];
+        for (std::size_t t = 0; t <= length; ++t)
+          next_seq[(i * K + j) * cap + t] = candidate_token(i, c, t);
+        next_log_probs[i * K + j] = alive_candidates[i * C + c];
+      }
+    reorder_beams(cache, spare, as_tensor(source_rows, {rows_now}, long_opts).clone(), step + 1);
+
+    // Finished: the best of the finished set and the candidates that just
+    // produced EOS.
+    std::vector<double> all_scores(n * (K + C));
+    for (std::size_t i = 0; i < n; ++i) {
+      std::copy_n(finished_scores.begin() + static_cast<std::ptrdiff_t>(i * K), K,
+                  all_scores.begin() + static_cast<std::ptrdiff_t>(i * (K + C)));
+      std::copy_n(new_scores.begin() + static_cast<std::ptrdiff_t>(i * C), C,
+                  all_scores.begin() + static_cast<std::ptrdiff_t>(i * (K + C) + K));
+    }
+    const at::Tensor finished_pick =
+        std::get<1>(as_tensor(all_scores, {static_cast<int64_t>(n), beams + candidates}, score_opts)
+                        .topk(beams, 1))
+            .contiguous();
+    const int64_t* fpick = finished_pick.data_ptr<int64_t>();
+    std::vector<int64_t> next_finished(n * K * cap, 0);
+    std::vector<double> next_scores(n * K);
+    std::vector<char> next_flags(n * K);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < K; ++j) {
+        const auto a = static_cast<std::size_t>(fpick[i * K + j]);
+        int64_t* to = next_finished.data() + (i * K + j) * cap;
+        if (a < K) {  // a finished sequence, one 0 longer
+          std::copy_n(finished_seq.begin() + static_cast<std::ptrdiff_t>((i * K + a) * cap), length,
+                      to);
+          to[length] = 0;
+          next_scores[i * K + j] = finished_scores[i * K + a];
+          next_flags[i * K + j] = finished_flags[i * K + a];
+        } else {
+          const std::size_t c = a - K;
+          for (std::size_t t = 0; t <= length; ++t) to[t] = candidate_token(i, c, t);
+          next_scores[i * K + j] = new_scores[i * C + c];
+          next_flags[i * K + j] = top_finished[i * C + c];
+        }
+      }
+    std::swap(alive_seq, next_seq);
+    alive_log_probs = std::move(next_log_probs);
+    finished_seq = std::move(next_finished);
+    finished_scores = std::move(next_scores);
+    finished_flags = std::move(next_flags);
+    alive_seq.resize(n * K * cap);
+  }
+
+  BeamSearchResult result;
+  result.sequences = pad_and_stack(result_sequences, step + 1);
+  result.scores = torch::stack(result_scores);
+  return result;
+}
+
+}  // namespace
+
+BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
+                                      const at::Tensor& initial_ids, Cache initial_cache,
+                                      int64_t vocab_size, int64_t beam_size, double alpha,
+                                      const at::Tensor& max_decode_lengths, int64_t eos_id) {
+  return sequence_beam_search(symbols_to_logits_fn, initial_ids, std::move(initial_cache),
+                              vocab_size, beam_size, alpha, max_decode_lengths, eos_id,
+                              initial_ids.defined() && initial_ids.device().is_cpu()
+                                  ? BeamSearchState::kHost
+                                  : BeamSearchState::kTensors);
+}
+
+BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
+                                      const at::Tensor& initial_ids, Cache initial_cache,
+                                      int64_t vocab_size, int64_t beam_size, double alpha,
+                                      const at::Tensor& max_decode_lengths, int64_t eos_id,
+                                      BeamSearchState state) {
+  check_initial_ids(initial_ids);
+  if (vocab_size < 1 || beam_size < 1)
+    throw Error("beam search: vocab_size and beam_size must be >= 1");
+  torch::NoGradGuard no_grad;
+  const std::vector<int64_t> limits =
+      check_limits(max_decode_lengths, initial_ids.size(0), "beam search");
+  if (state == BeamSearchState::kHost) {
+    if (!initial_ids.device().is_cpu())
+      throw Error("beam search: the host search needs initial_ids on the CPU");
+    return host_search(symbols_to_logits_fn, initial_ids, std::move(initial_cache), vocab_size,
+                       beam_size, alpha, limits, eos_id);
+  }
+  return tensor_search(symbols_to_logits_fn, initial_ids, std::move(initial_cache), vocab_size,
+                       beam_size, alpha, limits, eos_id);
 }
 
 BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,

@@ -514,4 +514,80 @@ TEST(GreedyDecode, FinishedRowsLeaveTheBatch) {
   }
 }
 
+// The search keeps its state on the host for ids on the CPU and in tensors
+// otherwise (a GPU's); both give the same bits, with per-example limits,
+// likely and unlikely EOS, a beam wider than the live candidates (-inf ties)
+// and every kind of cache entry: one row per beam, "steps/" positions moved
+// in place, and "per_example/" rows.
+TEST(SequenceBeamSearch, HostAndTensorStateGiveTheSameBits) {
+  using garden::nlp::BeamSearchState;
+  struct Case {
+    int64_t beam;
+    double alpha;
+    std::vector<int64_t> limits;
+    double eos_boost;
+    uint64_t seed;
+  };
+  std::vector<Case> cases = {
+      {4, 0.6, {5, 5, 5, 5, 5}, 0.0, 71},  {4, 0.6, {2, 6, 0, 3, 6}, 2.0, 72},
+      {64, 0.0, {4, 4, 4, 4, 4}, 0.0, 73}, {1, 1.5, {6, 3, 5, 1, 2}, 2.0, 74},
+      {3, 0.6, {6, 6, 6, 6, 6}, 1.0, 75},  {2, 1.0, {6, 1, 4, 0, 6}, -30.0, 76}};
+  // And random ones: examples leave at their limits or when done, while
+  // the others go on with finished entries of their own.
+  for (uint64_t seed = 80; seed < 100; ++seed) {
+    Case c{std::vector<int64_t>{1, 2, 3, 4, 8}[seed % 5],
+           0.3 * static_cast<double>(seed % 4),
+           {},
+           std::vector<double>{0.0, 1.0, 2.0, 3.0}[(seed / 5) % 4],
+           seed};
+    for (int64_t e = 0; e < 5; ++e)
+      c.limits.push_back(static_cast<int64_t>((seed * 7 + e * 3) % 7));
+    cases.push_back(c);
+  }
+  const int64_t longest = 6;
+  for (const Case& c : cases) {
+    torch::manual_seed(c.seed);
+    at::Tensor logits = torch::randn({5, longest, kVocab, kVocab}, torch::kDouble) * 2.0;
+    logits.select(3, kEos).add_(c.eos_boost);
+    const at::Tensor table = torch::log_softmax(logits, -1);
+    const SymbolsToLogitsFn base = table_model(table);
+    int mismatches = 0;
+    const SymbolsToLogitsFn model = [&](const at::Tensor& ids, int64_t step, Cache& cache) {
+      at::Tensor& history = cache.at("steps/history");  // [rows, 1, capacity, 1]
+      const int64_t rows = ids.size(0);
+      if (!history.narrow(2, 0, step)
+               .reshape({rows, step})
+               .equal(ids.slice(1, 0, step).to(torch::kFloat)))
+        ++mismatches;
+      history.narrow(2, step, 1).copy_(ids.select(1, step).to(torch::kFloat).view({rows, 1, 1, 1}));
+      const at::Tensor initial = cache.at("per_example/initial");
+      if (!initial.repeat_interleave(rows / initial.size(0)).equal(ids.select(1, 0))) ++mismatches;
+      return base(ids, step, cache);
+    };
+    const std::vector<int64_t> initial = {0, 3, 2, 4, 0};
+    Cache cache = example_cache({0, 1, 2, 3, 4});
+    cache["steps/history"] = torch::zeros({5, 1, longest + 1, 1});
+    cache["per_example/initial"] = torch::tensor(initial);
+    const at::Tensor limits = torch::tensor(c.limits);
+    const BeamSearchResult host =
+        sequence_beam_search(model, torch::tensor(initial), cache, kVocab, c.beam, c.alpha, limits,
+                             kEos, BeamSearchState::kHost);
+    for (auto& [name, tensor] : cache) tensor = tensor.clone();  // the search wrote the history
+    cache["steps/history"].zero_();
+    const BeamSearchResult tensors =
+        sequence_beam_search(model, torch::tensor(initial), cache, kVocab, c.beam, c.alpha, limits,
+                             kEos, BeamSearchState::kTensors);
+    EXPECT_EQ(mismatches, 0) << "seed " << c.seed;
+    EXPECT_TRUE(host.sequences.equal(tensors.sequences)) << "seed " << c.seed;
+    EXPECT_TRUE(host.scores.equal(tensors.scores)) << "seed " << c.seed << "\n"
+                                                   << host.scores << "\n"
+                                                   << tensors.scores;
+    // The default is the host search for CPU ids.
+    cache["steps/history"].zero_();
+    const BeamSearchResult chosen = sequence_beam_search(model, torch::tensor(initial), cache,
+                                                         kVocab, c.beam, c.alpha, limits, kEos);
+    EXPECT_TRUE(chosen.scores.equal(host.scores)) << "seed " << c.seed;
+  }
+}
+
 }  // namespace

@@ -91,6 +91,18 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
                                       int64_t vocab_size, int64_t beam_size, double alpha,
                                       int64_t max_decode_length, int64_t eos_id);
 
+// Where the search keeps its own state (sequences, scores, flags): in
+// tensors on the device of initial_ids, or on the host as plain arrays, which
+// needs initial_ids on the CPU and spares a few dozen tensor operations a
+// step. Both give the same bits. The overloads above keep it on the host for
+// ids on the CPU and in tensors otherwise; this one chooses (tests compare).
+enum class BeamSearchState { kTensors, kHost };
+BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
+                                      const at::Tensor& initial_ids, Cache initial_cache,
+                                      int64_t vocab_size, int64_t beam_size, double alpha,
+                                      const at::Tensor& max_decode_lengths, int64_t eos_id,
+                                      BeamSearchState state);
+
 // Picks the most likely token at every step until every sequence has produced
 // eos_id or its max_decode_length tokens. Returns sequences
 // [batch, 1, steps + 1] (initial id first, 0 after EOS or the row's limit) and
