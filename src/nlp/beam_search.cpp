@@ -151,12 +151,52 @@ void reorder_beams(Cache& cache, Cache& spare, const at::Tensor& flat_rows, int6
   }
 }
 
+// Whether rows of a cache entry can move within its own memory: a
+// contiguous CPU tensor that nothing outside the cache refers to.
+bool compacts_in_place(const at::Tensor& tensor) {
+  return tensor.device().is_cpu() && tensor.dim() >= 1 && tensor.is_contiguous() &&
+         tensor.use_count() == 1 && tensor.storage().use_count() == 1;
+}
+
+// Rows `keep` (increasing) of `tensor` moved to its first rows, in place, and
+// the tensor narrowed to them. Of a "steps/" entry [rows, H, capacity, Dh]
+// only the first `filled` positions of each head move.
+void compact_rows(at::Tensor& tensor, const std::vector<int64_t>& keep, bool steps,
+                  int64_t filled) {
+  const auto element = static_cast<int64_t>(tensor.element_size());
+  const int64_t row_bytes = tensor.size(0) > 0 ? tensor.numel() / tensor.size(0) * element : 0;
+  const bool by_head = steps && tensor.dim() == 4 && tensor.size(2) >= filled;
+  const int64_t heads = by_head ? tensor.size(1) : 1;
+  const int64_t span = by_head ? filled * tensor.size(3) * element : row_bytes;
+  const int64_t head_stride = by_head ? tensor.size(2) * tensor.size(3) * element : row_bytes;
+  char* base = static_cast<char*>(tensor.data_ptr());
+  for (std::size_t j = 0; j < keep.size(); ++j) {
+    const int64_t from = keep[j];
+    if (from == static_cast<int64_t>(j)) continue;
+    for (int64_t h = 0; h < heads; ++h)
+      std::memmove(base + static_cast<int64_t>(j) * row_bytes + h * head_stride,
+                   base + from * row_bytes + h * head_stride, static_cast<std::size_t>(span));
+  }
+  tensor = tensor.narrow(0, 0, static_cast<int64_t>(keep.size()));
+}
+
 // Keeps examples `examples` (rows `rows` of the per-beam entries): examples
-// that are done leave the batch.
+// that are done leave the batch. An entry only the cache holds moves its rows
+// in place (an entry of the caller's is copied the first time, and is the
+// cache's own from then on).
 void keep_rows(Cache& cache, const at::Tensor& examples, const at::Tensor& rows, int64_t filled) {
-  for (auto& [name, tensor] : cache)
-    tensor = is_per_example_entry(name) ? tensor.index_select(0, examples)
-                                        : select_rows(name, tensor, rows, filled);
+  std::vector<int64_t> host_examples, host_rows;  // on the host, when an entry needs them
+  for (auto& [name, tensor] : cache) {
+    const bool per_example = is_per_example_entry(name);
+    if (compacts_in_place(tensor)) {
+      std::vector<int64_t>& keep = per_example ? host_examples : host_rows;
+      if (keep.empty()) keep = host_indices(per_example ? examples : rows);
+      compact_rows(tensor, keep, is_steps_entry(name), filled);
+    } else {
+      tensor =
+          per_example ? tensor.index_select(0, examples) : select_rows(name, tensor, rows, filled);
+    }
+  }
 }
 
 // Sequences of different lengths [beams, length_i], one per example, as one
