@@ -421,8 +421,13 @@ TEST(ConfigValidationTest, AParamsFileCutShortOrChangedOnDiskIsRefusedNamingIt) 
   EXPECT_EQ(cut.rfind("config file '" + file + "' is damaged: ", 0), 0u) << cut;
   EXPECT_NE(cut.find("(cut short?)"), std::string::npos) << cut;
 
+  // The value in the YAML, not a "77" the checksum line may hold (its CRC
+  // depends on the data paths, so on where the repository is checked out).
   std::string flipped = text;
-  flipped[flipped.find("77")] = '8';
+  const std::string steps_key = "train_steps: 77";
+  const auto steps_at = flipped.find(steps_key, newline);
+  ASSERT_NE(steps_at, std::string::npos) << text;
+  flipped[steps_at + steps_key.size() - 2] = '8';
   write(flipped);
   EXPECT_EQ(error_of([&] { gc::apply_file(*read, file); }),
             "config file '" + file +
