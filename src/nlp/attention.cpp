@@ -117,6 +117,11 @@ at::Tensor MultiHeadAttentionImpl::attend(const at::Tensor& q, const at::Tensor&
     return output->forward(context);
   }
 #endif
+  // Inference on the CPU (a decoding step over its KV cache): one pass per
+  // head, reading the views in place, instead of two products, a mask add,
+  // a softmax and their autograd nodes.
+  if (!(is_training() && options_.attention_dropout > 0) && head_attention_applies(q, k, v, mask))
+    return output->forward(head_attention(q, k, v, mask));
   // The 1 / sqrt(Dh) scale rides along in the product (gemm's alpha, or q
   // scaled before the fallback matmul: T x Dh is cheaper than T x S).
   at::Tensor scores =

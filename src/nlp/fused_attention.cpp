@@ -38,8 +38,9 @@ namespace garden::nlp {
 namespace {
 
 // Where one call's operands live. Element d of head h of row t of example b
-// of the queries is q[b * q_batch + t * q_row + h * Dh + d]; keys and values
-// likewise with kv_batch and kv_row. The mask (additive, may be null) is
+// of the queries is q[b * q_batch + t * q_row + h * q_head + d]; keys and
+// values likewise with kv_batch, kv_row and kv_head (q_head = kv_head = Dh
+// in the projections). The mask (additive, may be null) is
 // read through its four strides (0 where it broadcasts).
 struct Geometry {
   int64_t batch, heads, q_len, kv_len, head_size, hidden;
@@ -48,6 +49,7 @@ struct Geometry {
   const float* k;
   const float* v;
   int64_t q_batch, q_row, kv_batch, kv_row;
+  int64_t q_head, kv_head;  // head h starts at h * q_head (h * kv_head): Dh in the projections
   const float* mask;
   int64_t mask_stride[4];
   bool dropout;
@@ -87,10 +89,17 @@ __attribute__((always_inline)) inline void softmax_row(float* __restrict x, int6
       x[s + l] = e;
       sums[l] += e;
     }
-  for (int64_t r = 0; s < n; ++s, ++r) {
-    const float e = exp_nonpositive(x[s] - m);
-    x[s] = e;
-    sums[r] += e;
+  if (s < n) {  // the rest as one block padded with -inf (e^-inf is 0): vector, not scalar, exps
+    const int64_t rest = n - s;
+    float pad[kLanes];
+    for (int l = 0; l < kLanes; ++l)
+      pad[l] = l < rest ? x[s + l] : -std::numeric_limits<float>::infinity();
+    for (int l = 0; l < kLanes; ++l) {
+      const float e = exp_nonpositive(pad[l] - m);
+      pad[l] = e;
+      sums[l] += e;
+    }
+    for (int64_t l = 0; l < rest; ++l) x[s + l] = pad[l];
   }
   for (int l = 0; l < 8; ++l) sums[l] += sums[l + 8];
   for (int l = 0; l < 4; ++l) sums[l] += sums[l + 4];
@@ -143,6 +152,111 @@ inline const float* mask_row(const Geometry& g, int64_t b, int64_t h, int64_t t)
                 : nullptr;
 }
 
+// Head (b, h) for a few queries (a decoding step's) without dropout, probs
+// [T, S] and out as below. Per query: its dot products with four keys at a
+// time, each in 16 lanes (GCC's vector type, so the sums stay in registers)
+// summed pairwise at the end; the softmax; and the values' weighted sum, 32
+// outputs at a time. The register-blocked products below are built for
+// training's many rows, and a lone dot product waits on its own sum.
+constexpr int64_t kFewQueries = 8;
+using Lanes16 = float __attribute__((vector_size(kLanes * sizeof(float))));
+
+// acc += x * p[0 .. 16) (by reference: a vector argument or result would
+// be passed differently in the builds without AVX-512).
+__attribute__((always_inline)) inline void multiply_add(Lanes16& acc, const Lanes16& x,
+                                                        const float* p) {
+  Lanes16 y;
+  std::memcpy(&y, p, sizeof(y));
+  acc += x * y;
+}
+
+// acc += w * p[0 .. 16).
+__attribute__((always_inline)) inline void multiply_add(Lanes16& acc, float w, const float* p) {
+  Lanes16 y;
+  std::memcpy(&y, p, sizeof(y));
+  acc += w * y;
+}
+
+// The 16 lanes' sum, halves added pairwise, plus a scalar tail.
+__attribute__((always_inline)) inline float lane_sum(const Lanes16& v, float tail) {
+  float lane[kLanes];
+  std::memcpy(lane, &v, sizeof(v));
+  for (int l = 0; l < 8; ++l) lane[l] += lane[l + 8];
+  for (int l = 0; l < 4; ++l) lane[l] += lane[l + 4];
+  for (int l = 0; l < 2; ++l) lane[l] += lane[l + 2];
+  return (lane[0] + lane[1]) + tail;
+}
+
+__attribute__((always_inline)) inline void few_queries_head(const Geometry& g, int64_t b, int64_t h,
+                                                            float* probs, float* out) {
+  const int64_t T = g.q_len, S = g.kv_len, Dh = g.head_size, row = g.kv_row;
+  const int64_t whole = Dh / kLanes * kLanes;
+  const float* k = g.k + b * g.kv_batch + h * g.kv_head;
+  const float* v = g.v + b * g.kv_batch + h * g.kv_head;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* __restrict q = g.q + b * g.q_batch + h * g.q_head + t * g.q_row;
+    float* __restrict scores = probs + t * S;
+    int64_t s = 0;
+    for (; s + 4 <= S; s += 4) {
+      const float* k0 = k + s * row;
+      Lanes16 a0{}, a1{}, a2{}, a3{};
+      for (int64_t i = 0; i < whole; i += kLanes) {
+        Lanes16 x;
+        std::memcpy(&x, q + i, sizeof(x));
+        multiply_add(a0, x, k0 + i);
+        multiply_add(a1, x, k0 + row + i);
+        multiply_add(a2, x, k0 + 2 * row + i);
+        multiply_add(a3, x, k0 + 3 * row + i);
+      }
+      float t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+      for (int64_t i = whole; i < Dh; ++i) {
+        t0 += q[i] * k0[i];
+        t1 += q[i] * k0[row + i];
+        t2 += q[i] * k0[2 * row + i];
+        t3 += q[i] * k0[3 * row + i];
+      }
+      scores[s] = g.alpha * lane_sum(a0, t0);
+      scores[s + 1] = g.alpha * lane_sum(a1, t1);
+      scores[s + 2] = g.alpha * lane_sum(a2, t2);
+      scores[s + 3] = g.alpha * lane_sum(a3, t3);
+    }
+    for (; s < S; ++s) {
+      const float* key = k + s * row;
+      Lanes16 a{};
+      for (int64_t i = 0; i < whole; i += kLanes) {
+        Lanes16 x;
+        std::memcpy(&x, q + i, sizeof(x));
+        multiply_add(a, x, key + i);
+      }
+      float tail = 0;
+      for (int64_t i = whole; i < Dh; ++i) tail += q[i] * key[i];
+      scores[s] = g.alpha * lane_sum(a, tail);
+    }
+    softmax_row(scores, S, mask_row(g, b, h, t), g.mask_stride[3]);
+    float* __restrict c = out + (b * T + t) * g.hidden + h * Dh;
+    int64_t j = 0;
+    for (; j + 2 * kLanes <= Dh; j += 2 * kLanes) {
+      Lanes16 c0{}, c1{};
+      for (int64_t r = 0; r < S; ++r) {
+        multiply_add(c0, scores[r], v + r * row + j);
+        multiply_add(c1, scores[r], v + r * row + j + kLanes);
+      }
+      std::memcpy(c + j, &c0, sizeof(c0));
+      std::memcpy(c + j + kLanes, &c1, sizeof(c1));
+    }
+    for (; j + kLanes <= Dh; j += kLanes) {
+      Lanes16 c0{};
+      for (int64_t r = 0; r < S; ++r) multiply_add(c0, scores[r], v + r * row + j);
+      std::memcpy(c + j, &c0, sizeof(c0));
+    }
+    for (; j < Dh; ++j) {
+      float sum = 0;
+      for (int64_t r = 0; r < S; ++r) sum += scores[r] * v[r * row + j];
+      c[j] = sum;
+    }
+  }
+}
+
 // Head (b, h) forward: probs [T, S] (kept for the backward), and its context
 // into out [B, T, D] at columns h * Dh.
 __attribute__((always_inline)) inline void forward_head(const Geometry& g, int64_t b, int64_t h,
@@ -150,9 +264,13 @@ __attribute__((always_inline)) inline void forward_head(const Geometry& g, int64
                                                         KeepScratch& mask, float* pack,
                                                         float* out) {
   const int64_t T = g.q_len, S = g.kv_len, Dh = g.head_size;
-  const float* q = g.q + b * g.q_batch + h * Dh;
-  const float* k = g.k + b * g.kv_batch + h * Dh;
-  const float* v = g.v + b * g.kv_batch + h * Dh;
+  if (T <= kFewQueries && !g.dropout) {
+    few_queries_head(g, b, h, probs, out);
+    return;
+  }
+  const float* q = g.q + b * g.q_batch + h * g.q_head;
+  const float* k = g.k + b * g.kv_batch + h * g.kv_head;
+  const float* v = g.v + b * g.kv_batch + h * g.kv_head;
   // scores = alpha q k^T: b[l, j] = k[j, l].
   small_product({q, g.q_row, 1, k, 1, g.kv_row, T, Dh, S, g.alpha, probs, S}, pack);
   for (int64_t t = 0; t < T; ++t)
@@ -187,9 +305,9 @@ __attribute__((always_inline)) inline void backward_head(const Geometry& g, cons
                                                          const float* grad_out, float* work,
                                                          KeepScratch& mask, float* pack) {
   const int64_t T = g.q_len, S = g.kv_len, Dh = g.head_size;
-  const float* q = g.q + b * g.q_batch + h * Dh;
-  const float* k = g.k + b * g.kv_batch + h * Dh;
-  const float* v = g.v + b * g.kv_batch + h * Dh;
+  const float* q = g.q + b * g.q_batch + h * g.q_head;
+  const float* k = g.k + b * g.kv_batch + h * g.kv_head;
+  const float* v = g.v + b * g.kv_batch + h * g.kv_head;
   const float* go = grad_out + b * T * g.hidden + h * Dh;
   float* grad_p = work;           // [T, S]: d/d(dropped probs), then d/d(scores)
   float* dropped = work + T * S;  // [T, S]
@@ -337,6 +455,7 @@ Geometry geometry(const at::Tensor& q_proj, const at::Tensor& kv_proj, int64_t h
   g.v = g.k + g.hidden;
   g.kv_row = kv.size(2);
   g.kv_batch = kv.size(1) * g.kv_row;
+  g.q_head = g.kv_head = g.head_size;
   g.mask = mask.defined() ? mask.data_ptr<float>() : nullptr;
   for (int i = 0; i < 4; ++i) g.mask_stride[i] = mask.defined() ? mask.stride(i) : 0;
   return g;
@@ -451,6 +570,77 @@ at::Tensor fused_attention(const at::Tensor& q_proj, const at::Tensor& kv_proj, 
   const at::Tensor none = at::empty({0}, q_proj.options());
   return FusedAttention::apply(q_proj, kv_proj.defined() ? kv_proj : none, heads,
                                mask.defined() ? mask : none, dropout, training);
+}
+
+bool head_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& mask) {
+  const auto usable = [](const at::Tensor& t) {
+    return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 4 &&
+           t.stride(3) == 1 && !t.requires_grad();
+  };
+  if (!usable(q) || !usable(k) || !usable(v) || k.sizes() != v.sizes() ||
+      k.strides() != v.strides() || q.size(0) != k.size(0) || q.size(1) != k.size(1) ||
+      q.size(3) != k.size(3) || q.numel() == 0 || k.numel() == 0)
+    return false;
+  for (int64_t n : {q.size(2), k.size(2), q.size(3)})
+    if (n > kSmallProductMaxDim) return false;
+  if (mask.defined()) {
+    if (!mask.device().is_cpu() || mask.scalar_type() != at::kFloat || mask.dim() > 4 ||
+        mask.requires_grad())
+      return false;
+    const int64_t full[4] = {q.size(0), q.size(1), q.size(2), k.size(2)};
+    for (int64_t i = 0; i < mask.dim(); ++i) {
+      const int64_t size = mask.size(mask.dim() - 1 - i);
+      if (size != 1 && size != full[3 - i]) return false;
+    }
+  }
+  return true;
+}
+
+at::Tensor head_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& mask) {
+  if (!head_attention_applies(q, k, v, mask))
+    throw std::invalid_argument(
+        "head_attention: expected float32 CPU q [B, H, T, Dh], k and v [B, H, S, Dh] with the "
+        "same strides and unit stride in Dh, none requiring a gradient, T, S and Dh at most 256, "
+        "and a float32 mask broadcastable to [B, H, T, S]");
+  Geometry g{};
+  g.batch = q.size(0);
+  g.heads = q.size(1);
+  g.q_len = q.size(2);
+  g.kv_len = k.size(2);
+  g.head_size = q.size(3);
+  g.hidden = g.heads * g.head_size;
+  g.alpha = static_cast<float>(1.0 / std::sqrt(static_cast<double>(g.head_size)));
+  g.q = q.data_ptr<float>();
+  g.q_batch = q.stride(0);
+  g.q_head = q.stride(1);
+  g.q_row = q.stride(2);
+  g.k = k.data_ptr<float>();
+  g.v = v.data_ptr<float>();
+  g.kv_batch = k.stride(0);
+  g.kv_head = k.stride(1);
+  g.kv_row = k.stride(2);
+  const at::Tensor expanded =
+      mask.defined() ? mask.expand({g.batch, g.heads, g.q_len, g.kv_len}) : at::Tensor();
+  g.mask = expanded.defined() ? expanded.data_ptr<float>() : nullptr;
+  for (int i = 0; i < 4; ++i) g.mask_stride[i] = expanded.defined() ? expanded.stride(i) : 0;
+  at::Tensor out = at::empty({g.batch, g.q_len, g.hidden}, q.options());
+  static const ForwardHead head =
+      widest_kernel<ForwardHead>(forward_head_avx512, forward_head_avx2, forward_head_portable);
+  // A decoding step's head is a few thousand flops: heads go to threads in
+  // groups of about 64 K multiply-adds.
+  const int64_t work = g.q_len * g.kv_len * g.head_size;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, work));
+  float* result = out.data_ptr<float>();
+  at::parallel_for(0, g.batch * g.heads, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> pack(static_cast<size_t>(pack_floats(g)));
+    std::vector<float> probs(static_cast<size_t>(g.q_len * g.kv_len));
+    KeepScratch unused(0);
+    for (int64_t i = begin; i < end; ++i)
+      head(g, i / g.heads, i % g.heads, probs.data(), nullptr, unused, pack.data(), result);
+  });
+  return out;
 }
 
 }  // namespace garden::nlp

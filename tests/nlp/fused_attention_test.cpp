@@ -2,6 +2,8 @@
 // projections in one operation, against the definition composed from
 // LibTorch's operations in double, with gradients by LibTorch's autograd of
 // that definition; its dropout against nlp::dropout's mask for the same seed.
+// nlp::head_attention (inference over split heads) against the same
+// definition.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -216,6 +218,126 @@ TEST(FusedAttention, ModuleAgreesWithItsUnfusedPath) {
     for (const auto& p : params)
       EXPECT_LE(max_error(p.value().grad(), params64[p.key()].grad()), 5e-5) << p.key();
   }
+}
+
+// head_attention: inference over heads already split, as a decoding step
+// reads its queries and its KV cache (strided views), against the
+// definition in double.
+at::Tensor head_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& mask) {
+  const at::Tensor q64 = q.to(at::kDouble), k64 = k.to(at::kDouble), v64 = v.to(at::kDouble);
+  at::Tensor scores = at::matmul(q64, k64.transpose(-2, -1)) / std::sqrt(double(q.size(3)));
+  if (mask.defined()) scores = scores + mask.to(at::kDouble);
+  const at::Tensor context = at::matmul(at::softmax(scores, -1), v64);
+  return context.transpose(1, 2).reshape({q.size(0), q.size(2), -1});
+}
+
+TEST(HeadAttention, StridedQueriesAndCacheMatchTheDefinition) {
+  torch::manual_seed(11);
+  for (const int64_t heads : {1, 4}) {
+    for (const int64_t head_size : {8, 33, 64}) {
+      SCOPED_TRACE(testing::Message() << "H " << heads << " Dh " << head_size);
+      const int64_t batch = 3, hidden = heads * head_size, room = 20;
+      // A self-attention step: q from the fused projection [B, 1, 3D], keys
+      // and values the first `steps` positions of [B, H, room, Dh] caches.
+      const at::Tensor qkv = torch::randn({batch, 1, 3 * hidden}).mul_(2.0);
+      const at::Tensor q = heads_of(qkv, 3, heads)[0];
+      const at::Tensor k_cache = torch::randn({batch, heads, room, head_size});
+      const at::Tensor v_cache = torch::randn({batch, heads, room, head_size});
+      for (const int64_t steps : {1, 7, 20}) {
+        const at::Tensor k = k_cache.narrow(2, 0, steps), v = v_cache.narrow(2, 0, steps);
+        ASSERT_TRUE(head_attention_applies(q, k, v, {}));
+        EXPECT_LE(max_error(head_attention(q, k, v, {}), head_reference(q, k, v, {})), 2e-6)
+            << steps << " steps";
+      }
+      // Cross-attention: each example's 4 beams query its encoder keys and
+      // values [B, H, S, Dh] under a padding mask [B, 1, 1, S].
+      const at::Tensor beams_q = heads_of(torch::randn({batch, 4, hidden}), 1, heads)[0];
+      const at::Tensor kv = torch::randn({batch, 9, 2 * hidden});
+      const auto split = heads_of(kv, 2, heads);
+      const at::Tensor ck = split[0].contiguous(), cv = split[1].contiguous();
+      const at::Tensor ids = torch::tensor({{5, 6, 7, 8, 9, 10, 11, 12, 13},
+                                            {1, 2, 3, 0, 0, 0, 0, 0, 0},
+                                            {1, 2, 3, 4, 5, 6, 7, 8, 0}});
+      const at::Tensor mask = padding_mask(ids);
+      EXPECT_LE(
+          max_error(head_attention(beams_q, ck, cv, mask), head_reference(beams_q, ck, cv, mask)),
+          2e-6);
+      // The projection's own views (k and v side by side in one tensor).
+      EXPECT_LE(max_error(head_attention(beams_q, split[0], split[1], mask),
+                          head_reference(beams_q, split[0], split[1], mask)),
+                2e-6);
+      // A mask varying over every dimension.
+      const at::Tensor full = torch::randn({batch, heads, 4, 9});
+      EXPECT_LE(
+          max_error(head_attention(beams_q, ck, cv, full), head_reference(beams_q, ck, cv, full)),
+          2e-6);
+    }
+  }
+}
+
+TEST(HeadAttention, SameBitsForAnyThreadCountAndANanStaysInItsHead) {
+  torch::manual_seed(12);
+  const at::Tensor q = torch::randn({6, 4, 2, 32});
+  const at::Tensor k = torch::randn({6, 4, 30, 32}), v = torch::randn({6, 4, 30, 32});
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const at::Tensor one = head_attention(q, k, v, {});
+  at::set_num_threads(2);
+  const at::Tensor two = head_attention(q, k, v, {});
+  at::set_num_threads(threads);
+  EXPECT_TRUE(one.equal(two));
+  at::Tensor poisoned = q.clone();
+  poisoned[2][1][0][5] = std::numeric_limits<float>::quiet_NaN();
+  const at::Tensor nan = head_attention(poisoned, k, v, {}).isnan();
+  EXPECT_TRUE(nan[2][0].narrow(0, 32, 32).all().item<bool>());
+  EXPECT_EQ(nan.sum().item<int64_t>(), 32);
+}
+
+TEST(HeadAttention, AppliesOnlyWhereItsKernelRuns) {
+  const at::Tensor q = torch::randn({2, 2, 1, 16});
+  const at::Tensor k = torch::randn({2, 2, 5, 16}), v = torch::randn({2, 2, 5, 16});
+  EXPECT_TRUE(head_attention_applies(q, k, v, {}));
+  EXPECT_FALSE(head_attention_applies(q.clone().requires_grad_(), k, v, {}));  // needs autograd
+  EXPECT_FALSE(head_attention_applies(q.to(at::kDouble), k, v, {}));
+  EXPECT_FALSE(head_attention_applies(q, k, v.narrow(2, 0, 4), {}));  // k and v differ
+  EXPECT_FALSE(head_attention_applies(q, k, k.transpose(2, 3).contiguous().transpose(2, 3), {}));
+  EXPECT_FALSE(head_attention_applies(q.transpose(2, 3), k, v, {}));  // Dh strided
+  EXPECT_FALSE(
+      head_attention_applies(q, torch::randn({2, 2, 257, 16}), torch::randn({2, 2, 257, 16}), {}));
+  EXPECT_FALSE(head_attention_applies(q, k, v, torch::zeros({2, 1, 1, 4})));  // S is 5
+  EXPECT_FALSE(head_attention_applies(q, k, v, torch::zeros({2, 1, 1, 5}, torch::kDouble)));
+  EXPECT_TRUE(head_attention_applies(q, k, v, torch::zeros({2, 1, 1, 5})));
+  EXPECT_THROW(head_attention(q.to(at::kDouble), k, v, {}), std::invalid_argument);
+}
+
+// The module in evaluation mode without gradients takes head_attention for
+// its split heads (attend, as a decoding step calls it), and agrees with
+// the same module's attend where a gradient is needed (the unfused path).
+TEST(HeadAttention, AttendWithoutAGradientAgreesWithTheUnfusedPath) {
+  AttentionOptions options;
+  options.hidden_size = 64;
+  options.num_heads = 4;
+  options.cross_attention = true;
+  torch::manual_seed(13);
+  MultiHeadAttention attention(options);
+  attention->eval();
+  const at::Tensor x = torch::randn({3, 4, 64});
+  const at::Tensor memory = torch::randn({3, 13, 64});
+  const at::Tensor mask = padding_mask(torch::randint(0, 3, {3, 13}));
+  at::Tensor fused;
+  {
+    torch::NoGradGuard no_grad;
+    const at::Tensor q = attention->project_q(x);
+    auto [k, v] = attention->project_kv(memory);
+    ASSERT_TRUE(head_attention_applies(q, k, v, mask));
+    fused = attention->attend(q, k, v, mask);
+  }
+  const at::Tensor q = attention->project_q(x);
+  auto [k, v] = attention->project_kv(memory);
+  ASSERT_TRUE(q.requires_grad());
+  const at::Tensor unfused = attention->attend(q, k, v, mask);
+  EXPECT_LE(max_error(fused, unfused.detach()), 2e-6);
 }
 
 }  // namespace

@@ -63,6 +63,18 @@ bool fused_attention_applies(const at::Tensor& q_proj, const at::Tensor& kv_proj
 at::Tensor fused_attention(const at::Tensor& q_proj, const at::Tensor& kv_proj, int64_t heads,
                            const at::Tensor& mask, double dropout, bool training);
 
+// The same attention for inference on heads already split: q [B, H, T, Dh],
+// k and v [B, H, S, Dh] (views of any strides with unit stride in Dh, k and v
+// alike: a decoding step's queries and its KV cache), mask as above;
+// returns softmax(q k^T / sqrt(Dh) + mask) v with the heads merged,
+// [B, T, H * Dh]. One pass per head, no autograd, no dropout: for tensors
+// that need no gradient, in float32 on the CPU with T, S and Dh at most 256,
+// which head_attention_applies tells; otherwise std::invalid_argument.
+bool head_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& mask);
+at::Tensor head_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& mask);
+
 // One id per row of logits [..., V], drawn from softmax(logits) as Model
 // Garden's ELECTRA sample_from_softmax draws it (argmax of the logits plus
 // Gumbel noise, temperature 1); with disallow_ids [...] defined, each row's
