@@ -89,17 +89,10 @@ __attribute__((always_inline)) inline void softmax_row(float* __restrict x, int6
       x[s + l] = e;
       sums[l] += e;
     }
-  if (s < n) {  // the rest as one block padded with -inf (e^-inf is 0): vector, not scalar, exps
-    const int64_t rest = n - s;
-    float pad[kLanes];
-    for (int l = 0; l < kLanes; ++l)
-      pad[l] = l < rest ? x[s + l] : -std::numeric_limits<float>::infinity();
-    for (int l = 0; l < kLanes; ++l) {
-      const float e = exp_nonpositive(pad[l] - m);
-      pad[l] = e;
-      sums[l] += e;
-    }
-    for (int64_t l = 0; l < rest; ++l) x[s + l] = pad[l];
+  for (int64_t r = 0; s < n; ++s, ++r) {
+    const float e = exp_nonpositive(x[s] - m);
+    x[s] = e;
+    sums[r] += e;
   }
   for (int l = 0; l < 8; ++l) sums[l] += sums[l + 8];
   for (int l = 0; l < 4; ++l) sums[l] += sums[l + 4];
