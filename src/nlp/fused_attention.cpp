@@ -627,7 +627,8 @@ at::Tensor head_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, work));
   float* result = out.data_ptr<float>();
   at::parallel_for(0, g.batch * g.heads, grain, [&](int64_t begin, int64_t end) {
-    std::vector<float> pack(static_cast<size_t>(pack_floats(g)));
+    // (The few-queries loops need no packed operand.)
+    std::vector<float> pack(static_cast<size_t>(g.q_len <= kFewQueries ? 0 : pack_floats(g)));
     std::vector<float> probs(static_cast<size_t>(g.q_len * g.kv_len));
     KeepScratch unused(0);
     for (int64_t i = begin; i < end; ++i)

@@ -267,6 +267,11 @@ TEST(HeadAttention, StridedQueriesAndCacheMatchTheDefinition) {
       EXPECT_LE(max_error(head_attention(beams_q, split[0], split[1], mask),
                           head_reference(beams_q, split[0], split[1], mask)),
                 2e-6);
+      // More queries than a decoding step's (the register-blocked products).
+      const at::Tensor many_q = heads_of(torch::randn({batch, 12, hidden}), 1, heads)[0];
+      EXPECT_LE(
+          max_error(head_attention(many_q, ck, cv, mask), head_reference(many_q, ck, cv, mask)),
+          2e-6);
       // A mask varying over every dimension.
       const at::Tensor full = torch::randn({batch, heads, 4, 9});
       EXPECT_LE(
