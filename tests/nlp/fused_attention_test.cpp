@@ -189,14 +189,20 @@ TEST(FusedAttention, AppliesOnlyWhereItsKernelRuns) {
   EXPECT_THROW(fused_attention(q, {}, 2, {}, 1.0, true), std::invalid_argument);
 }
 
+// A 64-wide, 4-head attention layer's options.
+AttentionOptions layer_options(bool cross) {
+  AttentionOptions options;
+  options.hidden_size = 64;
+  options.num_heads = 4;
+  options.cross_attention = cross;
+  return options;
+}
+
 // The module takes the fused path in float32 and the unfused one in double:
 // the two agree, forward and gradients, with the module's own masks.
 TEST(FusedAttention, ModuleAgreesWithItsUnfusedPath) {
   for (bool cross : {false, true}) {
-    AttentionOptions options;
-    options.hidden_size = 64;
-    options.num_heads = 4;
-    options.cross_attention = cross;
+    const AttentionOptions options = layer_options(cross);
     torch::manual_seed(10);
     MultiHeadAttention fused(options);
     torch::manual_seed(10);  // the same initial weights
@@ -320,12 +326,8 @@ TEST(HeadAttention, AppliesOnlyWhereItsKernelRuns) {
 // its split heads (attend, as a decoding step calls it), and agrees with
 // the same module's attend where a gradient is needed (the unfused path).
 TEST(HeadAttention, AttendWithoutAGradientAgreesWithTheUnfusedPath) {
-  AttentionOptions options;
-  options.hidden_size = 64;
-  options.num_heads = 4;
-  options.cross_attention = true;
   torch::manual_seed(13);
-  MultiHeadAttention attention(options);
+  MultiHeadAttention attention(layer_options(/*cross=*/true));
   attention->eval();
   const at::Tensor x = torch::randn({3, 4, 64});
   const at::Tensor memory = torch::randn({3, 13, 64});
