@@ -26,6 +26,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -520,6 +521,20 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
   }
 };
 
+// Whether the kernels take `mask` (undefined: none): a float32 CPU tensor
+// without a gradient, broadcastable to `full` [B, H, T, S].
+bool mask_applies(const at::Tensor& mask, const std::array<int64_t, 4>& full) {
+  if (!mask.defined()) return true;
+  if (!mask.device().is_cpu() || mask.scalar_type() != at::kFloat || mask.dim() > 4 ||
+      mask.requires_grad())
+    return false;
+  for (int64_t i = 0; i < mask.dim(); ++i) {
+    const int64_t size = mask.size(mask.dim() - 1 - i);
+    if (size != 1 && size != full[static_cast<std::size_t>(3 - i)]) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool fused_attention_applies(const at::Tensor& q_proj, const at::Tensor& kv_proj, int64_t heads,
@@ -538,17 +553,7 @@ bool fused_attention_applies(const at::Tensor& q_proj, const at::Tensor& kv_proj
   const int64_t kv_len = self ? q_proj.size(1) : kv_proj.size(1);
   for (int64_t n : {q_proj.size(1), kv_len, hidden / heads})
     if (n > kSmallProductMaxDim) return false;
-  if (mask.defined()) {
-    if (!mask.device().is_cpu() || mask.scalar_type() != at::kFloat || mask.dim() > 4 ||
-        mask.requires_grad())
-      return false;
-    const int64_t full[4] = {q_proj.size(0), heads, q_proj.size(1), kv_len};
-    for (int64_t i = 0; i < mask.dim(); ++i) {
-      const int64_t size = mask.size(mask.dim() - 1 - i);
-      if (size != 1 && size != full[3 - i]) return false;
-    }
-  }
-  return true;
+  return mask_applies(mask, {q_proj.size(0), heads, q_proj.size(1), kv_len});
 }
 
 at::Tensor fused_attention(const at::Tensor& q_proj, const at::Tensor& kv_proj, int64_t heads,
@@ -577,17 +582,7 @@ bool head_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::
     return false;
   for (int64_t n : {q.size(2), k.size(2), q.size(3)})
     if (n > kSmallProductMaxDim) return false;
-  if (mask.defined()) {
-    if (!mask.device().is_cpu() || mask.scalar_type() != at::kFloat || mask.dim() > 4 ||
-        mask.requires_grad())
-      return false;
-    const int64_t full[4] = {q.size(0), q.size(1), q.size(2), k.size(2)};
-    for (int64_t i = 0; i < mask.dim(); ++i) {
-      const int64_t size = mask.size(mask.dim() - 1 - i);
-      if (size != 1 && size != full[3 - i]) return false;
-    }
-  }
-  return true;
+  return mask_applies(mask, {q.size(0), q.size(1), q.size(2), k.size(2)});
 }
 
 at::Tensor head_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
