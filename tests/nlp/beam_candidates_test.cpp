@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <tuple>
+#include <vector>
 
 #include "garden/nlp/kernels.h"
 
@@ -84,6 +86,40 @@ TEST(BeamCandidatesTest, NonFiniteLogitsAndDoublesTakeLibTorchsPath) {
   const auto [want_ds, want_di] = definition(doubles, alive, 3);
   EXPECT_TRUE(torch::equal(ds, want_ds));
   EXPECT_TRUE(torch::equal(di, want_di));
+}
+
+// Logits on a few levels, so that many blocks of 16 hold values equal to
+// the k-th best: a block is skipped only when none of its scores is above
+// it, and equal scores go to the lower index. The reference orders every
+// (beam, token) of LibTorch's log-softmax in double by score, then index.
+TEST(BeamCandidatesTest, BlocksAtTheBarAreSkippedOnlyWhenNothingInThemBeatsIt) {
+  torch::manual_seed(5);
+  for (const int64_t vocab : {300, 2000}) {
+    for (const double alive_spread : {0.0, 0.5}) {
+      const int64_t n = 3, beams = 4, k = 8;
+      const at::Tensor logits = torch::randint(-4, 3, {n * beams, vocab}).to(torch::kFloat) / 2.0;
+      const at::Tensor alive = torch::randint(-2, 1, {n, beams}).to(torch::kDouble) * alive_spread;
+      const auto [scores, indices] = top_log_prob_extensions(logits, alive, k);
+      const at::Tensor all =
+          (torch::log_softmax(logits.to(torch::kDouble), -1).view({n, beams, vocab}) +
+           alive.unsqueeze(2))
+              .view({n, beams * vocab});
+      for (int64_t e = 0; e < n; ++e) {
+        const auto row = all[e].contiguous();
+        const double* p = row.data_ptr<double>();
+        std::vector<int64_t> order(static_cast<std::size_t>(beams * vocab));
+        for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+        for (int64_t j = 0; j < k; ++j) {
+          SCOPED_TRACE(testing::Message() << "V " << vocab << " spread " << alive_spread
+                                          << " example " << e << " rank " << j);
+          EXPECT_EQ(indices[e][j].item<int64_t>(), order[static_cast<std::size_t>(j)]);
+          EXPECT_NEAR(scores[e][j].item<double>(), p[order[static_cast<std::size_t>(j)]], 1e-12);
+        }
+      }
+    }
+  }
 }
 
 TEST(BeamCandidatesTest, RefusesShapesThatDoNotMatch) {
