@@ -10,8 +10,8 @@
 # The settings every layer, and the precompiled header they share, compile
 # with; identical flags let one precompiled header serve every layer.
 add_library(garden_build_settings INTERFACE)
-target_link_libraries(garden_build_settings INTERFACE torch yaml-cpp nlohmann_json::nlohmann_json
-                                                      Threads::Threads)
+target_link_libraries(garden_build_settings INTERFACE torch ${GARDEN_YAML_CPP}
+                                                      nlohmann_json::nlohmann_json Threads::Threads)
 target_compile_options(garden_build_settings INTERFACE -Wall -Wextra)
 
 add_library(garden_pch OBJECT ${CMAKE_CURRENT_SOURCE_DIR}/src/pch.cpp)

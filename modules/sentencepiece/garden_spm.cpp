@@ -9,10 +9,16 @@
 #include <string>
 #include <vector>
 
-// Exported by libsentencepiece (its logging.h is not installed).
+#ifndef GARDEN_SPM_0_2_API
+// Exported by libsentencepiece 0.1 (its logging.h is not installed; 0.2
+// declares sentencepiece::SetMinLogLevel in sentencepiece_processor.h).
 namespace sentencepiece::logging {
 void SetMinLogLevel(int v);
 }
+namespace sentencepiece {
+using logging::SetMinLogLevel;
+}
+#endif
 
 namespace {
 
@@ -42,7 +48,7 @@ int garden_spm_train(const char* flags, char** error) {
     // The trainer logs its whole command line before it reads --minloglevel:
     // apply that flag first, so a quiet run is quiet.
     const char* level = std::strstr(flags, "--minloglevel=");
-    sentencepiece::logging::SetMinLogLevel(level ? std::atoi(level + 14) : 0);
+    sentencepiece::SetMinLogLevel(level ? std::atoi(level + 14) : 0);
     const auto status = sentencepiece::SentencePieceTrainer::Train(flags);
     if (!status.ok()) return fail(error, status.ToString());
     return 0;
@@ -99,7 +105,11 @@ int garden_spm_encode_pieces(void* processor, const char* text, size_t length, c
 int garden_spm_decode_ids(void* processor, const int* ids, size_t count, char** text,
                           char** error) {
   std::string out;
+#ifdef GARDEN_SPM_0_2_API
+  const auto status = processor_of(processor).Decode(absl::MakeConstSpan(ids, count), &out);
+#else
   const auto status = processor_of(processor).Decode(std::vector<int>(ids, ids + count), &out);
+#endif
   if (!status.ok()) return fail(error, status.ToString());
   *text = copy_string(out);
   return *text ? 0 : fail(error, "out of memory");
@@ -109,7 +119,11 @@ int garden_spm_decode_pieces(void* processor, const char* const* pieces, size_t 
                              char** text, char** error) {
   std::vector<std::string> in(pieces, pieces + count);
   std::string out;
+#ifdef GARDEN_SPM_0_2_API
+  const auto status = processor_of(processor).Decode(absl::MakeConstSpan(in), &out);
+#else
   const auto status = processor_of(processor).Decode(in, &out);
+#endif
   if (!status.ok()) return fail(error, status.ToString());
   *text = copy_string(out);
   return *text ? 0 : fail(error, "out of memory");
