@@ -14,6 +14,7 @@
 
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
+#include "garden/base/torch_features.h"
 
 namespace garden::distribute {
 
@@ -106,6 +107,14 @@ c10::intrusive_ptr<c10d::TCPStore> open_store(const Cluster& cluster, bool serve
   options.numWorkers = static_cast<std::size_t>(cluster.world_size);
   options.waitWorkers = false;
   options.timeout = timeout;
+#if GARDEN_HAS_TCPSTORE_LIBUV
+  // The store's libuv server only where asked for (USE_LIBUV=1, torchrun's
+  // variable): LibTorch 2.4 and later default to it, and a LibTorch built
+  // without libuv then refuses to start the store at all. The classic
+  // server is the one 1.13 has.
+  const char* libuv = std::getenv("USE_LIBUV");
+  options.useLibUV = libuv && std::string(libuv) == "1";
+#endif
   return c10::make_intrusive<c10d::TCPStore>(cluster.master_addr, options);
 }
 

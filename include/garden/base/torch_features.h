@@ -17,3 +17,6 @@
 #define GARDEN_HAS_ALLOCATOR_COPY_DATA GARDEN_TORCH_AT_LEAST(2, 3)
 // Autocast's setters take the device type; the per-device ones are gone (2.4).
 #define GARDEN_HAS_DEVICE_TYPE_AUTOCAST GARDEN_TORCH_AT_LEAST(2, 4)
+// c10d::TCPStoreOptions::useLibUV (2.2; true by default from 2.4, which
+// fails on a LibTorch built without libuv, as Debian's 2.14 is).
+#define GARDEN_HAS_TCPSTORE_LIBUV GARDEN_TORCH_AT_LEAST(2, 2)
