@@ -70,7 +70,8 @@ std::shared_ptr<Model> Model::load(const std::string& path) {
   }
   auto model = std::shared_ptr<Model>(new Model());
   model->path_ = path;
-  const ModelType& type = model_type(spec["model"].as<std::string>());
+  const auto type_name = spec["model"].as<std::string>();
+  const ModelType& type = model_type(type_name);
   const auto args = type.parse(spec["args"] ? spec["args"].as<std::vector<std::string>>()
                                             : std::vector<std::string>{});
   const auto format = spec["format"] && spec["format"].as<std::string>() == "examples"

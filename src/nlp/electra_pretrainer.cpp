@@ -14,10 +14,12 @@ namespace garden::nlp {
 
 namespace {
 
-const at::Tensor& input(const Batch& inputs, const std::string& key) {
+// The key is a literal: a std::string parameter would make each call's
+// temporary look like what the returned reference could dangle from.
+const at::Tensor& input(const Batch& inputs, const char* key) {
   const auto it = inputs.find(key);
   if (it == inputs.end() || !it->second.defined())
-    throw Error("electra pretrainer: the inputs have no '" + key + "'");
+    throw Error(std::string("electra pretrainer: the inputs have no '") + key + "'");
   return it->second;
 }
 
