@@ -446,11 +446,14 @@ struct ModelServer::State {
   }
 
   void add_routes() {
-    http.Get("/v1/models/([^/:]+)",
+    // Regular expressions. cpp-httplib 0.14 and later read a pattern holding
+    // "/:" as one with path parameters ("/users/:id"), so the model name's
+    // class is written [^:/], never [^/:].
+    http.Get("/v1/models/([^:/]+)",
              [this](const httplib::Request& request, httplib::Response& response) {
                answer(response, [&] { return status_body(request.matches[1]); });
              });
-    http.Get("/v1/models/([^/:]+)/metadata",
+    http.Get("/v1/models/([^:/]+)/metadata",
              [this](const httplib::Request& request, httplib::Response& response) {
                answer(response, [&] {
                  const auto model = serving_model(request.matches[1]);
@@ -461,7 +464,7 @@ struct ModelServer::State {
                              {"metadata", {{"signature_def", model->signature_def()}}}};
                });
              });
-    http.Post("/v1/models/([^/:]+)(?:/versions/([0-9]+))?:predict",
+    http.Post("/v1/models/([^:/]+)(?:/versions/([0-9]+))?:predict",
               [this](const httplib::Request& request, httplib::Response& response) {
                 answer(response, [&] {
                   return predict_body(request.matches[1], request.matches[2], request.body);
