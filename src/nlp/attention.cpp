@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "garden/base/torch_features.h"
 #include "garden/nlp/kernels.h"
@@ -58,6 +59,28 @@ at::Tensor causal_mask(int64_t length, at::ScalarType dtype, at::Device device) 
       .view({1, 1, length, length});
 }
 
+bool library_attention_available() { return GARDEN_HAS_FUSED_ATTENTION; }
+
+at::Tensor library_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const at::Tensor& mask, double dropout) {
+#if GARDEN_HAS_FUSED_ATTENTION
+  // The kernels take the mask in the query's dtype. In float16 kMaskedValue
+  // would become -inf (a row with every key masked would be NaN): it is
+  // clamped to float16's lowest finite value first.
+  // No mask is nullopt: an undefined tensor is refused.
+  c10::optional<at::Tensor> typed_mask;
+  if (mask.defined())
+    typed_mask =
+        (q.scalar_type() == at::kHalf ? mask.clamp_min(-65504.0) : mask).to(q.scalar_type());
+  const at::Tensor context = at::scaled_dot_product_attention(q, k, v, typed_mask, dropout, false);
+  return context.transpose(1, 2).reshape({q.size(0), q.size(2), q.size(1) * q.size(3)});
+#else
+  (void)q, (void)k, (void)v, (void)mask, (void)dropout;
+  throw std::logic_error("library_attention: this LibTorch (" TORCH_VERSION
+                         ") has no at::scaled_dot_product_attention");
+#endif
+}
+
 // ---- MultiHeadAttention --------------------------------------------------------
 
 MultiHeadAttentionImpl::MultiHeadAttentionImpl(const AttentionOptions& options)
@@ -102,21 +125,11 @@ std::pair<at::Tensor, at::Tensor> MultiHeadAttentionImpl::project_kv(const at::T
 
 at::Tensor MultiHeadAttentionImpl::attend(const at::Tensor& q, const at::Tensor& k,
                                           const at::Tensor& v, const at::Tensor& mask) {
-#if GARDEN_HAS_FUSED_ATTENTION
   // On a GPU: LibTorch's fused attention (flash or memory-efficient
-  // kernels), the same softmax(q k^T / sqrt(Dh) + mask) v with dropout on the
-  // probabilities, without the T x S scores in memory.
-  if (!q.device().is_cpu()) {
-    const double dropout = is_training() ? options_.attention_dropout : 0.0;
-    // The mask in the query's dtype (what the kernels take); {} is no mask.
-    at::Tensor context =
-        mask.defined()
-            ? at::scaled_dot_product_attention(q, k, v, mask.to(q.scalar_type()), dropout, false)
-            : at::scaled_dot_product_attention(q, k, v, {}, dropout, false);
-    context = context.transpose(1, 2).reshape({q.size(0), q.size(2), options_.hidden_size});
-    return output->forward(context);
-  }
-#endif
+  // kernels), without the T x S scores in memory.
+  if (!q.device().is_cpu() && library_attention_available())
+    return output->forward(
+        library_attention(q, k, v, mask, is_training() ? options_.attention_dropout : 0.0));
   // Inference on the CPU (a decoding step over its KV cache): one pass per
   // head, reading the views in place, instead of two products, a mask add,
   // a softmax and their autograd nodes.

@@ -2,8 +2,9 @@
 // projections in one operation, against the definition composed from
 // LibTorch's operations in double, with gradients by LibTorch's autograd of
 // that definition; its dropout against nlp::dropout's mask for the same seed.
-// nlp::head_attention (inference over split heads) against the same
-// definition.
+// nlp::head_attention (inference over split heads) and nlp::library_attention
+// (LibTorch's fused attention, which MultiHeadAttention runs on a GPU)
+// against the same definition.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -345,6 +346,60 @@ TEST(HeadAttention, AttendWithoutAGradientAgreesWithTheUnfusedPath) {
   ASSERT_TRUE(q.requires_grad());
   const at::Tensor unfused = attention->attend(q, k, v, mask);
   EXPECT_LE(max_error(fused, unfused.detach()), 2e-6);
+}
+
+// LibTorch's fused attention, which attend takes on a GPU, run here on the
+// CPU (LibTorch 2.0 and later): the same definition as Garden's kernels, its
+// masks and its gradients.
+TEST(LibraryAttention, MatchesTheDefinitionWithGradients) {
+  if (!library_attention_available())
+    GTEST_SKIP() << "LibTorch " TORCH_VERSION " has no at::scaled_dot_product_attention";
+  torch::manual_seed(14);
+  const int64_t batch = 3, heads = 4, head_size = 16;
+  const at::Tensor ids = torch::tensor(
+      {{5, 6, 7, 8, 9, 10, 11, 12, 13}, {1, 2, 3, 0, 0, 0, 0, 0, 0}, {1, 2, 3, 4, 5, 6, 7, 8, 0}});
+  struct Case {
+    const char* name;
+    int64_t t, s;
+    at::Tensor mask;
+  };
+  const std::vector<Case> cases = {{"no mask", 5, 9, {}},
+                                   {"padding", 5, 9, padding_mask(ids)},
+                                   {"causal", 6, 6, causal_mask(6)},
+                                   {"per head", 5, 9, torch::randn({batch, heads, 5, 9})}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const at::Tensor q = torch::randn({batch, heads, c.t, head_size}).requires_grad_();
+    const at::Tensor k = torch::randn({batch, heads, c.s, head_size}).requires_grad_();
+    const at::Tensor v = torch::randn({batch, heads, c.s, head_size}).requires_grad_();
+    const at::Tensor got = library_attention(q, k, v, c.mask, 0.0);
+    const at::Tensor want = head_reference(q, k, v, c.mask);  // double, from the same leaves
+    ASSERT_EQ(got.sizes(), want.sizes());
+    EXPECT_LE(max_error(got, want), 2e-6);
+    const at::Tensor upstream = torch::randn(got.sizes());
+    const auto got_grads = torch::autograd::grad({got}, {q, k, v}, {upstream});
+    const auto want_grads = torch::autograd::grad({want}, {q, k, v}, {upstream.to(at::kDouble)});
+    for (int i = 0; i < 3; ++i) EXPECT_LE(max_error(got_grads[i], want_grads[i]), 1e-5) << i;
+  }
+}
+
+// Dropout on the probabilities takes effect when asked for; in float16 the
+// mask is clamped to a finite value, so a row whose every key is masked is
+// finite, not NaN, and the others still mask their padding.
+TEST(LibraryAttention, DropoutAndAFullyMaskedRowInFloat16) {
+  if (!library_attention_available())
+    GTEST_SKIP() << "LibTorch " TORCH_VERSION " has no at::scaled_dot_product_attention";
+  torch::manual_seed(15);
+  const at::Tensor q = torch::randn({2, 2, 4, 8});
+  const at::Tensor k = torch::randn({2, 2, 6, 8}), v = torch::randn({2, 2, 6, 8});
+  const at::Tensor plain = library_attention(q, k, v, {}, 0.0);
+  EXPECT_TRUE(plain.equal(library_attention(q, k, v, {}, 0.0)));
+  EXPECT_FALSE(plain.allclose(library_attention(q, k, v, {}, 0.5)));
+  const at::Tensor ids = torch::tensor({{1, 2, 3, 0, 0, 0}, {0, 0, 0, 0, 0, 0}});
+  const at::Tensor half =
+      library_attention(q.to(at::kHalf), k.to(at::kHalf), v.to(at::kHalf), padding_mask(ids), 0.0);
+  EXPECT_TRUE(half.isfinite().all().item<bool>());  // example 1 masks every key
+  EXPECT_LE(max_error(half[0], head_reference(q, k, v, padding_mask(ids))[0]), 5e-3);
 }
 
 }  // namespace

@@ -33,6 +33,17 @@ at::Tensor padding_mask(const at::Tensor& ids, int64_t pad_id = 0,
 at::Tensor causal_mask(int64_t length, at::ScalarType dtype = at::kFloat,
                        at::Device device = at::kCPU);
 
+// LibTorch's fused attention, at::scaled_dot_product_attention (LibTorch 2.0
+// and later; its flash and memory-efficient kernels on a GPU): softmax(q k^T /
+// sqrt(Dh) + mask) v over heads q [B, H, T, Dh], k and v [B, H, S, Dh], with
+// dropout `dropout` on the probabilities, heads merged: [B, T, H * Dh].
+// MultiHeadAttention attends with it on a GPU. On a LibTorch without it,
+// library_attention_available() is false and library_attention throws
+// std::logic_error.
+bool library_attention_available();
+at::Tensor library_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const at::Tensor& mask, double dropout);
+
 // A dense layer, y = x w^T + b, with the parameters torch::nn::Linear has
 // ("weight" [out, in], "bias" [out]: checkpoints name them the same), and an
 // optional int8 copy of them for decoding (garden/nlp/int8.h).
