@@ -99,6 +99,12 @@ ProcessGroup::ProcessGroup(const Cluster& cluster, std::chrono::milliseconds tim
 
 namespace {
 
+// USE_LIBUV=1 (torchrun's variable) asks for the store's libuv server.
+bool libuv_requested() {
+  const char* libuv = std::getenv("USE_LIBUV");
+  return libuv && std::string(libuv) == "1";
+}
+
 c10::intrusive_ptr<c10d::TCPStore> open_store(const Cluster& cluster, bool server,
                                               std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions options;
@@ -108,12 +114,10 @@ c10::intrusive_ptr<c10d::TCPStore> open_store(const Cluster& cluster, bool serve
   options.waitWorkers = false;
   options.timeout = timeout;
 #if GARDEN_HAS_TCPSTORE_LIBUV
-  // The store's libuv server only where asked for (USE_LIBUV=1, torchrun's
-  // variable): LibTorch 2.4 and later default to it, and a LibTorch built
-  // without libuv then refuses to start the store at all. The classic
-  // server is the one 1.13 has.
-  const char* libuv = std::getenv("USE_LIBUV");
-  options.useLibUV = libuv && std::string(libuv) == "1";
+  // The store's libuv server only where asked for: LibTorch 2.4 and later
+  // default to it, and a LibTorch built without libuv then refuses to start
+  // the store at all. The classic server is the one 1.13 has.
+  options.useLibUV = libuv_requested();
 #endif
   return c10::make_intrusive<c10d::TCPStore>(cluster.master_addr, options);
 }
@@ -132,6 +136,11 @@ ProcessGroupPtr ProcessGroup::connect(const Cluster& cluster, const std::string&
   impl.device = c10::Device(device);
   group->device_ = impl.device;
   const auto deadline = Clock::now() + timeout;
+#if !GARDEN_HAS_TCPSTORE_LIBUV
+  if (libuv_requested())
+    log_warning() << "USE_LIBUV=1 is ignored: LibTorch " TORCH_VERSION
+                     "'s TCPStore has only its classic server";
+#endif
   // The chief serves the store; a port still held by a run that is ending
   // is retried until the deadline.
   for (int attempt = 0;; ++attempt) {
@@ -140,6 +149,10 @@ ProcessGroupPtr ProcessGroup::connect(const Cluster& cluster, const std::string&
       break;
     } catch (const std::exception& e) {
       const std::string why = first_line(message_of(e));
+      // Not a port to wait for: this LibTorch has no libuv server.
+      if (libuv_requested() && why.find("libuv") != std::string::npos)
+        throw Error("USE_LIBUV=1 but this LibTorch cannot serve its TCPStore with libuv (" + why +
+                    "); unset USE_LIBUV");
       if (Clock::now() + std::chrono::seconds(1) < deadline) {
         if (attempt == 0)
           log_warning() << (cluster.is_chief() ? "cannot serve the rendezvous at "

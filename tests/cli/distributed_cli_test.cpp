@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "cli/cli_fixture.h"
+#include "garden/base/torch_features.h"
 #include "garden/core/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -488,6 +489,28 @@ TEST_F(DistributedCliTest, TrainingDataThatEndsStopsEveryWorkerWithOneLine) {
   EXPECT_NE(run.err.find("; set task.train_data.is_training: true so it repeats"),
             std::string::npos)
       << run.err;
+}
+
+// USE_LIBUV=1 (torchrun's variable) takes effect where LibTorch's TCPStore
+// has a libuv server and is refused at once with one line where that server
+// is not built in; 1.13 has none, and says the variable is ignored.
+TEST_F(DistributedCliTest, UseLibuvTakesEffectOrIsNamed) {
+  const CliRun run = shell("USE_LIBUV=1 \"$GARDEN\" launch --nproc_per_node=2 --master_port=" +
+                           std::to_string(free_port()) +
+                           " -- train --experiment=tabular/iris --mode=train --model_dir='" +
+                           path("libuv") + "' --params_override='" + kIris +
+                           ",runtime.distribution_strategy=multi_worker_mirrored'\n");
+#if GARDEN_HAS_TCPSTORE_LIBUV
+  if (run.status != 0) {
+    EXPECT_NE(run.err.find("USE_LIBUV=1 but this LibTorch cannot serve its TCPStore with libuv"),
+              std::string::npos)
+        << run.err;
+    EXPECT_EQ(run.err.find("retrying"), std::string::npos) << run.err;  // not waited for
+  }
+#else
+  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.err.find("USE_LIBUV=1 is ignored"), std::string::npos) << run.err;
+#endif
 }
 
 TEST_F(DistributedCliTest, AHungWorkerIsNamedAfterTheTimeout) {
