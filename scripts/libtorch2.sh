@@ -26,13 +26,20 @@ packages=(
   libsentencepiece-dev sentencepiece libabsl-dev
   libcpp-httplib-dev
 )
-if [ ! -x "$root/usr/bin/cmake" ]; then
+# ROOT is this script's own: made here (marked by .garden-libtorch2) or
+# absent or empty. Anything else is left alone.
+marker="$root/.garden-libtorch2"
+if [ ! -f "$marker" ]; then
+  if [ -e "$root" ] && [ -n "$(ls -A "$root" 2>/dev/null)" ]; then
+    echo "libtorch2: $root exists and was not made by this script; give another ROOT" >&2
+    exit 1
+  fi
   command -v mmdebstrap >/dev/null ||
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends mmdebstrap
-  rm -rf "$root"
   # Debian's mirrors may serve a snapshot whose Release file has expired.
   mmdebstrap --mode=root --variant=apt --aptopt='Acquire::Check-Valid-Until "false"' \
     --include="$(IFS=,; echo "${packages[*]}")" sid "$root" http://deb.debian.org/debian
+  touch "$marker"
 fi
 
 rm -rf "$root/garden"
