@@ -25,6 +25,8 @@ garden=./build/garden
 # The run's params.yaml sets the whole model, so any wmt_transformer preset exports it.
 experiment=${EXPERIMENT:-wmt_transformer/demo}
 work=$(mktemp -d)
+# The peer runs with the OpenMP and OpenBLAS settings garden starts with.
+eval "$("$garden" env)"
 trap 'rm -rf "$work"' EXIT
 "$garden" export --experiment="$experiment" --model_dir="$model_dir" \
   --export_dir="$work/export" >/dev/null

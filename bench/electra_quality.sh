@@ -25,6 +25,8 @@ part=${4:-all}
 shared=$(cd .. && pwd)/shared
 data=$shared/data/man-en
 mkdir -p "$out"
+# The peer runs with the OpenMP and OpenBLAS settings garden starts with.
+eval "$(./build/garden env)"
 
 if [ "$part" = all ] || [ "$part" = peer ]; then
   echo "== peer: $budget s"

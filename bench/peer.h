@@ -234,6 +234,7 @@ inline nlohmann::json step_summary(const std::string& bench, const StepOptions& 
       {"threads", o.threads},
       {"omp_wait_policy", garden::openmp_wait_policy()},
       {"garden_malloc", garden::malloc_setting()},
+      {"openblas", garden::openblas_setting()},
       {"peer_malloc", o.peer_malloc},
       {"batch", o.batch},
       {"length", o.length},

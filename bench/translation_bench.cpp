@@ -259,10 +259,11 @@ void profile(GardenStep& garden, const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // As garden does. The peer, started from here, inherits the wait policy;
+  // As garden does. The peer, started from here, inherits the wait policy
+  // and OpenBLAS's kernels;
   // Garden's malloc settings only with --peer_malloc garden (by default it
   // runs with glibc's, as PyTorch users run it).
-  garden::restart_with_passive_openmp_waits(argv);
+  garden::restart_with_fast_settings(argv, true);
   garden::keep_freed_memory_in_the_heap();
   const Options o = parse(argc, argv);
   at::set_num_threads(o.threads);

@@ -1,9 +1,13 @@
 #include "garden/cli/cli.h"
 
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
 #include <CLI/CLI.hpp>
 
 #include <charconv>
+#include <cstdlib>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -135,6 +139,24 @@ int run_train(const ExperimentFlags& flags, const std::string& mode, const std::
   return 0;
 }
 
+// `garden env`: the settings garden's computing commands start with (this
+// command starts the way they do, so what it prints is in effect), as
+// shell exports, then what they give, as comments.
+void print_environment() {
+  std::cout << "# what garden's computing commands (train, fx, serve, translate, predict) "
+               "run with\n";
+  for (const char* name : {"OMP_WAIT_POLICY", "OPENBLAS_CORETYPE"})
+    if (const char* value = std::getenv(name))
+      std::cout << "export " << name << "=" << value << "\n";
+  const std::string blas = loaded_blas_library();
+  std::cout << "# BLAS: " << (blas.empty() ? "none loaded" : blas) << "\n";
+  if (const std::string kernels = openblas_setting(); !kernels.empty())
+    std::cout << "# OpenBLAS: " << kernels << "\n";
+  std::cout << "# LibTorch " << TORCH_VERSION << ", " << at::get_num_threads()
+            << " LibTorch intra-op threads by default, CUDA devices: "
+            << torch::cuda::device_count() << "\n# malloc: " << malloc_setting() << "\n";
+}
+
 // At most this many lines from `garden lr`: a range that would print more is
 // a mistake (a STEP left out), refused before the experiment is resolved.
 constexpr uint64_t kMaxLrLines = 1'000'000;
@@ -233,6 +255,9 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
         ->required();
 
     app.add_subcommand("experiments", "List the registered experiments");
+    app.add_subcommand("env",
+                       "Print what the computing commands run with, as shell exports "
+                       "(eval \"$(garden env)\" gives another program the same)");
     // Listed for --help; `garden launch ...` is handled before parsing.
     app.add_subcommand("launch",
                        "Start the processes of a multi-worker run: launch --nproc_per_node=N "
@@ -272,6 +297,10 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
     if (train->parsed()) return run_train(train_flags, mode, model_dir);
     if (app.got_subcommand("experiments")) {
       print_experiments();
+      return 0;
+    }
+    if (app.got_subcommand("env")) {
+      print_environment();
       return 0;
     }
     if (lr_command->parsed()) return print_learning_rates(lr_flags, lr_steps);

@@ -8,11 +8,13 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <random>
 #include <sstream>
 
@@ -102,11 +104,90 @@ class HeapCpuAllocator final : public c10::Allocator {
 };
 }  // namespace
 
-void restart_with_passive_openmp_waits(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0) return;
+namespace {
+// OpenBLAS's x86 kernels, by the widest vectors they use: 2 for AVX-512, 1
+// for AVX2 with FMA, 0 for the older families (SSE to AVX), -1 for a name
+// not listed here (another architecture, or a family newer than this list,
+// which is left alone).
+int openblas_kernel_rank(const std::string& name) {
+  static const std::map<std::string, int> ranks = {
+      {"sapphirerapids", 2}, {"cooperlake", 2},  {"skylakex", 2},
+      {"haswell", 1},        {"zen", 1},         {"unknown", 0},
+      {"katmai", 0},         {"coppermine", 0},  {"northwood", 0},
+      {"prescott", 0},       {"banias", 0},      {"atom", 0},
+      {"core2", 0},          {"penryn", 0},      {"dunnington", 0},
+      {"nehalem", 0},        {"athlon", 0},      {"opteron", 0},
+      {"opteron_sse3", 0},   {"barcelona", 0},   {"nano", 0},
+      {"sandybridge", 0},    {"bobcat", 0},      {"bulldozer", 0},
+      {"piledriver", 0},     {"steamroller", 0}, {"excavator", 0}};
+  std::string lower = name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const auto found = ranks.find(lower);
+  return found == ranks.end() ? -1 : found->second;
+}
+
+// What OpenBLAS chose on its own before garden set OPENBLAS_CORETYPE (for
+// the log), passed through the restart.
+constexpr const char* kOpenBlasOwnChoice = "GARDEN_OPENBLAS_OWN_CHOICE";
+}  // namespace
+
+std::string openblas_kernels() {
+  using CoreName = char* (*)();
+  void* symbol = dlsym(RTLD_DEFAULT, "openblas_get_corename");
+  if (symbol == nullptr) return "";
+  const char* name = reinterpret_cast<CoreName>(symbol)();
+  return name != nullptr ? name : "";
+}
+
+std::string best_openblas_kernels_for_cpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  // libgcc's checks include the operating system's support (XGETBV) for the
+  // AVX and AVX-512 registers.
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+  return "";
+}
+
+std::string openblas_kernels_to_force(const std::string& loaded, const std::string& best) {
+  const int have = openblas_kernel_rank(loaded), could = openblas_kernel_rank(best);
+  return have >= 0 && could > have ? best : "";
+}
+
+void restart_with_fast_settings(char** argv, bool passive_openmp_waits) {
+  std::vector<const char*> set;  // what this call set, undone if execv fails
+  if (passive_openmp_waits && std::getenv("OMP_WAIT_POLICY") == nullptr &&
+      setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0)
+    set.push_back("OMP_WAIT_POLICY");
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
+    const std::string own = openblas_kernels();
+    const std::string force = openblas_kernels_to_force(own, best_openblas_kernels_for_cpu());
+    if (!force.empty() && setenv("OPENBLAS_CORETYPE", force.c_str(), 1) == 0) {
+      set.push_back("OPENBLAS_CORETYPE");
+      if (setenv(kOpenBlasOwnChoice, own.c_str(), 1) == 0) set.push_back(kOpenBlasOwnChoice);
+    }
+  }
+  if (set.empty()) return;
   execv("/proc/self/exe", argv);
-  unsetenv("OMP_WAIT_POLICY");  // no /proc, or not allowed: go on as started
+  for (const char* name : set) unsetenv(name);  // no /proc, or not allowed: go on as started
+}
+
+std::string openblas_setting() {
+  const std::string kernels = openblas_kernels();
+  if (kernels.empty()) return "";
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  const char* own = std::getenv(kOpenBlasOwnChoice);
+  std::string line = kernels + " kernels";
+  if (forced != nullptr && own != nullptr)
+    line +=
+        std::string(" (OPENBLAS_CORETYPE set by garden: OpenBLAS chose ") + own + " for this CPU)";
+  else if (forced != nullptr)
+    line += std::string(" (OPENBLAS_CORETYPE=") + forced + " as the user set)";
+  return line;
 }
 
 std::string openmp_wait_policy() {
@@ -149,6 +230,7 @@ void apply_runtime(const config::RuntimeConfig& runtime) {
              : threads > 1   ? "unset (OpenMP threads spin between parallel regions)"
                              : "unset")
          << ", malloc: " << malloc_setting();
+    if (const std::string blas = openblas_setting(); !blas.empty()) line << ", OpenBLAS: " << blas;
     log_to_file(LogLevel::kInfo, line.str());
   }
   if (runtime.inter_op_parallelism_threads > 0) {
@@ -204,6 +286,14 @@ void warn_if_slow_blas() {
   if (warned) return;
   warned = true;
   for (const auto& line : slow_blas_warning(loaded_blas_library())) log_warning() << line;
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user's choice
+  const std::string kernels = openblas_kernels();
+  const std::string best = best_openblas_kernels_for_cpu();
+  if (!openblas_kernels_to_force(kernels, best).empty())
+    log_warning() << "OpenBLAS runs its " << kernels << " kernels on a CPU that can run its "
+                  << best << " ones (it does not know this CPU's model), so matrix products are "
+                  << "several times slower; start the program with OPENBLAS_CORETYPE=" << best
+                  << " (garden's commands set it for themselves)";
 }
 
 }  // namespace garden

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cli/cli_fixture.h"
+#include "garden/core/runtime.h"
 
 namespace {
 
@@ -450,7 +451,7 @@ TEST(CliTrain, StartsWithPassiveOpenMpAndAKeptHeapUnlessTheUserChose) {
   // it only at load), sets malloc to keep freed memory, and logs what it runs
   // with; what the user set is kept.
   const std::vector<std::string> names = {"OMP_WAIT_POLICY", "MALLOC_MMAP_MAX_",
-                                          "MALLOC_TRIM_THRESHOLD_"};
+                                          "MALLOC_TRIM_THRESHOLD_", "OPENBLAS_CORETYPE"};
   std::map<std::string, std::optional<std::string>> saved;
   for (const auto& name : names) {
     const char* value = std::getenv(name.c_str());
@@ -461,11 +462,19 @@ TEST(CliTrain, StartsWithPassiveOpenMpAndAKeptHeapUnlessTheUserChose) {
     std::vector<std::pair<std::string, std::string>> environment;
     std::vector<std::string> expected;
   };
-  const std::vector<Case> cases = {
+  std::vector<Case> cases = {
       {{}, {"OMP_WAIT_POLICY=PASSIVE", "malloc: heap only, freed memory kept"}},
       {{{"OMP_WAIT_POLICY", "ACTIVE"}, {"MALLOC_MMAP_MAX_", "65536"}},
        {"OMP_WAIT_POLICY=ACTIVE", "malloc: as the user set (MALLOC_MMAP_MAX_=65536)"}},
   };
+  // OpenBLAS's generic kernels run on every x86-64 CPU: chosen by the user,
+  // they are kept and named (which kernels garden picks is CliEnv's test).
+  const bool openblas = garden::loaded_blas_library().find("openblas") != std::string::npos;
+  if (openblas) {
+    cases.push_back({{{"OPENBLAS_CORETYPE", "Prescott"}},
+                     {"OpenBLAS: Prescott kernels (OPENBLAS_CORETYPE=Prescott as the user set)"}});
+    cases.front().expected.push_back(", OpenBLAS: ");
+  }
   TempDir dir;
   int index = 0;
   for (const Case& c : cases) {
@@ -482,6 +491,47 @@ TEST(CliTrain, StartsWithPassiveOpenMpAndAKeptHeapUnlessTheUserChose) {
   }
   for (const auto& [name, value] : saved)
     if (value) setenv(name.c_str(), value->c_str(), 1);
+}
+
+TEST(CliEnv, OpenBlasGetsTheWidestKernelsTheCpuRunsOnlyWhereItChoseOlderOnes) {
+  // `garden env` starts as the computing commands do and reports what is in
+  // effect. The kernels OpenBLAS chooses on its own are this test process's,
+  // when the user set no OPENBLAS_CORETYPE for it either.
+  if (garden::loaded_blas_library().find("openblas") == std::string::npos)
+    GTEST_SKIP() << "the BLAS is not OpenBLAS: " << garden::loaded_blas_library();
+  const char* preset = std::getenv("OPENBLAS_CORETYPE");
+  const std::optional<std::string> saved =
+      preset ? std::optional<std::string>(preset) : std::nullopt;
+  TempDir dir;
+  if (!saved) {
+    const std::string own = garden::openblas_kernels();
+    const std::string forced =
+        garden::openblas_kernels_to_force(own, garden::best_openblas_kernels_for_cpu());
+    const Result r = run_garden({"env"}, dir.path());
+    ASSERT_EQ(r.status, 0) << r;
+    if (forced.empty()) {
+      EXPECT_FALSE(contains(r.out, "OPENBLAS_CORETYPE")) << r;
+      EXPECT_TRUE(contains(r.out, "# OpenBLAS: " + own + " kernels\n")) << r;
+    } else {
+      // OpenBLAS honoured the kernels garden set: the products ran with them.
+      EXPECT_TRUE(contains(r.out, "export OPENBLAS_CORETYPE=" + forced + "\n")) << r;
+      EXPECT_TRUE(contains(r.out, "# OpenBLAS: " + forced +
+                                      " kernels (OPENBLAS_CORETYPE set by garden: OpenBLAS chose " +
+                                      own + " for this CPU)\n"))
+          << r;
+    }
+  }
+  setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+  const Result user = run_garden({"env"}, dir.path());
+  if (saved)
+    setenv("OPENBLAS_CORETYPE", saved->c_str(), 1);
+  else
+    unsetenv("OPENBLAS_CORETYPE");
+  ASSERT_EQ(user.status, 0) << user;
+  EXPECT_TRUE(contains(user.out, "export OPENBLAS_CORETYPE=Prescott\n")) << user;
+  EXPECT_TRUE(contains(
+      user.out, "# OpenBLAS: Prescott kernels (OPENBLAS_CORETYPE=Prescott as the user set)\n"))
+      << user;
 }
 
 TEST(CliTrain, RerunFromParamsYamlIsBitIdentical) {

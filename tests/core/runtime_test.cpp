@@ -78,6 +78,45 @@ TEST(RuntimeTest, TheReferenceBlasAndOnlyItGetsTheSlowBlasWarning) {
     EXPECT_TRUE(garden::slow_blas_warning(fast).empty()) << fast;
 }
 
+TEST(RuntimeTest, OpenBlasKernelsAreForcedOnlyUpToWhatTheCpuRuns) {
+  // OpenBLAS's generic fallback for a CPU model it does not know, and its
+  // older families, give way to the widest kernels the CPU runs.
+  EXPECT_EQ(garden::openblas_kernels_to_force("Prescott", "SkylakeX"), "SkylakeX");
+  EXPECT_EQ(garden::openblas_kernels_to_force("PRESCOTT", "Haswell"), "Haswell");
+  EXPECT_EQ(garden::openblas_kernels_to_force("Sandybridge", "Haswell"), "Haswell");
+  EXPECT_EQ(garden::openblas_kernels_to_force("Haswell", "SkylakeX"), "SkylakeX");
+  EXPECT_EQ(garden::openblas_kernels_to_force("Zen", "SkylakeX"), "SkylakeX");
+  // Never sideways or down, never past what the CPU runs.
+  for (const char* loaded : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+    EXPECT_EQ(garden::openblas_kernels_to_force(loaded, "SkylakeX"), "") << loaded;
+  EXPECT_EQ(garden::openblas_kernels_to_force("Haswell", "Haswell"), "");
+  EXPECT_EQ(garden::openblas_kernels_to_force("SkylakeX", "Haswell"), "");
+  EXPECT_EQ(garden::openblas_kernels_to_force("Prescott", ""), "") << "a CPU without AVX2";
+  // Names it does not know (another architecture, a newer family, no OpenBLAS).
+  for (const char* loaded : {"NEOVERSEN1", "EmeraldRapids", ""})
+    EXPECT_EQ(garden::openblas_kernels_to_force(loaded, "SkylakeX"), "") << loaded;
+
+  // The CPU's own answer is one of the three, and names kernels it can run:
+  // a product with them forced is tested through `garden env` (cli tests).
+  const std::string best = garden::best_openblas_kernels_for_cpu();
+  EXPECT_TRUE(best.empty() || best == "Haswell" || best == "SkylakeX") << best;
+#if defined(__x86_64__)
+  if (best == "SkylakeX") {
+    EXPECT_TRUE(__builtin_cpu_supports("avx512bw"));
+  }
+  if (!best.empty()) {
+    EXPECT_TRUE(__builtin_cpu_supports("avx2"));
+  }
+#else
+  EXPECT_EQ(best, "");
+#endif
+  // Debian's OpenBLAS is loaded here (TheLoadedBlasIsFound) and names its kernels.
+  torch::mm(torch::ones({8, 8}), torch::ones({8, 8}));
+  if (garden::loaded_blas_library().find("openblas") != std::string::npos) {
+    EXPECT_FALSE(garden::openblas_kernels().empty());
+  }
+}
+
 TEST(RuntimeTest, FinalizeRecordsSeedsValidatesAndLocks) {
   auto params = garden::config::get_experiment_config("tabular/classification");
   params->task->train_data_config().input_path = "x.csv";

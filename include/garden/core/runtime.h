@@ -18,17 +18,25 @@ namespace garden {
 void finalize_config(config::ExperimentConfig& params,
                      distribute::ProcessGroup* process_group = nullptr);
 
-// Called first thing in main() by the commands that compute for long (train,
-// fx, serve) on a machine with more than one core: when OMP_WAIT_POLICY is
-// not set, sets it to PASSIVE and starts the program again in place (execv of
-// /proc/self/exe, same arguments), because libgomp reads it only when it is
-// loaded. Its default spins each OpenMP thread after every parallel region,
-// and with as many threads as cores those threads took the cores OpenBLAS's
-// own threads need for the next matrix product: two LibTorch threads were 1.5
-// to 2.5x slower than one (docs/PERFORMANCE.md). A value the user set is
-// kept. The restart costs one more start of the program (about 0.7 s here).
-// Returns only when no restart is needed or execv failed (then nothing is set).
-void restart_with_passive_openmp_waits(char** argv);
+// Called first thing in main() by the commands that compute: sets what
+// LibTorch's libraries read only when they are loaded, then starts the
+// program again in place (execv of /proc/self/exe, same arguments) when it
+// set anything. A value the user set is kept. The restart costs one more
+// start of the program (about 0.7 s here). Returns only when nothing was
+// set or execv failed (then nothing stays set).
+// - OMP_WAIT_POLICY=PASSIVE, when `passive_openmp_waits` (the commands that
+//   compute for long, on more than one core): libgomp's default spins each
+//   OpenMP thread after every parallel region, and with as many threads as
+//   cores those threads took the cores OpenBLAS's own threads need for the
+//   next matrix product: two LibTorch threads were 1.5 to 2.5x slower than
+//   one (docs/PERFORMANCE.md).
+// - OPENBLAS_CORETYPE, when OpenBLAS chose kernels older than the CPU can run
+//   (openblas_kernels_to_force). OpenBLAS built for many CPUs, as Debian's
+//   is, picks its kernels by the CPU's model number and gives a model it does
+//   not know its generic SSE3 kernels ("Prescott"): Debian 12's 0.3.21 does
+//   on 5th-generation Xeons, whose matrix products then ran 4 to 5x slower
+//   than with its AVX-512 ("SkylakeX") kernels.
+void restart_with_fast_settings(char** argv, bool passive_openmp_waits);
 // The OMP_WAIT_POLICY this process runs with ("" when unset, libgomp's
 // default, which spins).
 std::string openmp_wait_policy();
@@ -63,8 +71,31 @@ std::string loaded_blas_library();
 // The lines of the loud warning for the BLAS library at `blas` (a path as
 // loaded_blas_library() gives it): empty for OpenBLAS, MKL, BLIS or none.
 std::vector<std::string> slow_blas_warning(const std::string& blas);
-// Logs slow_blas_warning(loaded_blas_library()), once per process.
+// Logs slow_blas_warning(loaded_blas_library()), once per process, and a
+// warning when OpenBLAS runs kernels older than the CPU can run and the user
+// did not choose them (OPENBLAS_CORETYPE unset): a program of the user's that
+// does not call restart_with_fast_settings.
 void warn_if_slow_blas();
+
+// The kernels the loaded OpenBLAS runs (openblas_get_corename: "SkylakeX",
+// "Haswell", "Prescott", ...); "" when the BLAS is not OpenBLAS.
+std::string openblas_kernels();
+// The fastest of OpenBLAS's x86 kernel families this CPU and its operating
+// system can run: "SkylakeX" (AVX-512 F, CD, BW, DQ and VL), "Haswell" (AVX2
+// and FMA), or "" (neither, or not x86). OpenBLAS's Cooperlake and
+// SapphireRapids kernels add bfloat16 products, which LibTorch does not ask
+// OpenBLAS for; their float32 products are SkylakeX's.
+std::string best_openblas_kernels_for_cpu();
+// `best` when the kernels named `loaded` use narrower vectors than `best`
+// (SSE or AVX against AVX2, AVX2 against AVX-512), else "": the
+// OPENBLAS_CORETYPE to start with. A name it does not know (another
+// architecture, a newer family) is never replaced.
+std::string openblas_kernels_to_force(const std::string& loaded, const std::string& best);
+// The loaded OpenBLAS's kernels for the log: "SkylakeX kernels (OPENBLAS_CORETYPE
+// set by garden: OpenBLAS chose Prescott for this CPU)", "Haswell kernels
+// (OPENBLAS_CORETYPE=Haswell as the user set)" or "Haswell kernels"; "" when
+// the BLAS is not OpenBLAS.
+std::string openblas_setting();
 
 // Sets the threads of the loaded OpenBLAS's own pool (openblas_set_num_threads,
 // the runtime form of OPENBLAS_NUM_THREADS); false when the BLAS is not
