@@ -228,7 +228,7 @@ inline nlohmann::json step_summary(const std::string& bench, const StepOptions& 
                                    const std::vector<double>& ratios) {
   std::vector<double> rounded_ratios;
   for (double x : ratios) rounded_ratios.push_back(rounded(x, 3));
-  return {
+  nlohmann::json summary = {
       {"bench", bench},
       {"preset", o.preset},
       {"threads", o.threads},
@@ -254,8 +254,12 @@ inline nlohmann::json step_summary(const std::string& bench, const StepOptions& 
       {"peer_peak_rss_mib", rounded(peak_rss_mib(RUSAGE_CHILDREN), 1)},
       {"device", o.device},
       {"amp", o.amp},
-      {"peer_max_memory_allocated_mib", peer_info.value("max_memory_allocated_mib", 0.0)},
   };
+  // The peer reports GPU memory as a number on CUDA and as null on the CPU.
+  const auto gpu_memory = peer_info.find("max_memory_allocated_mib");
+  if (gpu_memory != peer_info.end() && gpu_memory->is_number())
+    summary["peer_max_memory_allocated_mib"] = *gpu_memory;
+  return summary;
 }
 
 // Adds to a step summary the share of the machine's GEMM ceiling that each
