@@ -259,9 +259,8 @@ void profile(GardenStep& garden, const Options& o) {
 
 int main(int argc, char** argv) {
   // As garden does. The peer, started from here, inherits the wait policy
-  // and OpenBLAS's kernels;
-  // Garden's malloc settings only with --peer_malloc garden (by default it
-  // runs with glibc's, as PyTorch users run it).
+  // and OpenBLAS's kernels; Garden's malloc settings only with --peer_malloc
+  // garden (by default it runs with glibc's, as PyTorch users run it).
   garden::restart_with_fast_settings(argv, true);
   garden::keep_freed_memory_in_the_heap();
   const Options o = parse(argc, argv);
