@@ -194,12 +194,16 @@ inline nlohmann::json run_peer_script(const std::string& script, const StepOptio
   // --peer_malloc garden: the malloc settings Garden makes in its own process.
   const std::string environment =
       o.peer_malloc == "garden" ? "env MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 " : "";
-  const std::string command =
-      environment + "/usr/bin/python3 '" + script + "' --preset " + o.preset + " --threads " +
-      std::to_string(o.threads) + " --steps " + std::to_string(o.steps) + " --warmup " +
-      std::to_string(o.warmup) + " --batch " + std::to_string(o.batch) + " --length " +
-      std::to_string(o.length) + (o.device == "cpu" ? "" : " --device " + o.device) +
-      (o.amp == "none" ? "" : " --amp " + o.amp);
+  // The Python with PyTorch: Debian's python3-torch by default, another
+  // (a GPU machine's, say) through PEER_PYTHON.
+  const char* python = std::getenv("PEER_PYTHON");
+  const std::string command = environment + (python && *python ? python : "/usr/bin/python3") +
+                              " '" + script + "' --preset " + o.preset + " --threads " +
+                              std::to_string(o.threads) + " --steps " + std::to_string(o.steps) +
+                              " --warmup " + std::to_string(o.warmup) + " --batch " +
+                              std::to_string(o.batch) + " --length " + std::to_string(o.length) +
+                              (o.device == "cpu" ? "" : " --device " + o.device) +
+                              (o.amp == "none" ? "" : " --amp " + o.amp);
   return run_peer_command(command);
 }
 

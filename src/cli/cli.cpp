@@ -154,7 +154,8 @@ void print_environment() {
     std::cout << "# OpenBLAS: " << kernels << "\n";
   std::cout << "# LibTorch " << TORCH_VERSION << ", " << at::get_num_threads()
             << " LibTorch intra-op threads by default, CUDA devices: "
-            << torch::cuda::device_count() << "\n# malloc: " << malloc_setting() << "\n";
+            << static_cast<int>(torch::cuda::device_count()) << "\n# malloc: " << malloc_setting()
+            << "\n";
 }
 
 // At most this many lines from `garden lr`: a range that would print more is

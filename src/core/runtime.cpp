@@ -252,6 +252,7 @@ void apply_runtime(const config::RuntimeConfig& runtime) {
 
 std::string loaded_blas_library() {
   std::ifstream maps("/proc/self/maps");
+  std::string libtorch_cpu;
   for (std::string line; std::getline(maps, line);) {
     const auto slash = line.find('/');
     if (slash == std::string::npos) continue;
@@ -259,7 +260,10 @@ std::string loaded_blas_library() {
     if (path.find("libblas.so") != std::string::npos ||
         path.find("libopenblas") != std::string::npos || path.find("libmkl") != std::string::npos)
       return path;
+    if (libtorch_cpu.empty() && path.find("libtorch_cpu") != std::string::npos) libtorch_cpu = path;
   }
+  // Python PyTorch's wheel links MKL into libtorch_cpu itself.
+  if (at::hasMKL() && !libtorch_cpu.empty()) return libtorch_cpu + " (its own mkl)";
   return "";
 }
 

@@ -20,6 +20,46 @@ using garden_test::spit;
 
 using garden_test::lines_of;
 
+// The demo experiment shrunk to overfit the pairs in `data` in `steps`
+// steps (a few seconds on a CPU).
+std::string overfit_yaml(const std::string& data, int steps) {
+  return "task:\n"
+         "  sentencepiece_vocab_size: 100\n"
+         "  print_translations: true\n"
+         "  model:\n"
+         "    embedding_width: 64\n"
+         "    dropout_rate: 0.0\n"
+         "    label_smoothing: 0.0\n"
+         "    encoder: {num_layers: 1, num_attention_heads: 4, intermediate_size: 128,"
+         " dropout_rate: 0.0, attention_dropout_rate: 0.0, intermediate_dropout: 0.0}\n"
+         "    decoder: {num_layers: 1, num_attention_heads: 4, intermediate_size: 128,"
+         " dropout_rate: 0.0, attention_dropout_rate: 0.0, intermediate_dropout: 0.0}\n"
+         "  train_data: {input_path: '" +
+         data +
+         "', global_batch_size: 512, shuffle_buffer_size: 16}\n"
+         "  validation_data: {input_path: '" +
+         data +
+         "', global_batch_size: 512, max_seq_length: 40}\n"
+         "trainer:\n"
+         "  train_steps: " +
+         std::to_string(steps) +
+         "\n"
+         "  steps_per_loop: 100\n"
+         "  summary_interval: 100\n"
+         "  validation_interval: " +
+         std::to_string(steps) +
+         "\n"
+         "  checkpoint_interval: " +
+         std::to_string(steps / 2) +
+         "\n"
+         "  optimizer_config:\n"
+         "    learning_rate: {type: polynomial, polynomial: {initial_learning_rate: 0.005,"
+         " decay_steps: " +
+         std::to_string(steps) +
+         ", end_learning_rate: 0.0001}}\n"
+         "    warmup: {type: null}\n";
+}
+
 class TranslateCliTest : public CliFixture {
  protected:
   // One model_dir for the whole suite: the demo experiment shrunk to overfit
@@ -40,34 +80,7 @@ class TranslateCliTest : public CliFixture {
     }
     pairs.close();
     const std::string data = (suite_dir_ / "pairs.tsv").string();
-    spit(suite_dir_ / "overfit.yaml",
-         "task:\n"
-         "  sentencepiece_vocab_size: 100\n"
-         "  print_translations: true\n"
-         "  model:\n"
-         "    embedding_width: 64\n"
-         "    dropout_rate: 0.0\n"
-         "    label_smoothing: 0.0\n"
-         "    encoder: {num_layers: 1, num_attention_heads: 4, intermediate_size: 128,"
-         " dropout_rate: 0.0, attention_dropout_rate: 0.0, intermediate_dropout: 0.0}\n"
-         "    decoder: {num_layers: 1, num_attention_heads: 4, intermediate_size: 128,"
-         " dropout_rate: 0.0, attention_dropout_rate: 0.0, intermediate_dropout: 0.0}\n"
-         "  train_data: {input_path: '" +
-             data +
-             "', global_batch_size: 512, shuffle_buffer_size: 16}\n"
-             "  validation_data: {input_path: '" +
-             data +
-             "', global_batch_size: 512, max_seq_length: 40}\n"
-             "trainer:\n"
-             "  train_steps: 400\n"
-             "  steps_per_loop: 100\n"
-             "  summary_interval: 100\n"
-             "  validation_interval: 400\n"
-             "  checkpoint_interval: 200\n"
-             "  optimizer_config:\n"
-             "    learning_rate: {type: polynomial, polynomial: {initial_learning_rate: 0.005,"
-             " decay_steps: 400, end_learning_rate: 0.0001}}\n"
-             "    warmup: {type: null}\n");
+    spit(suite_dir_ / "overfit.yaml", overfit_yaml(data, 400));
     const std::string command = std::string("'") + GARDEN_CLI_PATH +
                                 "' train --experiment wmt_transformer/demo --config_file '" +
                                 (suite_dir_ / "overfit.yaml").string() + "' --model_dir '" +
@@ -305,5 +318,54 @@ TEST_F(TranslateCliTest, ABadInputOrOutputLeavesTheOutputAsItWas) {
   EXPECT_NE(slurp(out), "earlier translations\n");
   EXPECT_EQ(garden_test::entries(work), (std::set<std::string>{"dir", "in.txt", "out.txt"}));
 }
+
+// train (with the BLEU evaluation) and translate of wmt_transformer/demo on
+// each device, as a user runs them: on the CPU always, on CUDA when `garden
+// env` counts a device (else skipped). Each overfits the same 16 pairs and
+// must translate them back.
+class TranslateDeviceCliTest : public CliFixture,
+                               public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(TranslateDeviceCliTest, TrainsEvaluatesAndTranslatesTheDemoOnTheDevice) {
+  const std::string device = GetParam();
+  if (device != "cpu") {
+    const CliRun env = garden("env");
+    ASSERT_EQ(env.status, 0) << env.err;
+    if (env.out.find("CUDA devices: 0") != std::string::npos)
+      GTEST_SKIP() << "no CUDA device (LibTorch built without CUDA, or no GPU)";
+  }
+  std::ifstream sample(std::string(GARDEN_SOURCE_DIR) + "/data/testdata/en_de_sample.tsv");
+  std::string pairs, input, line;
+  std::vector<std::string> targets;
+  for (int i = 0; i < 16 && std::getline(sample, line); ++i) {
+    pairs += line + "\n";
+    input += line.substr(0, line.find('\t')) + "\n";
+    targets.push_back(line.substr(line.find('\t') + 1));
+  }
+  spit(dir_ / "pairs.tsv", pairs);
+  spit(dir_ / "input.txt", input);
+  spit(dir_ / "overfit.yaml", overfit_yaml(path("pairs.tsv"), 400));
+  const CliRun train = garden(
+      "train --experiment wmt_transformer/demo --mode train_and_eval "
+      "--config_file '" +
+      path("overfit.yaml") + "' --model_dir '" + path("model") +
+      "' --params_override runtime.device=" + device);
+  ASSERT_EQ(train.status, 0) << train.err;
+  const std::string log = slurp(dir_ / "model" / "train.log");
+  EXPECT_NE(log.find("sacrebleu_score"), std::string::npos) << log;
+  EXPECT_NE(slurp(dir_ / "model" / "params.yaml").find("device: " + device), std::string::npos);
+
+  const CliRun translate =
+      garden("translate --model_dir '" + path("model") + "' --input '" + path("input.txt") + "'");
+  ASSERT_EQ(translate.status, 0) << translate.err;
+  const auto outputs = lines_of(translate.out);
+  ASSERT_EQ(outputs.size(), targets.size()) << translate.out;
+  int exact = 0;
+  for (std::size_t i = 0; i < targets.size(); ++i) exact += outputs[i] == targets[i];
+  EXPECT_GE(exact, 12) << translate.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, TranslateDeviceCliTest, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -480,7 +480,8 @@ TEST_F(StepTest, AUserRegisteredOptimizerAndScheduleAreConfiguredAndUsed) {
 std::map<std::string, at::Tensor> weights_at(const fs::path& model_dir, int step) {
   std::map<std::string, at::Tensor> out;
   for (auto& [name, tensor] :
-       garden::read_checkpoint_file((model_dir / ("ckpt-" + std::to_string(step))).string()).tensors)
+       garden::read_checkpoint_file((model_dir / ("ckpt-" + std::to_string(step))).string())
+           .tensors)
     if (name.rfind("model/", 0) == 0) out[name] = tensor;
   return out;
 }
@@ -494,7 +495,8 @@ TEST_F(StepTest, GradientAccumulationGivesTheUpdateOfTheWholeBatch) {
     int parts;
   };
   for (const Case c : {Case{false, 2}, Case{false, 3}, Case{true, 2}, Case{true, 4}}) {
-    const std::string common = std::string("task.three_parts=") + (c.three_parts ? "true" : "false");
+    const std::string common =
+        std::string("task.three_parts=") + (c.three_parts ? "true" : "false");
     const std::string whole = "whole" + std::to_string(c.three_parts);
     if (!fs::exists(root_ / whole)) run("train", whole, common);
     const std::string dir = whole + "_in" + std::to_string(c.parts);
@@ -504,7 +506,8 @@ TEST_F(StepTest, GradientAccumulationGivesTheUpdateOfTheWholeBatch) {
     ASSERT_EQ(a.size(), b.size());
     for (const auto& [name, tensor] : a)
       EXPECT_TRUE(torch::allclose(tensor, b.at(name), 1e-5, 1e-6))
-          << dir << " " << name << " differs by " << (tensor - b.at(name)).abs().max().item<double>();
+          << dir << " " << name << " differs by "
+          << (tensor - b.at(name)).abs().max().item<double>();
     // The logged loss is the whole batch's, not a mean of the parts'.
     using garden_test::events::scalars_in;
     const auto expected = scalars_in(root_ / whole / "train").at("training_loss");
@@ -520,10 +523,11 @@ TEST_F(StepTest, GradientAccumulationNeedsARowForEveryPart) {
     run("train", "too_many", "trainer.gradient_accumulation_steps=9");
     FAIL() << "nine parts of an 8-row batch were accepted";
   } catch (const garden::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "trainer.gradient_accumulation_steps=9 needs at least as many rows in each batch, "
-                  "but one has 8"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "trainer.gradient_accumulation_steps=9 needs at least as many rows in each batch, "
+            "but one has 8"),
+        std::string::npos)
         << e.what();
   }
   EXPECT_THROW(experiment("trainer.gradient_accumulation_steps=0"), garden::config::ConfigError);
@@ -545,12 +549,24 @@ TEST_P(StepDeviceTest, ACheckpointWrittenHereResumesOnTheCpu) {
   run("train", "cpu", common + "trainer.train_steps=40,runtime.device=cpu");
   const auto moved = weights_at(root_ / "moved", 40), cpu = weights_at(root_ / "cpu", 40);
   ASSERT_EQ(moved.size(), 4u);
-  for (const auto& [name, tensor] : cpu) {
-    if (device.is_cpu())
+  if (device.is_cpu()) {
+    for (const auto& [name, tensor] : cpu)
       EXPECT_TRUE(torch::equal(moved.at(name), tensor)) << name << ": a CPU resume is exact";
-    else
-      EXPECT_TRUE(torch::allclose(moved.at(name), tensor, 1e-5, 1e-6))
-          << name << " differs by " << (moved.at(name) - tensor).abs().max().item<double>();
+    return;
+  }
+  // Another device rounds its sums in another order, and 40 steps with
+  // momentum amplify that (3e-4 on an H100, 2026-11-26). The yardstick is 40
+  // steps on the device alone: the moved run may be no farther from the CPU's
+  // than three times what that one is, and a resume that lost the momentum,
+  // the step or the data position lands much farther.
+  run("train", "device", common + "trainer.train_steps=40,runtime.device=" + device.str());
+  const auto on_device = weights_at(root_ / "device", 40);
+  for (const auto& [name, tensor] : cpu) {
+    const double moved_off = (moved.at(name) - tensor).abs().max().item<double>();
+    const double device_off = (on_device.at(name) - tensor).abs().max().item<double>();
+    EXPECT_LE(moved_off, 3.0 * device_off + 1e-6)
+        << name << ": the resumed run is " << moved_off << " from the CPU's, 40 steps on " << device
+        << " " << device_off;
   }
 }
 

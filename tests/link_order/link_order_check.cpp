@@ -5,6 +5,8 @@
 #include <fstream>
 #include <string>
 
+#include <dlfcn.h>
+#include <link.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -29,4 +31,25 @@ TEST(LinkOrder, GardensFilesystemCallsReachTheSystemLibstdcxx) {
       << "std::filesystem::remove_all bound to a copy exported by a library loaded before "
          "libstdc++; Garden's link option that puts libstdc++ first is missing";
   EXPECT_FALSE(fs::exists(dir)) << dir << " was not removed";
+}
+
+// The dynamic linker looks symbols up in load order: this program, then the
+// libraries it needs, in order. The first library that holds C++ library
+// code must be a shared libstdc++ (the toolchain's, or the system's where the
+// compiler has only a static one), not LibTorch or Garden.
+TEST(LinkOrder, AfterTheProgramTheFirstLibraryLoadedIsASharedLibstdcxx) {
+  void* self = dlopen(nullptr, RTLD_NOW);
+  ASSERT_NE(self, nullptr);
+  link_map* map = nullptr;
+  ASSERT_EQ(dlinfo(self, RTLD_DI_LINKMAP, &map), 0);
+  std::string first;
+  for (link_map* m = map ? map->l_next : nullptr; m != nullptr; m = m->l_next) {
+    const std::string name = m->l_name ? m->l_name : "";
+    if (name.empty() || name.find("linux-vdso") != std::string::npos) continue;
+    first = name;
+    break;
+  }
+  dlclose(self);
+  EXPECT_NE(first.find("libstdc++.so"), std::string::npos)
+      << "the first library after the program is " << first;
 }

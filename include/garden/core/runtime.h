@@ -66,7 +66,8 @@ std::string malloc_setting();
 void apply_runtime(const config::RuntimeConfig& runtime);
 
 // The path of the BLAS library this process uses, from /proc/self/maps
-// ("" when none is loaded yet).
+// ("" when none is loaded yet); a LibTorch with MKL linked into it (Python
+// PyTorch's wheel) gives "<its libtorch_cpu> (its own mkl)".
 std::string loaded_blas_library();
 // The lines of the loud warning for the BLAS library at `blas` (a path as
 // loaded_blas_library() gives it): empty for OpenBLAS, MKL, BLIS or none.
