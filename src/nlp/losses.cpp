@@ -184,6 +184,47 @@ class SmoothedCrossEntropy : public torch::autograd::Function<SmoothedCrossEntro
   }
 };
 
+// The same node from LibTorch's operations, for what the kernel above does
+// not take (CUDA tensors, bfloat16 and half). Forward: one log_softmax (under
+// autocast in float32, as before), a gather and a row sum. Backward: three
+// passes over the saved log-probabilities, in place: exp, subtract the low
+// target, multiply by the rows' gradients, then the labels' columns. The
+// composite form's backward (autograd's dense scatter of the gather, the add
+// of the two gradients, log_softmax's backward) made about eight passes and
+// two more [N, V] buffers.
+struct LibrarySmoothedCrossEntropy : public torch::autograd::Function<LibrarySmoothedCrossEntropy> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits,
+                            const at::Tensor& ids, double confidence, double low_confidence) {
+    const at::Tensor log_probs = torch::log_softmax(logits, -1);
+    const at::Tensor id_column = ids.unsqueeze(1);
+    at::Tensor xentropy =
+        log_probs.gather(1, id_column).squeeze(1) * -(confidence - low_confidence);
+    if (low_confidence > 0.0) xentropy.sub_(log_probs.sum(-1), low_confidence);
+    ctx->save_for_backward({log_probs, id_column});
+    ctx->saved_data["confidence"] = confidence;
+    ctx->saved_data["low_confidence"] = low_confidence;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
+    return xentropy;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const double confidence = ctx->saved_data["confidence"].toDouble();
+    const double low = ctx->saved_data["low_confidence"].toDouble();
+    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
+    // The saved log-probabilities become the gradient (nothing else holds
+    // them; a second backward fails LibTorch's version check of them).
+    at::Tensor grad_logits = saved[0];
+    const at::Tensor g = grads[0].to(grad_logits.scalar_type()).unsqueeze(1);
+    grad_logits.exp_();
+    if (low > 0.0) grad_logits.sub_(low);
+    grad_logits.mul_(g);
+    grad_logits.scatter_add_(1, saved[1], g * -(confidence - low));
+    return {grad_logits.to(dtype), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 bool has_fused_kernel(const at::Tensor& logits) {
   return logits.device().is_cpu() &&
          (logits.scalar_type() == at::kFloat || logits.scalar_type() == at::kDouble);
@@ -192,6 +233,11 @@ bool has_fused_kernel(const at::Tensor& logits) {
 }  // namespace
 
 at::Tensor PaddedCrossEntropy::mean() const { return loss_sum / weight_sum; }
+
+at::Tensor smoothed_cross_entropy_rows(const at::Tensor& logits, const at::Tensor& ids,
+                                       double confidence, double low_confidence) {
+  return LibrarySmoothedCrossEntropy::apply(logits, ids, confidence, low_confidence);
+}
 
 PaddedCrossEntropy padded_cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels,
                                              double smoothing, int64_t pad_id) {
@@ -223,10 +269,9 @@ PaddedCrossEntropy padded_cross_entropy_loss(const at::Tensor& logits, const at:
                                            low_confidence)
                    .view(labels.sizes());
   } else {
-    const at::Tensor log_probs = torch::log_softmax(logits, -1);
-    const at::Tensor label_log_probs = log_probs.gather(2, label_ids.unsqueeze(2)).squeeze(2);
-    xentropy = -(confidence - low_confidence) * label_log_probs;
-    if (low_confidence > 0.0) xentropy = xentropy - low_confidence * log_probs.sum(-1);
+    xentropy = smoothed_cross_entropy_rows(logits.reshape({-1, vocab}), label_ids.reshape({-1}),
+                                           confidence, low_confidence)
+                   .view(labels.sizes());
   }
 
   // The soft target's entropy, the best achievable cross-entropy; the 1e-20

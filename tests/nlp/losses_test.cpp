@@ -172,6 +172,78 @@ TEST(PaddedCrossEntropyLoss, GradientMatchesFiniteDifferences) {
   }
 }
 
+// The node from LibTorch's operations (CUDA and bfloat16 take it), run here
+// on the CPU: forward and gradient against autograd through the definition
+// in double, a second backward refused, and finite differences.
+TEST(SmoothedCrossEntropyRows, MatchesTheDefinitionAndItsGradient) {
+  torch::manual_seed(5);
+  for (const double smoothing : {0.0, 0.1}) {
+    for (const int64_t vocab : {2, 37, 1000}) {
+      const double confidence = 1.0 - smoothing, low = smoothing / double(vocab - 1);
+      const at::Tensor base = torch::randn({6, vocab}, torch::kDouble) * 3.0;
+      const at::Tensor ids = torch::randint(0, vocab, {6}, torch::kLong);
+      const at::Tensor row_grads = torch::randn({6}, torch::kDouble);
+      at::Tensor logits = base.clone().requires_grad_();
+      const at::Tensor rows =
+          garden::nlp::smoothed_cross_entropy_rows(logits, ids, confidence, low);
+      (rows * row_grads).sum().backward({}, /*retain_graph=*/true);
+
+      at::Tensor reference = base.clone().requires_grad_();
+      const at::Tensor target =
+          torch::full({6, vocab}, low, torch::kDouble).scatter_(1, ids.unsqueeze(1), confidence);
+      const at::Tensor expected = -(target * torch::log_softmax(reference, -1)).sum(-1);
+      (expected * row_grads).sum().backward();
+      EXPECT_TRUE(torch::allclose(rows, expected, 1e-12, 1e-12)) << vocab << " " << smoothing;
+      EXPECT_TRUE(torch::allclose(logits.grad(), reference.grad(), 1e-12, 1e-12))
+          << vocab << " " << smoothing;
+      // Its backward overwrote the saved log-probabilities.
+      EXPECT_THROW((rows * row_grads).sum().backward(), c10::Error);
+    }
+  }
+  const at::Tensor base = logits_tensor().view({6, 4});
+  const at::Tensor ids = labels_tensor().view({6});
+  at::Tensor logits = base.clone().requires_grad_();
+  garden::nlp::smoothed_cross_entropy_rows(logits, ids, 0.9, 0.1 / 3).sum().backward();
+  const double h = 1e-6;
+  for (int64_t i = 0; i < base.numel(); ++i) {
+    at::Tensor plus = base.clone().reshape({-1}), minus = base.clone().reshape({-1});
+    plus[i] += h;
+    minus[i] -= h;
+    const double up = garden::nlp::smoothed_cross_entropy_rows(plus.view({6, 4}), ids, 0.9, 0.1 / 3)
+                          .sum()
+                          .item<double>();
+    const double down =
+        garden::nlp::smoothed_cross_entropy_rows(minus.view({6, 4}), ids, 0.9, 0.1 / 3)
+            .sum()
+            .item<double>();
+    EXPECT_NEAR(logits.grad().reshape({-1})[i].item<double>(), (up - down) / (2 * h), 1e-8)
+        << "logit " << i;
+  }
+}
+
+// bfloat16 logits (the path autocast gives the loss) reach the same loss
+// and gradient as padded_cross_entropy_loss on the same values in float32,
+// within bfloat16's rounding, and the gradient comes back in bfloat16
+// (without autocast, as here, the log-probabilities are bfloat16 too).
+TEST(SmoothedCrossEntropyRows, Bfloat16LogitsGiveTheFloatLossAndABfloat16Gradient) {
+  torch::manual_seed(6);
+  const at::Tensor values = (torch::randn({4, 7, 300}) * 2.0).to(torch::kBFloat16);
+  const at::Tensor labels = torch::randint(1, 300, {4, 7}, torch::kLong);
+  labels[2][3] = 0;
+  at::Tensor half = values.clone().requires_grad_();
+  const auto low = padded_cross_entropy_loss(half, labels, 0.1);
+  low.mean().backward();
+  at::Tensor full = values.to(torch::kFloat).requires_grad_();
+  const auto high = padded_cross_entropy_loss(full, labels, 0.1);
+  high.mean().backward();
+  EXPECT_EQ(half.grad().scalar_type(), torch::kBFloat16);
+  // log_softmax in bfloat16 (8 bits of mantissa) over 300 ids: about 1 %.
+  const float scale = 1.0f + high.token_losses.abs().max().item<float>();
+  EXPECT_LE((low.token_losses.to(torch::kFloat) - high.token_losses).abs().max().item<float>(),
+            0.02f * scale);
+  EXPECT_LE((half.grad().to(torch::kFloat) - full.grad()).abs().max().item<float>(), 1e-3f);
+}
+
 // A NaN or infinite logit makes its row's loss NaN (the trainer's NaN
 // handling then acts), and leaves the other rows as they were.
 TEST(PaddedCrossEntropyLoss, ANonFiniteLogitMakesOnlyItsRowNaN) {

@@ -31,4 +31,12 @@ struct PaddedCrossEntropy {
 PaddedCrossEntropy padded_cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels,
                                              double smoothing, int64_t pad_id = 0);
 
+// -sum_v target_v * log p_v for each row of logits [N, V] (ids [N] long),
+// the target being `confidence` at the id and `low_confidence` elsewhere,
+// from LibTorch's operations on any device: what padded_cross_entropy_loss
+// uses where its CPU kernel does not apply (CUDA, bfloat16). Differentiable
+// once.
+at::Tensor smoothed_cross_entropy_rows(const at::Tensor& logits, const at::Tensor& ids,
+                                       double confidence, double low_confidence);
+
 }  // namespace garden::nlp
