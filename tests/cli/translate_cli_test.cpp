@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/cli_fixture.h"
+#include "device_util.h"
 
 namespace {
 
@@ -19,6 +20,25 @@ using garden_test::slurp;
 using garden_test::spit;
 
 using garden_test::lines_of;
+
+// The first 16 pairs of the bundled sample: the lines as they are, and their
+// sources and targets.
+struct SamplePairs {
+  std::string lines;
+  std::vector<std::string> sources, targets;
+};
+SamplePairs sample_pairs() {
+  std::ifstream sample(std::string(GARDEN_SOURCE_DIR) + "/data/testdata/en_de_sample.tsv");
+  SamplePairs pairs;
+  std::string line;
+  for (int i = 0; i < 16 && std::getline(sample, line); ++i) {
+    pairs.lines += line + "\n";
+    const auto tab = line.find('\t');
+    pairs.sources.push_back(line.substr(0, tab));
+    pairs.targets.push_back(line.substr(tab + 1));
+  }
+  return pairs;
+}
 
 // The demo experiment shrunk to overfit the pairs in `data` in `steps`
 // steps (a few seconds on a CPU).
@@ -69,16 +89,10 @@ class TranslateCliTest : public CliFixture {
         fs::path(::testing::TempDir()) / ("garden_translate_" + std::to_string(::getpid()));
     fs::remove_all(suite_dir_);
     fs::create_directories(suite_dir_);
-    std::ifstream sample(std::string(GARDEN_SOURCE_DIR) + "/data/testdata/en_de_sample.tsv");
-    std::ofstream pairs(suite_dir_ / "pairs.tsv");
-    std::string line;
-    for (int i = 0; i < 16 && std::getline(sample, line); ++i) {
-      pairs << line << '\n';
-      const auto tab = line.find('\t');
-      sources_.push_back(line.substr(0, tab));
-      targets_.push_back(line.substr(tab + 1));
-    }
-    pairs.close();
+    const SamplePairs pairs = sample_pairs();
+    spit(suite_dir_ / "pairs.tsv", pairs.lines);
+    sources_ = pairs.sources;
+    targets_ = pairs.targets;
     const std::string data = (suite_dir_ / "pairs.tsv").string();
     spit(suite_dir_ / "overfit.yaml", overfit_yaml(data, 400));
     const std::string command = std::string("'") + GARDEN_CLI_PATH +
@@ -320,29 +334,21 @@ TEST_F(TranslateCliTest, ABadInputOrOutputLeavesTheOutputAsItWas) {
 }
 
 // train (with the BLEU evaluation) and translate of wmt_transformer/demo on
-// each device, as a user runs them: on the CPU always, on CUDA when `garden
-// env` counts a device (else skipped). Each overfits the same 16 pairs and
+// each device, as a user runs them: on the CPU always, on CUDA when there is
+// one (else skipped). Each overfits the same 16 pairs and
 // must translate them back.
 class TranslateDeviceCliTest : public CliFixture,
                                public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(TranslateDeviceCliTest, TrainsEvaluatesAndTranslatesTheDemoOnTheDevice) {
   const std::string device = GetParam();
-  if (device != "cpu") {
-    const CliRun env = garden("env");
-    ASSERT_EQ(env.status, 0) << env.err;
-    if (env.out.find("CUDA devices: 0") != std::string::npos)
-      GTEST_SKIP() << "no CUDA device (LibTorch built without CUDA, or no GPU)";
-  }
-  std::ifstream sample(std::string(GARDEN_SOURCE_DIR) + "/data/testdata/en_de_sample.tsv");
-  std::string pairs, input, line;
-  std::vector<std::string> targets;
-  for (int i = 0; i < 16 && std::getline(sample, line); ++i) {
-    pairs += line + "\n";
-    input += line.substr(0, line.find('\t')) + "\n";
-    targets.push_back(line.substr(line.find('\t') + 1));
-  }
-  spit(dir_ / "pairs.tsv", pairs);
+  if (const auto why = garden_test::unavailable(c10::Device(device)); !why.empty())
+    GTEST_SKIP() << why;
+  const SamplePairs pairs = sample_pairs();
+  const std::vector<std::string>& targets = pairs.targets;
+  std::string input;
+  for (const auto& source : pairs.sources) input += source + "\n";
+  spit(dir_ / "pairs.tsv", pairs.lines);
   spit(dir_ / "input.txt", input);
   spit(dir_ / "overfit.yaml", overfit_yaml(path("pairs.tsv"), 400));
   const CliRun train = garden(

@@ -24,8 +24,9 @@ struct PaddedCrossEntropy {
 // other id; the cross-entropy against it has the soft target's own entropy
 // subtracted, so a perfect prediction costs 0 for any smoothing. Positions
 // whose label is pad_id get weight 0. Differentiable with respect to logits
-// (once: on the CPU the loss is one fused autograd node whose backward is
-// not itself differentiable).
+// (once: the loss is one autograd node, the fused kernel on the CPU and
+// smoothed_cross_entropy_rows elsewhere, whose backward is not itself
+// differentiable).
 // Unlike Model Garden, logits and labels must already have the same length
 // (it pads the shorter one).
 PaddedCrossEntropy padded_cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels,
