@@ -228,8 +228,15 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
 
 }  // namespace
 
-at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+at::Tensor layer_norm(const at::Tensor& given, const at::Tensor& weight, const at::Tensor& bias,
                       double eps) {
+  // A bfloat16 input with float32 parameters (CPU autocast: a product's
+  // output; LibTorch 1.13's CPU layer norm refuses the mix) is normalized in
+  // float32, as autocast runs layer norm on a GPU.
+  const at::Tensor x = given.device().is_cpu() && given.scalar_type() == at::kBFloat16 &&
+                               weight.defined() && weight.scalar_type() == at::kFloat
+                           ? given.to(at::kFloat)
+                           : given;
   const bool fused = x.device().is_cpu() && x.dim() >= 1 && x.size(-1) > 0 &&
                      (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) &&
                      weight.defined() && bias.defined() && weight.dim() == 1 && bias.dim() == 1 &&

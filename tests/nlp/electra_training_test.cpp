@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -122,6 +123,23 @@ TEST_F(ElectraTrainingTest, ASmallModelLearnsFromCreatePretrainingDataRecords) {
   EXPECT_GT(garden::to_double(logs.at("discriminator_accuracy")), 0.8);
   EXPECT_NEAR(garden::to_double(logs.at("total_loss")),
               garden::to_double(logs.at("validation_loss")), 1e-6);
+}
+
+// runtime.mixed_precision_dtype=bfloat16 on the CPU: the generator's
+// embedding projection returns bfloat16 under autocast, and its layer norms
+// (float32 parameters) once refused that. It trains: the masked-LM loss
+// falls below the uniform guess's log(600) = 6.40.
+TEST_F(ElectraTrainingTest, TrainsUnderBfloat16AutocastOnTheCpu) {
+  auto experiment = small_experiment(100, "runtime.mixed_precision_dtype=bfloat16");
+  garden::RunOptions options;
+  options.model_dir = (dir_ / "bfloat16").string();
+  options.mode = "train_and_eval";
+  const Logs logs = garden::run_experiment(experiment, options);
+  const double lm_loss = garden::to_double(logs.at("lm_example_loss"));
+  std::cerr << "bfloat16: lm_example_loss " << lm_loss << ", masked_lm_accuracy "
+            << garden::to_double(logs.at("masked_lm_accuracy")) << "\n";
+  EXPECT_LT(lm_loss, std::log(600.0) - 0.5);
+  EXPECT_TRUE(std::isfinite(garden::to_double(logs.at("validation_loss"))));
 }
 
 TEST_F(ElectraTrainingTest, RecordsOfALargerVocabularyAreRefusedNamingTheFile) {

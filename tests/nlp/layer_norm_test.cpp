@@ -133,5 +133,26 @@ TEST(LayerNormTest, ViewsAndOtherModulesGiveLibTorchsResult) {
   EXPECT_TRUE(torch::equal(layer_norm(x, two_dims), two_dims->forward(x)));
 }
 
+// A bfloat16 input with float32 parameters (what a product returns under CPU
+// autocast, and what LibTorch 1.13's layer norm refuses) is normalized in
+// float32: the float result of the same numbers, and a bfloat16 gradient
+// equal to the float one rounded.
+TEST(LayerNormTest, Bfloat16InputWithFloatParametersIsNormalizedInFloat) {
+  torch::manual_seed(25);
+  const at::Tensor values = (torch::randn({9, 40}) * 2 + 1).to(at::kBFloat16);
+  const at::Tensor w = torch::rand({40}) + 0.5, b = torch::randn({40});
+  const at::Tensor upstream = torch::randn({9, 40});
+  at::Tensor half = values.clone().requires_grad_();
+  at::Tensor full = values.to(at::kFloat).requires_grad_();
+  const at::Tensor got = layer_norm(half, w, b, 1e-6);
+  const at::Tensor want = layer_norm(full, w, b, 1e-6);
+  ASSERT_EQ(got.scalar_type(), at::kFloat);
+  EXPECT_TRUE(torch::equal(got, want));
+  got.backward(upstream);
+  want.backward(upstream);
+  ASSERT_EQ(half.grad().scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(torch::equal(half.grad(), full.grad().to(at::kBFloat16)));
+}
+
 }  // namespace
 }  // namespace garden::nlp

@@ -14,13 +14,15 @@ namespace garden::nlp {
 
 // Inverted dropout as every layer here applies it: in training, each element
 // is zeroed with probability p and the others are scaled by 1 / (1 - p); the
-// identity otherwise. On the CPU (float, double) the mask comes from a
+// identity otherwise. On the CPU (float, double, bfloat16 computed in float
+// and rounded once) the mask comes from a
 // counter-based generator seeded by one draw from LibTorch's default CPU
 // generator: torch::manual_seed reproduces it, whatever the thread count.
 at::Tensor dropout(const at::Tensor& x, double p, bool training);
 // GELU, the exact (erf) form, x Phi(x). On the CPU in float32 with
 // gradients, its backward is Garden's one-pass kernel (LibTorch 1.13's took
-// ten times the forward); otherwise at::gelu. Not twice differentiable on
+// ten times the forward); bfloat16 is widened to float32 for it and the
+// result rounded back; otherwise at::gelu. Not twice differentiable on
 // that path.
 at::Tensor gelu(const at::Tensor& x);
 // dropout(relu(x)) in one pass.
@@ -31,7 +33,9 @@ at::Tensor relu_dropout(const at::Tensor& x, double p, bool training);
 // bias [C]; differentiable in all three). On the CPU in float and double,
 // forward and backward are Garden's one-pass-per-row loops (AVX-512, AVX2 or
 // portable builds; the sums in double, the weight and bias gradients summed
-// in the same order whatever the thread count); otherwise at::layer_norm.
+// in the same order whatever the thread count); otherwise at::layer_norm. A
+// bfloat16 input with float32 parameters on the CPU (autocast) is widened and
+// the result is float32.
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                       double eps);
 
