@@ -67,10 +67,12 @@ inline double peak_rss_mib(int who) {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux: KiB
 }
 
-// The fp32 matrix-product ceiling of this machine at the current thread
-// count: the best of 5 timings of a 1024 x 1024 x 1024 at::mm, in GFLOP/s.
-inline double gemm_ceiling_gflops() {
-  const at::Tensor a = at::randn({1024, 1024}), b = at::randn({1024, 1024});
+// The matrix-product ceiling of this machine at the current thread count,
+// in `dtype` (float32 by default; bfloat16 for a step under CPU autocast,
+// whose products LibTorch runs on oneDNN, with AMX where the CPU has it):
+// the best of 5 timings of a 1024 x 1024 x 1024 at::mm, in GFLOP/s.
+inline double gemm_ceiling_gflops(at::ScalarType dtype = at::kFloat) {
+  const at::Tensor a = at::randn({1024, 1024}).to(dtype), b = at::randn({1024, 1024}).to(dtype);
   at::Tensor c = at::mm(a, b);
   double best = 0;
   for (int round = 0; round < 5; ++round) {

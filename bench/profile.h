@@ -20,8 +20,10 @@
 namespace garden_bench {
 
 // Runs `step` once under the profiler and prints the `top` operators by self
-// time, then every matrix product shape (aten::mm, aten::addmm).
-inline void print_step_profile(const std::function<void()>& step, std::size_t top) {
+// time, then every matrix product shape (aten::mm, aten::addmm), against the
+// ceiling in the dtype the products run in.
+inline void print_step_profile(const std::function<void()>& step, std::size_t top,
+                               at::ScalarType product_dtype = at::kFloat) {
   namespace prof = torch::autograd::profiler;
   prof::enableProfilerLegacy(
       torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU,
@@ -98,7 +100,7 @@ inline void print_step_profile(const std::function<void()>& step, std::size_t to
     all.calls += p.calls;
   }
   if (all.us <= 0) return;
-  const double ceiling = gemm_ceiling_gflops();
+  const double ceiling = gemm_ceiling_gflops(product_dtype);
   const double rate = all.flops / all.us / 1000;
   std::printf(
       "\nall %d matrix products: %.1f ms of the profiled step's %.1f ms, %.1f GFLOP, %.1f "

@@ -6,6 +6,7 @@
 #include "vector_math.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
@@ -48,26 +49,33 @@ constexpr int64_t kDropoutGrain = 32768;  // element pairs per parallel task
 
 // keep[i] = bits(i) >= threshold; y[i] = x[i] * keep[i] * scale (branch-free).
 // With Relu, also keep[i] = 0 where x[i] <= 0: relu then dropout in one pass.
+// bfloat16 elements are computed in float (at::opmath_type) and rounded once,
+// to nearest even, as a float result converted with .to(kBFloat16) would be.
 template <typename T, bool Relu>
 void dropout_forward_kernel(const T* x, T* y, uint8_t* keep, int64_t n, uint64_t seed,
-                            uint32_t threshold, T scale) {
+                            uint32_t threshold, at::opmath_type<T> scale) {
+  using Acc = at::opmath_type<T>;
   at::parallel_for(0, (n + 1) / 2, kDropoutGrain, [&](int64_t begin, int64_t end) {
     for (int64_t j = begin; j < end; ++j) {
       const uint64_t bits = splitmix64(seed + static_cast<uint64_t>(j) * kGoldenGamma);
       const uint32_t r[2] = {static_cast<uint32_t>(bits), static_cast<uint32_t>(bits >> 32)};
       for (int64_t h = 0, i = 2 * j; h < 2 && i < n; ++h, ++i) {
-        const uint8_t k = (r[h] >= threshold) & (!Relu || x[i] > T(0));
+        const Acc v = static_cast<Acc>(x[i]);
+        const uint8_t k = (r[h] >= threshold) & (!Relu || v > Acc(0));
         keep[i] = k;
-        y[i] = x[i] * (static_cast<T>(k) * scale);
+        y[i] = static_cast<T>(v * (static_cast<Acc>(k) * scale));
       }
     }
   });
 }
 
 template <typename T>
-void dropout_backward_kernel(const T* grad, const uint8_t* keep, T* out, int64_t n, T scale) {
+void dropout_backward_kernel(const T* grad, const uint8_t* keep, T* out, int64_t n,
+                             at::opmath_type<T> scale) {
+  using Acc = at::opmath_type<T>;
   at::parallel_for(0, n, 2 * kDropoutGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) out[i] = grad[i] * (static_cast<T>(keep[i]) * scale);
+    for (int64_t i = begin; i < end; ++i)
+      out[i] = static_cast<T>(static_cast<Acc>(grad[i]) * (static_cast<Acc>(keep[i]) * scale));
   });
 }
 
@@ -83,11 +91,11 @@ class FastDropout : public torch::autograd::Function<FastDropout> {
     const uint32_t threshold = dropout_threshold(p);
     const double scale = 1.0 / (1.0 - p);
     const uint64_t seed = draw_dropout_seed();
-    AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "garden_dropout", [&] {
+    AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, input.scalar_type(), "garden_dropout", [&] {
       auto* kernel =
           relu ? dropout_forward_kernel<scalar_t, true> : dropout_forward_kernel<scalar_t, false>;
       kernel(input.data_ptr<scalar_t>(), output.data_ptr<scalar_t>(), keep.data_ptr<uint8_t>(),
-             input.numel(), seed, threshold, static_cast<scalar_t>(scale));
+             input.numel(), seed, threshold, static_cast<at::opmath_type<scalar_t>>(scale));
     });
     ctx->save_for_backward({keep});
     ctx->saved_data["scale"] = scale;
@@ -100,11 +108,12 @@ class FastDropout : public torch::autograd::Function<FastDropout> {
     const double scale = ctx->saved_data["scale"].toDouble();
     const at::Tensor grad = grads[0].contiguous();
     at::Tensor grad_input = at::empty_like(grad);
-    AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "garden_dropout_backward", [&] {
-      dropout_backward_kernel<scalar_t>(grad.data_ptr<scalar_t>(), keep.data_ptr<uint8_t>(),
-                                        grad_input.data_ptr<scalar_t>(), grad.numel(),
-                                        static_cast<scalar_t>(scale));
-    });
+    AT_DISPATCH_FLOATING_TYPES_AND(
+        at::kBFloat16, grad.scalar_type(), "garden_dropout_backward", [&] {
+          dropout_backward_kernel<scalar_t>(grad.data_ptr<scalar_t>(), keep.data_ptr<uint8_t>(),
+                                            grad_input.data_ptr<scalar_t>(), grad.numel(),
+                                            static_cast<at::opmath_type<scalar_t>>(scale));
+        });
     return {grad_input, at::Tensor(), at::Tensor()};
   }
 };
@@ -381,7 +390,8 @@ struct FastGelu : public torch::autograd::Function<FastGelu> {
 
 bool has_fast_dropout(const at::Tensor& x, double p) {
   return x.device().is_cpu() && p < 1 &&
-         (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
+         (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble ||
+          x.scalar_type() == at::kBFloat16);
 }
 
 }  // namespace
@@ -394,9 +404,10 @@ at::Tensor dropout(const at::Tensor& x, double p, bool training) {
 }
 
 at::Tensor gelu(const at::Tensor& x) {
-  if (x.device().is_cpu() && x.scalar_type() == at::kFloat && x.requires_grad() &&
-      at::GradMode::is_enabled())
-    return FastGelu::apply(x);
+  if (!x.device().is_cpu() || !x.requires_grad() || !at::GradMode::is_enabled()) return at::gelu(x);
+  if (x.scalar_type() == at::kFloat) return FastGelu::apply(x);
+  // bfloat16 (CPU autocast): computed in float32, returned in bfloat16.
+  if (x.scalar_type() == at::kBFloat16) return FastGelu::apply(x.to(at::kFloat)).to(at::kBFloat16);
   return at::gelu(x);
 }
 

@@ -239,8 +239,16 @@ at::Tensor smoothed_cross_entropy_rows(const at::Tensor& logits, const at::Tenso
   return LibrarySmoothedCrossEntropy::apply(logits, ids, confidence, low_confidence);
 }
 
-PaddedCrossEntropy padded_cross_entropy_loss(const at::Tensor& logits, const at::Tensor& labels,
-                                             double smoothing, int64_t pad_id) {
+PaddedCrossEntropy padded_cross_entropy_loss(const at::Tensor& given_logits,
+                                             const at::Tensor& labels, double smoothing,
+                                             int64_t pad_id) {
+  // bfloat16 logits on the CPU (autocast's output projection) take the fused
+  // kernel widened to float32: one cast, against LibTorch 1.13's bfloat16
+  // log_softmax and its passes. The gradient returns in bfloat16.
+  const at::Tensor logits =
+      given_logits.device().is_cpu() && given_logits.scalar_type() == at::kBFloat16
+          ? given_logits.to(at::kFloat)
+          : given_logits;
   if (logits.dim() != 3 || labels.dim() != 2 || logits.size(0) != labels.size(0) ||
       logits.size(1) != labels.size(1)) {
     throw Error(

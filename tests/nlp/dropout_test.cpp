@@ -68,4 +68,27 @@ TEST(Dropout, ReluDropoutIsDropoutOfRelu) {
   EXPECT_EQ(x.grad().masked_select(x <= 0).abs().sum().item<double>(), 0.0);
 }
 
+// bfloat16 (what CPU autocast's products return) takes the same kernel:
+// for the same seed, the mask and values of the float computation on the
+// same numbers, rounded once to bfloat16; the gradient likewise.
+TEST(Dropout, Bfloat16IsTheFloatComputationRoundedOnce) {
+  const at::Tensor values = (torch::randn({70, 90}) * 3).to(torch::kBFloat16);
+  for (bool relu : {false, true}) {
+    at::Tensor half = values.clone().requires_grad_();
+    at::Tensor full = values.to(torch::kFloat).requires_grad_();
+    torch::manual_seed(12);
+    const at::Tensor y = relu ? nlp::relu_dropout(half, 0.1, true) : nlp::dropout(half, 0.1, true);
+    torch::manual_seed(12);
+    const at::Tensor want =
+        relu ? nlp::relu_dropout(full, 0.1, true) : nlp::dropout(full, 0.1, true);
+    ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(y, want.to(torch::kBFloat16))) << "relu " << relu;
+    const at::Tensor weights = torch::randn({70, 90});
+    (y * weights.to(torch::kBFloat16)).sum().backward();
+    (want * weights.to(torch::kBFloat16).to(torch::kFloat)).sum().backward();
+    ASSERT_EQ(half.grad().scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(half.grad(), full.grad().to(torch::kBFloat16))) << "relu " << relu;
+  }
+}
+
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 
+#include "garden/core/precision.h"
 #include "garden/nlp/attention.h"
 #include "garden/nlp/kernels.h"
 
@@ -224,6 +225,39 @@ TEST(FusedAttention, ModuleAgreesWithItsUnfusedPath) {
     const auto params64 = unfused->named_parameters();
     for (const auto& p : params)
       EXPECT_LE(max_error(p.value().grad(), params64[p.key()].grad()), 5e-5) << p.key();
+  }
+}
+
+// Under CPU autocast the projections are bfloat16; the module widens them
+// for the fused float32 kernel (the same numbers through fused_attention)
+// and stays within bfloat16's rounding of the float64 definition.
+TEST(FusedAttention, ModuleUnderCpuAutocastWidensItsBfloat16Projections) {
+  for (bool cross : {false, true}) {
+    const AttentionOptions options = layer_options(cross);
+    torch::manual_seed(11);
+    MultiHeadAttention module(options);
+    torch::manual_seed(11);
+    MultiHeadAttention unfused(options);
+    unfused->to(at::kDouble);
+    const at::Tensor x = torch::randn({2, 9, 64});
+    const at::Tensor memory = torch::randn({2, 7, 64});
+    const at::Tensor mask = cross ? padding_mask(torch::randint(0, 3, {2, 7})) : causal_mask(9);
+    at::Tensor got, want;
+    {
+      AutocastGuard autocast(std::string("bfloat16"), torch::kCPU);
+      got = module->forward(x, cross ? memory : at::Tensor(), mask);
+      const at::Tensor context =
+          cross ? fused_attention(module->query->forward(x).to(at::kFloat),
+                                  module->kv->forward(memory).to(at::kFloat), options.num_heads,
+                                  mask, 0.0, /*training=*/true)
+                : fused_attention(module->qkv->forward(x).to(at::kFloat), {}, options.num_heads,
+                                  mask, 0.0, /*training=*/true);
+      want = module->output->forward(context);
+    }
+    EXPECT_TRUE(torch::equal(got, want)) << (cross ? "cross" : "self");
+    const at::Tensor exact =
+        unfused->forward(x.to(at::kDouble), cross ? memory.to(at::kDouble) : at::Tensor(), mask);
+    EXPECT_LE(max_error(got, exact), 0.05) << (cross ? "cross" : "self");
   }
 }
 

@@ -76,5 +76,21 @@ TEST(GeluTest, OtherPathsAreLibTorchs) {
   EXPECT_TRUE(torch::equal(nlp::gelu(x), at::gelu(x)));
 }
 
+// bfloat16 with gradients (CPU autocast) is widened for the float32 path:
+// LibTorch's float32 forward and Garden's backward on the same numbers, each
+// rounded once to bfloat16.
+TEST(GeluTest, Bfloat16IsTheFloatPathRoundedOnce) {
+  torch::manual_seed(4);
+  const at::Tensor values = (torch::randn({3000}) * 3).to(torch::kBFloat16);
+  const at::Tensor grad = torch::randn({3000}).to(torch::kBFloat16);
+  at::Tensor half = values.clone().requires_grad_();
+  const at::Tensor y = nlp::gelu(half);
+  ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(y, at::gelu(values.to(torch::kFloat)).to(torch::kBFloat16)));
+  y.backward(grad);
+  const at::Tensor want = garden_gradient(values.to(torch::kFloat), grad.to(torch::kFloat));
+  EXPECT_TRUE(torch::equal(half.grad(), want.to(torch::kBFloat16)));
+}
+
 }  // namespace
 }  // namespace garden::nlp

@@ -244,6 +244,26 @@ TEST(SmoothedCrossEntropyRows, Bfloat16LogitsGiveTheFloatLossAndABfloat16Gradien
   EXPECT_LE((half.grad().to(torch::kFloat) - full.grad()).abs().max().item<float>(), 1e-3f);
 }
 
+// On the CPU, bfloat16 logits take the fused float32 kernel on their
+// widened values: the loss is the float32 loss of the same numbers, bit for
+// bit, and the gradient is the float32 gradient rounded to bfloat16.
+TEST(PaddedCrossEntropyLoss, CpuBfloat16LogitsAreTheFloatLossOfTheirValues) {
+  torch::manual_seed(8);
+  const at::Tensor values = (torch::randn({3, 5, 200}) * 3.0).to(torch::kBFloat16);
+  const at::Tensor labels = torch::randint(1, 200, {3, 5}, torch::kLong);
+  labels[1][2] = 0;
+  at::Tensor half = values.clone().requires_grad_();
+  const auto low = padded_cross_entropy_loss(half, labels, 0.1);
+  (low.loss_sum / low.weight_sum).backward();
+  at::Tensor full = values.to(torch::kFloat).requires_grad_();
+  const auto high = padded_cross_entropy_loss(full, labels, 0.1);
+  (high.loss_sum / high.weight_sum).backward();
+  EXPECT_EQ(low.token_losses.scalar_type(), torch::kFloat);
+  EXPECT_TRUE(torch::equal(low.token_losses, high.token_losses));
+  EXPECT_EQ(half.grad().scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(half.grad(), full.grad().to(torch::kBFloat16)));
+}
+
 // A NaN or infinite logit makes its row's loss NaN (the trainer's NaN
 // handling then acts), and leaves the other rows as they were.
 TEST(PaddedCrossEntropyLoss, ANonFiniteLogitMakesOnlyItsRowNaN) {

@@ -19,8 +19,9 @@ struct PaddedCrossEntropy {
 };
 
 // logits [batch, length, vocab] (any float dtype; the result has the same
-// dtype), labels [batch, length] integer ids. The soft target puts
-// confidence = 1 - smoothing on the label and smoothing / (vocab - 1) on every
+// dtype, except bfloat16 on the CPU, which is computed and returned in
+// float32 by the fused kernel; its gradient is bfloat16), labels [batch, length] integer ids. The
+// soft target puts confidence = 1 - smoothing on the label and smoothing / (vocab - 1) on every
 // other id; the cross-entropy against it has the soft target's own entropy
 // subtracted, so a perfect prediction costs 0 for any smoothing. Positions
 // whose label is pad_id get weight 0. Differentiable with respect to logits
@@ -35,7 +36,7 @@ PaddedCrossEntropy padded_cross_entropy_loss(const at::Tensor& logits, const at:
 // -sum_v target_v * log p_v for each row of logits [N, V] (ids [N] long),
 // the target being `confidence` at the id and `low_confidence` elsewhere,
 // from LibTorch's operations on any device: what padded_cross_entropy_loss
-// uses where its CPU kernel does not apply (CUDA, bfloat16). Differentiable
+// uses where its CPU kernel does not apply (CUDA, half). Differentiable
 // once.
 at::Tensor smoothed_cross_entropy_rows(const at::Tensor& logits, const at::Tensor& ids,
                                        double confidence, double low_confidence);
