@@ -1,7 +1,10 @@
 #include "garden/nlp/int8.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,20 +32,46 @@ bool cpu_has_vnni() {
   return has;
 }
 
+// AMX with int8 (CPUID leaf 7: AMX-TILE is EDX bit 24, AMX-INT8 bit 25), and
+// Linux's permission for this process to use the tiles' 8 KiB of register
+// state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, feature 18; Linux
+// 5.16 and later). The results are turned back into float32 with AVX-512.
+bool cpu_has_amx_int8() {
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!cpu_has_vnni() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    if (!((edx >> 24) & 1u) || !((edx >> 25) & 1u)) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return has;
+}
+
+// The kernels a layer can run; the best the CPU has unless a test asks.
+enum class Kernel { kPortable, kVnni, kAmx };
+
+Kernel best_kernel() {
+  return cpu_has_amx_int8() ? Kernel::kAmx : cpu_has_vnni() ? Kernel::kVnni : Kernel::kPortable;
+}
+
 // The first min(left, 16) of 16 lanes.
 inline __mmask16 lanes(int64_t left) {
   return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
 }
 
 // x [rows, in] float -> uint8 [rows, k_groups * 4] (zeros past `in`), with
-// each row's scale and zero point.
+// each row's scale and zero point. The values have rows of zeros up to a
+// multiple of 16, which AMX's tiles of 16 rows read.
+constexpr int64_t kTileRows = 16;
+
 struct QuantizedRows {
   std::vector<uint8_t> values;
   std::vector<float> scales;
   std::vector<int32_t> zero_points;
 
   QuantizedRows(int64_t rows, int64_t padded)
-      : values(static_cast<std::size_t>(rows * padded), 0),
+      : values(static_cast<std::size_t>((rows + kTileRows - 1) / kTileRows * kTileRows * padded),
+               0),
         scales(static_cast<std::size_t>(rows)),
         zero_points(static_cast<std::size_t>(rows)) {}
 };
@@ -186,6 +215,127 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_tile(const Tile
   }
 }
 
+// ---- AMX ---------------------------------------------------------------------
+// The tile registers as Garden configures them (palette 1): all eight hold
+// 16 rows of 64 bytes. tmm0-3 are int32 sums [16 rows][16 outputs]; tmm4-5
+// are 16 rows of x, 64 uint8 inputs each; tmm6-7 are one output block's
+// weights for 64 inputs: 16 groups of [16 outputs][4 inputs], exactly 16
+// consecutive 64-byte groups of the packed layout. tdpbusd multiplies
+// unsigned x by signed w into the int32 sums, as vpdpbusd does, so the sums
+// are the VNNI kernel's to the bit.
+struct alignas(64) TileConfig {
+  uint8_t palette;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+// A constant in memory: GCC 12's _tile_loadconfig tells the compiler it
+// reads only the configuration's first 8 bytes, so the stores of a local
+// one were dropped as dead (and ldtilecfg faulted on what was left).
+alignas(64) constexpr TileConfig kTileConfig = {
+    1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+
+__attribute__((target("amx-tile"))) void amx_begin() { _tile_loadconfig(&kTileConfig); }
+
+__attribute__((target("amx-tile"))) void amx_end() { _tile_release(); }
+
+// Sums for 16 * MR rows of x (from `x`, rows `x_stride` bytes apart) and NR
+// output blocks (from `w`, blocks `w_stride` bytes apart), over k_blocks
+// blocks of 64 inputs, into sums [32][32] int32.
+template <int MR, int NR>
+__attribute__((target("amx-tile,amx-int8"))) void amx_sums(const uint8_t* x, int64_t x_stride,
+                                                           const int8_t* w, int64_t w_stride,
+                                                           int64_t k_blocks, int32_t* sums) {
+  _tile_zero(0);
+  if constexpr (NR > 1) _tile_zero(1);
+  if constexpr (MR > 1) _tile_zero(2);
+  if constexpr (MR > 1 && NR > 1) _tile_zero(3);
+  for (int64_t kb = 0; kb < k_blocks; ++kb) {
+    _tile_loadd(4, x + kb * 64, x_stride);
+    if constexpr (MR > 1) _tile_loadd(5, x + kTileRows * x_stride + kb * 64, x_stride);
+    _tile_loadd(6, w + kb * 1024, 64);
+    if constexpr (NR > 1) _tile_loadd(7, w + w_stride + kb * 1024, 64);
+    _tile_dpbusd(0, 4, 6);
+    if constexpr (NR > 1) _tile_dpbusd(1, 4, 7);
+    if constexpr (MR > 1) _tile_dpbusd(2, 5, 6);
+    if constexpr (MR > 1 && NR > 1) _tile_dpbusd(3, 5, 7);
+  }
+  constexpr int64_t kStride = 32 * sizeof(int32_t);
+  _tile_stored(0, sums, kStride);
+  if constexpr (NR > 1) _tile_stored(1, sums + 16, kStride);
+  if constexpr (MR > 1) _tile_stored(2, sums + 16 * 32, kStride);
+  if constexpr (MR > 1 && NR > 1) _tile_stored(3, sums + 16 * 32 + 16, kStride);
+}
+
+using SumsFn = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int64_t, int32_t*);
+constexpr SumsFn kAmxSums[2][2] = {{amx_sums<1, 1>, amx_sums<1, 2>},
+                                   {amx_sums<2, 1>, amx_sums<2, 2>}};
+
+// y for `rows` rows and `blocks` output blocks of a tile from its int32
+// sums [32][32]: the VNNI kernel's float operations, in its order.
+__attribute__((target("avx512f,avx512bw"))) void dequantize_sums(const Tile& t, const int32_t* sums,
+                                                                 int rows, int blocks) {
+  for (int i = 0; i < rows; ++i) {
+    const __m512i zero_point = _mm512_set1_epi32(t.x_zero_points[i]);
+    const __m512 x_scale = _mm512_set1_ps(t.x_scales[i]);
+    for (int j = 0; j < blocks; ++j) {
+      const int64_t left = t.outputs - j * kBlock;
+      if (left <= 0) break;
+      const __mmask16 mask = lanes(left);
+      const __m512i centered = _mm512_sub_epi32(
+          _mm512_loadu_si512(sums + i * 32 + j * kBlock),
+          _mm512_mullo_epi32(zero_point, _mm512_loadu_si512(t.w_sums + j * kBlock)));
+      const __m512 scale = _mm512_mul_ps(x_scale, _mm512_loadu_ps(t.w_scales + j * kBlock));
+      const __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(centered), scale,
+                                       _mm512_loadu_ps(t.bias + j * kBlock));
+      _mm512_mask_storeu_ps(t.y + i * t.y_stride + j * kBlock, mask, y);
+    }
+  }
+}
+
+// A layer's products on AMX. Pairs of output blocks outside, 32 rows inside
+// (two tiles each), in the VNNI kernel's order: the pair's weights stay in
+// cache while the rows pass.
+struct PackedWeights {
+  const int8_t* packed;
+  const float* scales;
+  const int32_t* sums;
+  const float* bias;
+  int64_t k_groups, n_blocks, out;
+};
+
+void amx_layer(const QuantizedRows& q, int64_t rows, const PackedWeights& w, float* y) {
+  alignas(64) int32_t sums[32 * 32];
+  const int64_t x_stride = w.k_groups * 4, w_stride = w.k_groups * kBlock * 4;
+  amx_begin();
+  for (int64_t nb = 0; nb < w.n_blocks; nb += 2) {
+    const int blocks = static_cast<int>(std::min<int64_t>(2, w.n_blocks - nb));
+    for (int64_t m = 0; m < rows; m += 2 * kTileRows) {
+      const int tile_rows = static_cast<int>(std::min<int64_t>(2 * kTileRows, rows - m));
+      kAmxSums[tile_rows > kTileRows][blocks - 1](q.values.data() + m * x_stride, x_stride,
+                                                  w.packed + nb * w_stride, w_stride,
+                                                  w.k_groups / 16, sums);
+      const Tile tile{nullptr,
+                      0,
+                      nullptr,
+                      0,
+                      0,
+                      q.scales.data() + m,
+                      q.zero_points.data() + m,
+                      w.scales + nb * kBlock,
+                      w.sums + nb * kBlock,
+                      w.bias + nb * kBlock,
+                      y + m * w.out + nb * kBlock,
+                      w.out,
+                      w.out - nb * kBlock};
+      dequantize_sums(tile, sums, tile_rows, blocks);
+    }
+  }
+  amx_end();
+}
+
 using TileFn = void (*)(const Tile&);
 constexpr TileFn kTiles[kRows][kBlocks] = {
     {vnni_tile<1, 1>, vnni_tile<1, 2>, vnni_tile<1, 3>, vnni_tile<1, 4>},
@@ -212,7 +362,16 @@ void portable_tile(const Tile& t, int rows, int blocks) {
 
 }  // namespace
 
-std::string int8_kernel() { return cpu_has_vnni() ? "avx512_vnni" : "portable"; }
+std::string int8_kernel() {
+  switch (best_kernel()) {
+    case Kernel::kAmx:
+      return "amx_int8";
+    case Kernel::kVnni:
+      return "avx512_vnni";
+    default:
+      return "portable";
+  }
+}
 
 void check_int8_available(const std::string& what, const c10::Device& device) {
   if (!device.is_cpu())
@@ -227,7 +386,9 @@ Int8Linear::Int8Linear(const at::Tensor& weight, const at::Tensor& bias) {
   out_ = weight.size(0);
   if (bias.defined() && (bias.dim() != 1 || bias.size(0) != out_))
     throw Error("int8 dense layer: the bias must be [" + std::to_string(out_) + "]");
-  k_groups_ = (in_ + 3) / 4;
+  // Whole blocks of 64 inputs (16 groups of 4, one AMX tile row), zeros
+  // past `in`: they add nothing to any sum.
+  k_groups_ = (in_ + 63) / 64 * 16;
   n_blocks_ = (out_ + kBlock - 1) / kBlock;
   const int64_t padded_out = n_blocks_ * kBlock;
   const at::Tensor w = weight.detach().to(at::kFloat).contiguous();
@@ -261,11 +422,22 @@ Int8Linear::Int8Linear(const at::Tensor& weight, const at::Tensor& bias) {
   }
 }
 
-at::Tensor Int8Linear::forward(const at::Tensor& x) const { return run(x, cpu_has_vnni()); }
+at::Tensor Int8Linear::forward(const at::Tensor& x) const {
+  return run(x, static_cast<int>(best_kernel()));
+}
 
-at::Tensor Int8Linear::forward_portable(const at::Tensor& x) const { return run(x, false); }
+at::Tensor Int8Linear::forward_portable(const at::Tensor& x) const {
+  return run(x, static_cast<int>(Kernel::kPortable));
+}
 
-at::Tensor Int8Linear::run(const at::Tensor& x, bool vnni) const {
+at::Tensor Int8Linear::forward_vnni(const at::Tensor& x) const {
+  if (!cpu_has_vnni()) throw Error("int8 dense layer: this CPU has no AVX512-VNNI");
+  return run(x, static_cast<int>(Kernel::kVnni));
+}
+
+at::Tensor Int8Linear::run(const at::Tensor& x, int kernel_index) const {
+  const auto kernel = static_cast<Kernel>(kernel_index);
+  const bool vnni = kernel != Kernel::kPortable;
   if (!defined()) throw Error("int8 dense layer: no weight");
   if (x.dim() < 1 || x.size(-1) != in_)
     throw Error("int8 dense layer: the input has " + std::to_string(x.dim() ? x.size(-1) : 0) +
@@ -282,6 +454,13 @@ at::Tensor Int8Linear::run(const at::Tensor& x, bool vnni) const {
       vnni ? quantize_rows_avx512(flat.data_ptr<float>(), rows, in_, k_groups_ * 4)
            : quantize_rows(flat.data_ptr<float>(), rows, in_, k_groups_ * 4);
   float* out = y.data_ptr<float>();
+  if (kernel == Kernel::kAmx) {
+    amx_layer(
+        q, rows,
+        {packed_.data(), scales_.data(), sums_.data(), bias_.data(), k_groups_, n_blocks_, out_},
+        out);
+    return y.view(sizes);
+  }
   // Output blocks outside, rows inside: a group of weight blocks stays in
   // cache while every row passes it.
   for (int64_t nb = 0; nb < n_blocks_; nb += kBlocks) {

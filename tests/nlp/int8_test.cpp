@@ -75,6 +75,30 @@ TEST(Int8Test, CloseToFloatAndBothKernelsAgreeBitwise) {
   }
 }
 
+// On a CPU with AMX-INT8 (int8_kernel() "amx_int8"), forward runs on the
+// tiles: equal to the VNNI kernel and the portable loop to the bit, for
+// row counts around the tiles' 16 and 32 rows, output counts around the
+// pairs of 16-output blocks, and input widths off and on the blocks of 64.
+TEST(Int8Test, AmxAgreesBitwiseWithVnniAndThePortableLoop) {
+  if (int8_kernel() != "amx_int8")
+    GTEST_SKIP() << "this CPU runs int8 on " << int8_kernel() << ", not AMX";
+  torch::manual_seed(7);
+  for (const int64_t in : {21, 64, 200}) {
+    for (const int64_t rows : {1, 15, 16, 17, 33, 70}) {
+      for (const int64_t out : {5, 16, 33, 64}) {
+        const at::Tensor w = torch::randn({out, in}) * 0.1;
+        const at::Tensor b = torch::randn({out});
+        const at::Tensor x = torch::randn({rows, in});
+        const Int8Linear layer(w, b);
+        const at::Tensor y = layer.forward(x);
+        EXPECT_TRUE(torch::equal(y, layer.forward_vnni(x))) << rows << " x " << in << " -> " << out;
+        EXPECT_TRUE(torch::equal(y, layer.forward_portable(x)))
+            << rows << " x " << in << " -> " << out;
+      }
+    }
+  }
+}
+
 TEST(Int8Test, BadInputsAreErrors) {
   const Int8Linear layer(torch::randn({4, 3}), torch::randn({4}));
   EXPECT_THROW(layer.forward(torch::randn({2, 5})), Error);

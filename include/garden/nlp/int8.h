@@ -7,9 +7,12 @@
 // into float32 with the bias added:
 //   y[m][n] = s_x[m] s_w[n] (sum_k x_u8[m][k] w_i8[n][k] - zp[m] sum_k w_i8[n][k]) + b[n].
 //
-// The products run on AVX512-VNNI (vpdpbusd, 64 multiply-adds an
-// instruction) where the CPU has it, otherwise on a portable loop that
-// gives the same integers (correct everywhere, fast only with VNNI).
+// The products run on AMX (tdpbusd: a 16 x 16 block of int32 sums over 64
+// inputs an instruction) where the CPU has AMX-INT8 and Linux grants the
+// process its tile state, else on AVX512-VNNI (vpdpbusd, 64 multiply-adds
+// an instruction), otherwise on a portable loop. All three give the same
+// integers and the same float32 results, to the bit (correct everywhere,
+// fast with VNNI or AMX).
 // LibTorch's own int8 linear (oneDNN on Debian's 1.13) was tried first: it
 // builds a new kernel on every call, 0.4 ms and more, which made decoding 3
 // to 6 times slower than float32 (docs/PERFORMANCE.md).
@@ -27,7 +30,8 @@
 
 namespace garden::nlp {
 
-// The kernel Int8Linear uses on this CPU: "avx512_vnni" or "portable".
+// The kernel Int8Linear uses on this CPU: "amx_int8", "avx512_vnni" or
+// "portable".
 std::string int8_kernel();
 
 // Throws garden::Error, one line naming `what`, when int8 inference cannot run
@@ -42,8 +46,10 @@ class Int8Linear {
   bool defined() const { return out_ > 0; }
   // x [..., in] -> [..., out] float32.
   at::Tensor forward(const at::Tensor& x) const;
-  // The same with the portable loop, whatever the CPU (for tests).
+  // The same with the portable loop, whatever the CPU, or with the VNNI
+  // kernel (garden::Error without AVX512-VNNI), for tests.
   at::Tensor forward_portable(const at::Tensor& x) const;
+  at::Tensor forward_vnni(const at::Tensor& x) const;
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
   // The quantized weight [out, in] and its per-channel scales [out].
@@ -51,9 +57,9 @@ class Int8Linear {
   at::Tensor weight_scales() const;
 
  private:
-  at::Tensor run(const at::Tensor& x, bool vnni) const;
+  at::Tensor run(const at::Tensor& x, int kernel) const;
   int64_t in_ = 0, out_ = 0;
-  int64_t k_groups_ = 0;        // ceil(in / 4)
+  int64_t k_groups_ = 0;        // ceil(in / 64) * 16: whole blocks of 64 inputs
   int64_t n_blocks_ = 0;        // ceil(out / 16)
   std::vector<int8_t> packed_;  // [n_blocks][k_groups][16 outputs][4 inputs]
   std::vector<float> scales_;   // [n_blocks * 16], 0 past `out`
