@@ -176,6 +176,21 @@ inline float dequantize(int32_t sum, int32_t zero_point, int32_t w_sum, float x_
   return std::fma(static_cast<float>(centered), x_scale * w_scale, bias);
 }
 
+// y of row i, output block j of a tile from its 16 int32 sums: the vector
+// form of dequantize, which both vector kernels use.
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline void store_block(const Tile& t,
+                                                                                   int i, int j,
+                                                                                   __m512i sums) {
+  const __m512i centered =
+      _mm512_sub_epi32(sums, _mm512_mullo_epi32(_mm512_set1_epi32(t.x_zero_points[i]),
+                                                _mm512_loadu_si512(t.w_sums + j * kBlock)));
+  const __m512 scale =
+      _mm512_mul_ps(_mm512_set1_ps(t.x_scales[i]), _mm512_loadu_ps(t.w_scales + j * kBlock));
+  const __m512 y =
+      _mm512_fmadd_ps(_mm512_cvtepi32_ps(centered), scale, _mm512_loadu_ps(t.bias + j * kBlock));
+  _mm512_mask_storeu_ps(t.y + i * t.y_stride + j * kBlock, lanes(t.outputs - j * kBlock), y);
+}
+
 template <int Rows, int Blocks>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_tile(const Tile& t) {
   __m512i sums[Rows][Blocks];
@@ -197,22 +212,12 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_tile(const Tile
     }
   }
 #pragma GCC unroll 4
-  for (int i = 0; i < Rows; ++i) {
-    const __m512i zero_point = _mm512_set1_epi32(t.x_zero_points[i]);
-    const __m512 x_scale = _mm512_set1_ps(t.x_scales[i]);
+  for (int i = 0; i < Rows; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < Blocks; ++j) {
-      const int64_t left = t.outputs - j * kBlock;
-      if (left <= 0) break;
-      const __mmask16 mask = lanes(left);
-      const __m512i centered = _mm512_sub_epi32(
-          sums[i][j], _mm512_mullo_epi32(zero_point, _mm512_loadu_si512(t.w_sums + j * kBlock)));
-      const __m512 scale = _mm512_mul_ps(x_scale, _mm512_loadu_ps(t.w_scales + j * kBlock));
-      const __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(centered), scale,
-                                       _mm512_loadu_ps(t.bias + j * kBlock));
-      _mm512_mask_storeu_ps(t.y + i * t.y_stride + j * kBlock, mask, y);
+      if (j * kBlock >= t.outputs) break;
+      store_block(t, i, j, sums[i][j]);
     }
-  }
 }
 
 // ---- AMX ---------------------------------------------------------------------
@@ -274,25 +279,12 @@ constexpr SumsFn kAmxSums[2][2] = {{amx_sums<1, 1>, amx_sums<1, 2>},
                                    {amx_sums<2, 1>, amx_sums<2, 2>}};
 
 // y for `rows` rows and `blocks` output blocks of a tile from its int32
-// sums [32][32]: the VNNI kernel's float operations, in its order.
+// sums [32][32].
 __attribute__((target("avx512f,avx512bw"))) void dequantize_sums(const Tile& t, const int32_t* sums,
                                                                  int rows, int blocks) {
-  for (int i = 0; i < rows; ++i) {
-    const __m512i zero_point = _mm512_set1_epi32(t.x_zero_points[i]);
-    const __m512 x_scale = _mm512_set1_ps(t.x_scales[i]);
-    for (int j = 0; j < blocks; ++j) {
-      const int64_t left = t.outputs - j * kBlock;
-      if (left <= 0) break;
-      const __mmask16 mask = lanes(left);
-      const __m512i centered = _mm512_sub_epi32(
-          _mm512_loadu_si512(sums + i * 32 + j * kBlock),
-          _mm512_mullo_epi32(zero_point, _mm512_loadu_si512(t.w_sums + j * kBlock)));
-      const __m512 scale = _mm512_mul_ps(x_scale, _mm512_loadu_ps(t.w_scales + j * kBlock));
-      const __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(centered), scale,
-                                       _mm512_loadu_ps(t.bias + j * kBlock));
-      _mm512_mask_storeu_ps(t.y + i * t.y_stride + j * kBlock, mask, y);
-    }
-  }
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < blocks && j * kBlock < t.outputs; ++j)
+      store_block(t, i, j, _mm512_loadu_si512(sums + i * 32 + j * kBlock));
 }
 
 // A layer's products on AMX. Pairs of output blocks outside, 32 rows inside

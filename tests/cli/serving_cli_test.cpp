@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_fixture.h"
+#include "garden/nlp/int8.h"
 
 namespace {
 
@@ -158,7 +159,9 @@ void ServingCliTest::expect_predict_translates_as_translate(const std::string& f
                                    "' --input '" + path("in.txt") + "'");
   ASSERT_EQ(translated.status, 0) << translated.err;
   if (flags.find("--int8") != std::string::npos) {
-    EXPECT_NE(translated.err.find(", int8,"), std::string::npos) << translated.err;
+    EXPECT_NE(translated.err.find(", int8 (" + garden::nlp::int8_kernel() + "),"),
+              std::string::npos)
+        << translated.err;
   }
   const CliRun predicted = garden("predict " + flags + " --export_dir '" + path("out") +
                                   "' --input '" + path("in.txt") + "'");
