@@ -731,6 +731,10 @@ std::pair<at::Tensor, at::Tensor> top_log_prob_extensions(const at::Tensor& logi
 
 at::Tensor sample_from_softmax(const at::Tensor& logits, const at::Tensor& disallow_ids) {
   torch::NoGradGuard no_grad;
+  // bfloat16 logits on the CPU (ELECTRA's generator under autocast) are drawn
+  // from by the float32 kernel, on their values widened.
+  if (logits.device().is_cpu() && logits.scalar_type() == at::kBFloat16)
+    return sample_from_softmax(logits.to(at::kFloat), disallow_ids);
   const int64_t vocab = logits.dim() > 0 ? logits.size(-1) : 0;
   std::vector<int64_t> shape(logits.sizes().begin(), logits.sizes().end());
   if (!shape.empty()) shape.pop_back();

@@ -106,6 +106,19 @@ TEST(SoftmaxSample, TheSeedReproducesTheIdsWhateverTheThreadsAndLayout) {
   EXPECT_FALSE(torch::equal(sample_from_softmax(logits), one));
 }
 
+// bfloat16 logits (ELECTRA's generator under CPU autocast) take the float32
+// kernel on their widened values: the same ids for the same seed.
+TEST(SoftmaxSample, Bfloat16LogitsAreDrawnFromAsTheirFloatValues) {
+  torch::manual_seed(21);
+  const at::Tensor logits = (torch::randn({6, 5, 300}) * 2).to(torch::kBFloat16);
+  const at::Tensor disallow = torch::randint(0, 300, {6, 5}, torch::kLong);
+  torch::manual_seed(22);
+  const at::Tensor got = sample_from_softmax(logits, disallow);
+  torch::manual_seed(22);
+  const at::Tensor want = sample_from_softmax(logits.to(torch::kFloat), disallow);
+  EXPECT_TRUE(torch::equal(got, want));
+}
+
 TEST(SoftmaxSample, ARowWithANaNTakesTheFormula) {
   torch::manual_seed(14);
   at::Tensor logits = torch::zeros({4, 6});

@@ -83,7 +83,8 @@ at::Tensor head_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
 // Garden's ELECTRA sample_from_softmax draws it (argmax of the logits plus
 // Gumbel noise, temperature 1); with disallow_ids [...] defined, each row's
 // id there has 1000 subtracted from its logit first. Returns [...] int64, no
-// gradient. On the CPU in float32 by the inverse CDF with one uniform a row
+// gradient. On the CPU in float32 (bfloat16 widened to it) by the inverse
+// CDF with one uniform a row
 // from LibTorch's default generator (torch::manual_seed reproduces it,
 // whatever the thread count); otherwise, or for logits holding a NaN or an
 // infinity, by Model Garden's formula, -log(-log(u + 1e-9) + 1e-9) per id.
