@@ -7,6 +7,7 @@
 
 #include "garden/base/torch_features.h"
 #include "garden/nlp/kernels.h"
+#include "widen.h"
 
 namespace garden::nlp {
 
@@ -152,25 +153,14 @@ at::Tensor MultiHeadAttentionImpl::attend(const at::Tensor& q, const at::Tensor&
   return output->forward(context);
 }
 
-namespace {
-
-// Under CPU autocast the projections come out in bfloat16. The fused float32
-// kernel takes them widened: one cast of [B, T, 3D] (differentiable; the
-// gradient returns in bfloat16) costs less than LibTorch 1.13's bfloat16
-// batched products, softmax and dropout over [B, H, T, S].
-at::Tensor widened_on_cpu(const at::Tensor& projection) {
-  return projection.device().is_cpu() && projection.scalar_type() == at::kBFloat16
-             ? projection.to(at::kFloat)
-             : projection;
-}
-
-}  // namespace
-
 at::Tensor MultiHeadAttentionImpl::forward(const at::Tensor& query_in, const at::Tensor& memory,
                                            const at::Tensor& mask) {
   // On the CPU in float32 (training's and evaluation's shapes), the heads are
   // read in place from the projections by one fused operation
-  // (nlp::fused_attention); otherwise split into views and attended.
+  // (nlp::fused_attention); otherwise split into views and attended. Under
+  // CPU autocast the projections are bfloat16: the fused kernel takes them
+  // widened (cheaper than LibTorch 1.13's bfloat16 batched products and
+  // softmax over [B, H, T, S]).
   const double dropout = options_.attention_dropout;
   if (options_.cross_attention) {
     TORCH_CHECK(memory.defined(), "cross-attention needs memory");

@@ -4,6 +4,7 @@
 #include "dropout_bits.h"
 #include "small_gemm.h"
 #include "vector_math.h"
+#include "widen.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/OpMathType.h>
@@ -407,7 +408,7 @@ at::Tensor gelu(const at::Tensor& x) {
   if (!x.device().is_cpu() || !x.requires_grad() || !at::GradMode::is_enabled()) return at::gelu(x);
   if (x.scalar_type() == at::kFloat) return FastGelu::apply(x);
   // bfloat16 (CPU autocast): computed in float32, returned in bfloat16.
-  if (x.scalar_type() == at::kBFloat16) return FastGelu::apply(x.to(at::kFloat)).to(at::kBFloat16);
+  if (is_cpu_bfloat16(x)) return FastGelu::apply(widened_on_cpu(x)).to(at::kBFloat16);
   return at::gelu(x);
 }
 
@@ -733,8 +734,7 @@ at::Tensor sample_from_softmax(const at::Tensor& logits, const at::Tensor& disal
   torch::NoGradGuard no_grad;
   // bfloat16 logits on the CPU (ELECTRA's generator under autocast) are drawn
   // from by the float32 kernel, on their values widened.
-  if (logits.device().is_cpu() && logits.scalar_type() == at::kBFloat16)
-    return sample_from_softmax(logits.to(at::kFloat), disallow_ids);
+  if (is_cpu_bfloat16(logits)) return sample_from_softmax(widened_on_cpu(logits), disallow_ids);
   const int64_t vocab = logits.dim() > 0 ? logits.size(-1) : 0;
   std::vector<int64_t> shape(logits.sizes().begin(), logits.sizes().end());
   if (!shape.empty()) shape.pop_back();

@@ -14,6 +14,7 @@
 #include "garden/nlp/kernels.h"
 #include "garden/nlp/transformer.h"
 #include "vector_math.h"
+#include "widen.h"
 
 namespace garden::nlp {
 
@@ -233,10 +234,8 @@ at::Tensor layer_norm(const at::Tensor& given, const at::Tensor& weight, const a
   // A bfloat16 input with float32 parameters (CPU autocast: a product's
   // output; LibTorch 1.13's CPU layer norm refuses the mix) is normalized in
   // float32, as autocast runs layer norm on a GPU.
-  const at::Tensor x = given.device().is_cpu() && given.scalar_type() == at::kBFloat16 &&
-                               weight.defined() && weight.scalar_type() == at::kFloat
-                           ? given.to(at::kFloat)
-                           : given;
+  const at::Tensor x =
+      weight.defined() && weight.scalar_type() == at::kFloat ? widened_on_cpu(given) : given;
   const bool fused = x.device().is_cpu() && x.dim() >= 1 && x.size(-1) > 0 &&
                      (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) &&
                      weight.defined() && bias.defined() && weight.dim() == 1 && bias.dim() == 1 &&

@@ -10,6 +10,7 @@
 
 #include "garden/base/error.h"
 #include "vector_math.h"
+#include "widen.h"
 
 namespace garden::nlp {
 
@@ -245,10 +246,7 @@ PaddedCrossEntropy padded_cross_entropy_loss(const at::Tensor& given_logits,
   // bfloat16 logits on the CPU (autocast's output projection) take the fused
   // kernel widened to float32: one cast, against LibTorch 1.13's bfloat16
   // log_softmax and its passes. The gradient returns in bfloat16.
-  const at::Tensor logits =
-      given_logits.device().is_cpu() && given_logits.scalar_type() == at::kBFloat16
-          ? given_logits.to(at::kFloat)
-          : given_logits;
+  const at::Tensor logits = widened_on_cpu(given_logits);
   if (logits.dim() != 3 || labels.dim() != 2 || logits.size(0) != labels.size(0) ||
       logits.size(1) != labels.size(1)) {
     throw Error(
