@@ -253,11 +253,6 @@ class GardenStep {
   at::Tensor weights_;
 };
 
-// The dtype of the step's products: bfloat16 under --amp bf16 (autocast).
-at::ScalarType product_dtype_of(const Options& o) {
-  return o.amp == "bf16" ? at::kBFloat16 : at::kFloat;
-}
-
 void profile(GardenStep& garden, const Options& o) {
   for (int i = 0; i < o.warmup; ++i) garden.step();
   std::array<double, 4> total{};
@@ -272,7 +267,7 @@ void profile(GardenStep& garden, const Options& o) {
                    .dump()
             << "\n";
   // One more step under LibTorch's profiler.
-  garden_bench::print_step_profile([&] { garden.step(); }, 300, product_dtype_of(o));
+  garden_bench::print_step_profile([&] { garden.step(); }, 300, garden_bench::product_dtype(o));
 }
 
 }  // namespace
@@ -315,7 +310,7 @@ int main(int argc, char** argv) {
     const double g = garden.measure(o.warmup, o.steps);
     peer_ms.push_back(p);
     garden_ms.push_back(g);
-    ceilings.push_back(garden_bench::gemm_ceiling_gflops(product_dtype_of(o)));
+    ceilings.push_back(garden_bench::gemm_ceiling_gflops(garden_bench::product_dtype(o)));
     ratios.push_back(p / g);  // tokens/s garden over peer
     std::cout << nlohmann::json{{"garden", "libtorch-cpp"},
                                 {"task", "electra"},
@@ -335,8 +330,7 @@ int main(int argc, char** argv) {
   nlohmann::json summary = garden_bench::step_summary(
       "electra_step", o, garden.parameter_count(), peer_info, tokens, peer_ms, garden_ms, ratios);
   garden_bench::add_gemm_share(summary, matmul_flops_per_step(o) / 1e9, garden_ms, peer_ms,
-                               ceilings);
-  summary["gemm_ceiling_dtype"] = o.amp == "bf16" ? "bfloat16" : "float32";
+                               ceilings, garden_bench::product_dtype(o));
   summary["peer_amp"] = "none";
   std::cout << summary.dump() << "\n";
   return 0;

@@ -122,6 +122,12 @@ struct StepOptions {
   std::string amp = "none";
 };
 
+// The dtype of the step's products: bfloat16 under --amp bf16 (autocast),
+// float32 otherwise; the GEMM ceiling is measured in it.
+inline at::ScalarType product_dtype(const StepOptions& o) {
+  return o.amp == "bf16" ? at::kBFloat16 : at::kFloat;
+}
+
 [[noreturn]] inline void usage(const std::string& problem, const std::string& usage_line) {
   std::cerr << problem << "\nusage: " << usage_line << "\n";
   std::exit(2);
@@ -270,12 +276,12 @@ inline nlohmann::json step_summary(const std::string& bench, const StepOptions& 
 
 // Adds to a step summary the share of the machine's GEMM ceiling that each
 // side's matrix products reach: `gflop` a step over the step time, over the
-// ceiling measured in the same round (`ceilings`, gemm_ceiling_gflops() right
+// ceiling measured in the same round in `ceiling_dtype` (`ceilings`, gemm_ceiling_gflops() right
 // after Garden's steps, so a drift of the machine's speed during the run
 // moves step and ceiling together); the median over rounds, and each round's.
 inline void add_gemm_share(nlohmann::json& summary, double gflop,
                            const std::vector<double>& garden_ms, const std::vector<double>& peer_ms,
-                           const std::vector<double>& ceilings) {
+                           const std::vector<double>& ceilings, at::ScalarType ceiling_dtype) {
   std::vector<double> garden_share, peer_share, rounded_ceilings, rounded_shares;
   for (std::size_t r = 0; r < ceilings.size(); ++r) {
     garden_share.push_back(gflop / (garden_ms[r] / 1000.0) / ceilings[r]);
@@ -285,6 +291,7 @@ inline void add_gemm_share(nlohmann::json& summary, double gflop,
   }
   summary["matmul_gflop_per_step"] = rounded(gflop, 2);
   summary["gemm_ceiling_gflops"] = rounded(median(ceilings), 1);
+  summary["gemm_ceiling_dtype"] = ceiling_dtype == at::kBFloat16 ? "bfloat16" : "float32";
   summary["gemm_ceilings_gflops"] = rounded_ceilings;
   summary["garden_gemm_share"] = rounded(median(garden_share), 3);
   summary["garden_gemm_shares"] = rounded_shares;

@@ -239,11 +239,6 @@ class GardenStep {
   at::Tensor src_, tgt_;
 };
 
-// The dtype of the step's products: bfloat16 under --amp bf16 (autocast).
-at::ScalarType product_dtype_of(const Options& o) {
-  return o.amp == "bf16" ? at::kBFloat16 : at::kFloat;
-}
-
 void profile(GardenStep& garden, const Options& o) {
   for (int i = 0; i < o.warmup; ++i) garden.step();
   std::array<double, 4> total{};
@@ -258,7 +253,7 @@ void profile(GardenStep& garden, const Options& o) {
                    .dump()
             << "\n";
   // One more step under LibTorch's profiler.
-  garden_bench::print_step_profile([&] { garden.step(); }, 30, product_dtype_of(o));
+  garden_bench::print_step_profile([&] { garden.step(); }, 30, garden_bench::product_dtype(o));
 }
 
 }  // namespace
@@ -305,7 +300,7 @@ int main(int argc, char** argv) {
     garden_ms.push_back(g);
     // The CPU's GEMM ceiling: the share means nothing for a GPU's step.
     if (o.device == "cpu")
-      ceilings.push_back(garden_bench::gemm_ceiling_gflops(product_dtype_of(o)));
+      ceilings.push_back(garden_bench::gemm_ceiling_gflops(garden_bench::product_dtype(o)));
     ratios.push_back(p / g);  // tokens/s garden over peer
     std::printf("%5d %12.1f %14.1f %14.1f %16.1f %7.3f\n", r + 1, p, tokens / p * 1000.0, g,
                 tokens / g * 1000.0, p / g);
@@ -317,8 +312,7 @@ int main(int argc, char** argv) {
   if (o.device == "cpu")
     garden_bench::add_gemm_share(
         summary, matmul_flops_per_step(preset_of(o.preset), o.batch, o.length) / 1e9, garden_ms,
-        peer_ms, ceilings);
-  if (o.device == "cpu") summary["gemm_ceiling_dtype"] = o.amp == "bf16" ? "bfloat16" : "float32";
+        peer_ms, ceilings, garden_bench::product_dtype(o));
   if (const auto mib = garden_max_memory_allocated_mib(c10::Device(o.device)))
     summary["garden_max_memory_allocated_mib"] = garden_bench::rounded(*mib, 1);
   std::cout << summary.dump() << "\n";
