@@ -84,6 +84,24 @@ at::Tensor library_attention(const at::Tensor& q, const at::Tensor& k, const at:
 
 // ---- MultiHeadAttention --------------------------------------------------------
 
+at::Tensor gather_steps(const at::Tensor& buffer, const at::Tensor& rows, int64_t length) {
+  TORCH_CHECK(buffer.dim() == 4 && buffer.size(2) >= length && rows.dim() == 2 &&
+                  rows.size(1) >= length && length >= 0,
+              "gather_steps: expected buffer [B0, H, >= ", length, ", Dh] and rows [B, >= ", length,
+              "], got ", buffer.sizes(), " and ", rows.sizes());
+  using torch::indexing::Slice;
+  const at::Tensor source = rows.narrow(1, 0, length).to(buffer.device(), at::kLong);
+  // (LibTorch's indexing takes -1 for the last row; the index never means it.)
+  TORCH_CHECK_INDEX(source.numel() == 0 || source.min().item<int64_t>() >= 0,
+                    "gather_steps: a row of ", source.min().item<int64_t>(),
+                    " in rows; they must be in [0, ", buffer.size(0), ")");
+  const at::Tensor position =
+      torch::arange(length, source.options()).unsqueeze(0).expand_as(source);
+  // Two index tensors around a slice: the indexed dimensions come first,
+  // [B, length, H, Dh].
+  return buffer.index({source, Slice(), position}).permute({0, 2, 1, 3});
+}
+
 MultiHeadAttentionImpl::MultiHeadAttentionImpl(const AttentionOptions& options)
     : options_(options) {
   const int64_t d = options.hidden_size;
@@ -125,7 +143,16 @@ std::pair<at::Tensor, at::Tensor> MultiHeadAttentionImpl::project_kv(const at::T
 }
 
 at::Tensor MultiHeadAttentionImpl::attend(const at::Tensor& q, const at::Tensor& k,
-                                          const at::Tensor& v, const at::Tensor& mask) {
+                                          const at::Tensor& v, const at::Tensor& mask,
+                                          const at::Tensor& rows) {
+  if (rows.defined()) {
+    // Garden's kernel reads the rows in place; elsewhere they are gathered.
+    if (!(is_training() && options_.attention_dropout > 0) &&
+        head_attention_applies(q, k, v, mask, rows))
+      return output->forward(head_attention(q, k, v, mask, rows));
+    const int64_t length = k.size(2);
+    return attend(q, gather_steps(k, rows, length), gather_steps(v, rows, length), mask);
+  }
   // On a GPU: LibTorch's fused attention (flash or memory-efficient
   // kernels), without the T x S scores in memory.
   if (!q.device().is_cpu() && library_attention_available())

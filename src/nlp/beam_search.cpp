@@ -25,10 +25,17 @@ void check_initial_ids(const at::Tensor& initial_ids) {
   }
 }
 
+// Whether the model reads its "steps/" entries through "step_rows" (cache.h):
+// then they keep the rows they were made with, and the search moves indices.
+bool reads_step_rows(const Cache& cache) { return cache.count(kStepRowsEntry) > 0; }
+
 // "per_example/" entries hold one row per example, every other entry one row
-// per beam (rows = examples * beams).
+// per beam (rows = examples * beams), except "steps/" entries read through
+// "step_rows".
 void check_cache_rows(const Cache& cache, int64_t examples, int64_t rows, const char* when) {
+  const bool indexed = reads_step_rows(cache);
   for (const auto& [name, tensor] : cache) {
+    if (indexed && is_steps_entry(name)) continue;
     const int64_t want = is_per_example_entry(name) ? examples : rows;
     if (tensor.dim() == 0 || tensor.size(0) != want) {
       throw Error(std::string("beam search: cache entry '") + name + "' " + when + " must have " +
@@ -84,6 +91,16 @@ at::Tensor select_rows(const std::string& name, const at::Tensor& tensor, const 
   return into;
 }
 
+// A cache entry given to the search, with each row repeated for every beam.
+// A "steps/" entry holds nothing yet (no step has written a position), so
+// it is allocated with the rows, not copied.
+at::Tensor rows_per_beam(const std::string& name, const at::Tensor& tensor, int64_t beams) {
+  if (!is_steps_entry(name)) return tensor.repeat_interleave(beams, 0);
+  std::vector<int64_t> shape = tensor.sizes().vec();
+  shape[0] *= beams;
+  return at::empty(shape, tensor.options());
+}
+
 // Whether a "steps/" entry can be reordered in place: a contiguous CPU
 // buffer [rows, H, capacity, Dh] holding `filled` positions.
 bool reorders_in_place(const at::Tensor& tensor, int64_t rows, int64_t filled) {
@@ -136,8 +153,9 @@ void reorder_in_place(at::Tensor& tensor, const std::vector<int64_t>& source, in
 // allocates), every other entry is index-selected.
 void reorder_beams(Cache& cache, Cache& spare, const at::Tensor& flat_rows, int64_t filled) {
   std::vector<int64_t> source;  // flat_rows on the host, when an entry needs it
+  const bool indexed = reads_step_rows(cache);
   for (auto& [name, tensor] : cache) {
-    if (is_per_example_entry(name)) continue;
+    if (is_per_example_entry(name) || (indexed && is_steps_entry(name))) continue;
     if (is_steps_entry(name) && reorders_in_place(tensor, flat_rows.size(0), filled)) {
       if (source.empty()) source = host_indices(flat_rows);
       reorder_in_place(tensor, source, filled);
@@ -186,7 +204,9 @@ void compact_rows(at::Tensor& tensor, const std::vector<int64_t>& keep, bool ste
 // cache's own from then on).
 void keep_rows(Cache& cache, const at::Tensor& examples, const at::Tensor& rows, int64_t filled) {
   std::vector<int64_t> host_examples, host_rows;  // on the host, when an entry needs them
+  const bool indexed = reads_step_rows(cache);
   for (auto& [name, tensor] : cache) {
+    if (indexed && is_steps_entry(name)) continue;  // its rows stay; "step_rows" moves
     const bool per_example = is_per_example_entry(name);
     if (compacts_in_place(tensor)) {
       std::vector<int64_t>& keep = per_example ? host_examples : host_rows;
@@ -263,8 +283,11 @@ BeamSearchResult tensor_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
   // except the "per_example/" entries, which its beams share.
   check_cache_rows(initial_cache, batch, batch, "given to beam search");
   Cache cache = std::move(initial_cache);
+  // This search moves the keys and values themselves: the model reads row r
+  // at row r.
+  cache.erase(kStepRowsEntry);
   for (auto& [name, tensor] : cache)
-    if (!is_per_example_entry(name)) tensor = tensor.repeat_interleave(beams, 0);
+    if (!is_per_example_entry(name)) tensor = rows_per_beam(name, tensor, beams);
   Cache spare;  // the second buffer of each "steps/" entry
 
   // The search runs on the examples still undecided: `examples` holds their
@@ -396,8 +419,22 @@ BeamSearchResult host_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
   check_cache_rows(initial_cache, batch, batch, "given to beam search");
   Cache cache = std::move(initial_cache);
   for (auto& [name, tensor] : cache)
-    if (!is_per_example_entry(name)) tensor = tensor.repeat_interleave(beams, 0);
+    if (!is_per_example_entry(name)) tensor = rows_per_beam(name, tensor, beams);
   Cache spare;
+  // With "step_rows", each row of the flattened batch owns one buffer row of
+  // the "steps/" entries (its home; they were repeated above, one per beam)
+  // and writes there; what it read before comes with the indices of the beam
+  // it extends. Homes stay with their rows when beams reorder, and move with
+  // them when examples leave.
+  const bool indexed = reads_step_rows(cache);
+  std::vector<int64_t> home(static_cast<std::size_t>(batch * beams));
+  for (std::size_t r = 0; r < home.size(); ++r) home[r] = static_cast<int64_t>(r);
+  if (indexed) {
+    at::Tensor& rows = cache.at(kStepRowsEntry);
+    if (rows.dim() != 2 || rows.scalar_type() != torch::kLong || !rows.device().is_cpu())
+      throw Error("beam search: cache entry 'step_rows' must be int64 [rows, capacity] on the CPU");
+    rows = torch::arange(batch * beams, long_opts).unsqueeze(1).expand_as(rows).contiguous();
+  }
 
   // Per example still searching (n of them): its index in the batch, limit
   // and largest length normalization; per beam (n * beams): the alive and
@@ -487,6 +524,7 @@ BeamSearchResult host_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
         for (std::size_t k = 0; k < K; ++k) {
           const std::size_t to = j * K + k, from = i * K + k;
           rows.push_back(static_cast<int64_t>(from));
+          home[to] = home[from];
           std::copy_n(alive_seq.begin() + static_cast<std::ptrdiff_t>(from * cap), cap,
                       alive_seq.begin() + static_cast<std::ptrdiff_t>(to * cap));
           std::copy_n(finished_seq.begin() + static_cast<std::ptrdiff_t>(from * cap), cap,
@@ -505,6 +543,17 @@ BeamSearchResult host_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
       spare.clear();  // its buffers have the old row count
     }
     const auto rows_now = static_cast<int64_t>(n * K);
+    if (indexed) {
+      // This step's keys and values go to each row's own buffer row.
+      at::Tensor& rows = cache.at(kStepRowsEntry);
+      if (rows.size(1) <= step || !rows.is_contiguous())
+        throw Error("beam search: cache entry 'step_rows' has room for " +
+                    std::to_string(rows.size(1)) + " steps; step " + std::to_string(step) +
+                    " needs more");
+      int64_t* at_step = rows.data_ptr<int64_t>() + step;
+      for (std::size_t r = 0; r < n * K; ++r)
+        at_step[static_cast<int64_t>(r) * rows.size(1)] = home[r];
+    }
     at::Tensor flat_ids = torch::empty({rows_now, step + 1}, long_opts);
     for (std::size_t r = 0; r < n * K; ++r)
       std::copy_n(alive_seq.begin() + static_cast<std::ptrdiff_t>(r * cap), length,

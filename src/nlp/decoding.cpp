@@ -18,8 +18,12 @@ std::vector<std::vector<int64_t>> translate_ids(Seq2SeqTransformerImpl& model,
           ? torch::full({batch}, *options.decode_max_length, torch::kLong)
           : source_ids.ne(model.options().pad_id).sum(1).add(options.extra_decode_length).cpu();
   const EncoderOutput encoded = model.encode(source_ids);
-  // Room for the longest decode, so no step reallocates the self-attention keys.
-  Cache cache = model.init_cache(encoded, batch, max_lengths.max().item<int64_t>());
+  // Room for the longest decode, so no step reallocates the self-attention
+  // keys. On the CPU the searches move indices into them, not the keys
+  // ("step_rows", garden/nlp/cache.h).
+  const int64_t max_steps = max_lengths.max().item<int64_t>();
+  Cache cache = model.init_cache(encoded, batch, max_steps,
+                                 /*step_rows=*/source_ids.device().is_cpu() && max_steps > 0);
   const SymbolsToLogitsFn step_fn = [&model](const at::Tensor& ids, int64_t step, Cache& c) {
     return model.decode_step(ids.select(1, step), step, c);
   };

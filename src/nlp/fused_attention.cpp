@@ -53,6 +53,11 @@ struct Geometry {
   int64_t q_head, kv_head;  // head h starts at h * q_head (h * kv_head): Dh in the projections
   const float* mask;
   int64_t mask_stride[4];
+  // Decoding through a row index (head_attention's `rows`): key and value s
+  // of example b are in batch row kv_rows[b * kv_rows_stride + s] of k and
+  // v, not in row b. Null: row b.
+  const int64_t* kv_rows;
+  int64_t kv_rows_stride;
   bool dropout;
   uint64_t seed;
   uint32_t threshold;
@@ -185,29 +190,38 @@ __attribute__((always_inline)) inline void few_queries_head(const Geometry& g, i
                                                             float* probs, float* out) {
   const int64_t T = g.q_len, S = g.kv_len, Dh = g.head_size, row = g.kv_row;
   const int64_t whole = Dh / kLanes * kLanes;
-  const float* k = g.k + b * g.kv_batch + h * g.kv_head;
-  const float* v = g.v + b * g.kv_batch + h * g.kv_head;
+  // Where key s and value s start, from this head's first in k and v:
+  // position s of example b's row, or of the row the index names.
+  int64_t at[kSmallProductMaxDim];
+  if (g.kv_rows) {
+    const int64_t* rows = g.kv_rows + b * g.kv_rows_stride;
+    for (int64_t s = 0; s < S; ++s) at[s] = rows[s] * g.kv_batch + s * row;
+  } else {
+    for (int64_t s = 0; s < S; ++s) at[s] = b * g.kv_batch + s * row;
+  }
+  const float* const k = g.k + h * g.kv_head;
+  const float* const v = g.v + h * g.kv_head;
   for (int64_t t = 0; t < T; ++t) {
     const float* __restrict q = g.q + b * g.q_batch + h * g.q_head + t * g.q_row;
     float* __restrict scores = probs + t * S;
     int64_t s = 0;
     for (; s + 4 <= S; s += 4) {
-      const float* k0 = k + s * row;
+      const float *k0 = k + at[s], *k1 = k + at[s + 1], *k2 = k + at[s + 2], *k3 = k + at[s + 3];
       Lanes16 a0{}, a1{}, a2{}, a3{};
       for (int64_t i = 0; i < whole; i += kLanes) {
         Lanes16 x;
         std::memcpy(&x, q + i, sizeof(x));
         multiply_add(a0, x, k0 + i);
-        multiply_add(a1, x, k0 + row + i);
-        multiply_add(a2, x, k0 + 2 * row + i);
-        multiply_add(a3, x, k0 + 3 * row + i);
+        multiply_add(a1, x, k1 + i);
+        multiply_add(a2, x, k2 + i);
+        multiply_add(a3, x, k3 + i);
       }
       float t0 = 0, t1 = 0, t2 = 0, t3 = 0;
       for (int64_t i = whole; i < Dh; ++i) {
         t0 += q[i] * k0[i];
-        t1 += q[i] * k0[row + i];
-        t2 += q[i] * k0[2 * row + i];
-        t3 += q[i] * k0[3 * row + i];
+        t1 += q[i] * k1[i];
+        t2 += q[i] * k2[i];
+        t3 += q[i] * k3[i];
       }
       scores[s] = g.alpha * lane_sum(a0, t0);
       scores[s + 1] = g.alpha * lane_sum(a1, t1);
@@ -215,7 +229,7 @@ __attribute__((always_inline)) inline void few_queries_head(const Geometry& g, i
       scores[s + 3] = g.alpha * lane_sum(a3, t3);
     }
     for (; s < S; ++s) {
-      const float* key = k + s * row;
+      const float* key = k + at[s];
       Lanes16 a{};
       for (int64_t i = 0; i < whole; i += kLanes) {
         Lanes16 x;
@@ -232,20 +246,21 @@ __attribute__((always_inline)) inline void few_queries_head(const Geometry& g, i
     for (; j + 2 * kLanes <= Dh; j += 2 * kLanes) {
       Lanes16 c0{}, c1{};
       for (int64_t r = 0; r < S; ++r) {
-        multiply_add(c0, scores[r], v + r * row + j);
-        multiply_add(c1, scores[r], v + r * row + j + kLanes);
+        const float* value = v + at[r];
+        multiply_add(c0, scores[r], value + j);
+        multiply_add(c1, scores[r], value + j + kLanes);
       }
       std::memcpy(c + j, &c0, sizeof(c0));
       std::memcpy(c + j + kLanes, &c1, sizeof(c1));
     }
     for (; j + kLanes <= Dh; j += kLanes) {
       Lanes16 c0{};
-      for (int64_t r = 0; r < S; ++r) multiply_add(c0, scores[r], v + r * row + j);
+      for (int64_t r = 0; r < S; ++r) multiply_add(c0, scores[r], v + at[r] + j);
       std::memcpy(c + j, &c0, sizeof(c0));
     }
     for (; j < Dh; ++j) {
       float sum = 0;
-      for (int64_t r = 0; r < S; ++r) sum += scores[r] * v[r * row + j];
+      for (int64_t r = 0; r < S; ++r) sum += scores[r] * v[at[r] + j];
       c[j] = sum;
     }
   }
@@ -570,28 +585,61 @@ at::Tensor fused_attention(const at::Tensor& q_proj, const at::Tensor& kv_proj, 
                                mask.defined() ? mask : none, dropout, training);
 }
 
-bool head_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const at::Tensor& mask) {
+namespace {
+
+// head_attention's operands as it reads them; with `same_batch`, k and v
+// have q's rows (false: read through an index).
+bool head_operands_usable(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& mask, bool same_batch) {
   const auto usable = [](const at::Tensor& t) {
     return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 4 &&
            t.stride(3) == 1 && !t.requires_grad();
   };
   if (!usable(q) || !usable(k) || !usable(v) || k.sizes() != v.sizes() ||
-      k.strides() != v.strides() || q.size(0) != k.size(0) || q.size(1) != k.size(1) ||
-      q.size(3) != k.size(3) || q.numel() == 0 || k.numel() == 0)
+      k.strides() != v.strides() || (same_batch && q.size(0) != k.size(0)) ||
+      q.size(1) != k.size(1) || q.size(3) != k.size(3) || q.numel() == 0 || k.numel() == 0)
     return false;
   for (int64_t n : {q.size(2), k.size(2), q.size(3)})
     if (n > kSmallProductMaxDim) return false;
   return mask_applies(mask, {q.size(0), q.size(1), q.size(2), k.size(2)});
 }
 
+}  // namespace
+
+bool head_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& mask, const at::Tensor& rows) {
+  if (!rows.defined()) return head_operands_usable(q, k, v, mask, true);
+  return rows.device().is_cpu() && rows.scalar_type() == at::kLong && rows.dim() == 2 &&
+         rows.stride(1) == 1 && q.defined() && q.dim() == 4 && k.defined() && k.dim() == 4 &&
+         rows.size(0) == q.size(0) && rows.size(1) >= k.size(2) && q.size(2) <= kFewQueries &&
+         head_operands_usable(q, k, v, mask, false);
+}
+
 at::Tensor head_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          const at::Tensor& mask) {
-  if (!head_attention_applies(q, k, v, mask))
+                          const at::Tensor& mask, const at::Tensor& rows) {
+  if (!head_attention_applies(q, k, v, mask, rows))
     throw std::invalid_argument(
-        "head_attention: expected float32 CPU q [B, H, T, Dh], k and v [B, H, S, Dh] with the "
-        "same strides and unit stride in Dh, none requiring a gradient, T, S and Dh at most 256, "
-        "and a float32 mask broadcastable to [B, H, T, S]");
+        rows.defined()
+            ? "head_attention: with rows, expected int64 CPU rows [B, >= S] with unit stride along "
+              "S, float32 CPU q [B, H, T, Dh] with T at most 8, k and v [B0, H, S, Dh] with the "
+              "same strides and unit stride in Dh, none requiring a gradient, S and Dh at most "
+              "256, and a float32 mask broadcastable to [B, H, T, S]"
+            : "head_attention: expected float32 CPU q [B, H, T, Dh], k and v [B, H, S, Dh] with "
+              "the same strides and unit stride in Dh, none requiring a gradient, T, S and Dh at "
+              "most 256, and a float32 mask broadcastable to [B, H, T, S]");
+  if (rows.defined()) {
+    // Every position read must name a row of k and v.
+    const int64_t* r = rows.data_ptr<int64_t>();
+    for (int64_t b = 0; b < rows.size(0); ++b)
+      for (int64_t s = 0; s < k.size(2); ++s) {
+        const int64_t row = r[b * rows.stride(0) + s];
+        if (row < 0 || row >= k.size(0))
+          throw std::invalid_argument("head_attention: rows[" + std::to_string(b) + "][" +
+                                      std::to_string(s) + "] is " + std::to_string(row) +
+                                      ", not a row of k and v (they have " +
+                                      std::to_string(k.size(0)) + ")");
+      }
+  }
   Geometry g{};
   g.batch = q.size(0);
   g.heads = q.size(1);
@@ -609,6 +657,10 @@ at::Tensor head_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   g.kv_batch = k.stride(0);
   g.kv_head = k.stride(1);
   g.kv_row = k.stride(2);
+  if (rows.defined()) {
+    g.kv_rows = rows.data_ptr<int64_t>();
+    g.kv_rows_stride = rows.stride(0);
+  }
   const at::Tensor expanded =
       mask.defined() ? mask.expand({g.batch, g.heads, g.q_len, g.kv_len}) : at::Tensor();
   g.mask = expanded.defined() ? expanded.data_ptr<float>() : nullptr;

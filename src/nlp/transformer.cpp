@@ -126,11 +126,26 @@ at::Tensor TransformerDecoderBlockImpl::forward_step(const at::Tensor& x, int64_
                                                      at::Tensor& self_k, at::Tensor& self_v,
                                                      const at::Tensor& cross_k,
                                                      const at::Tensor& cross_v,
-                                                     const at::Tensor& cross_mask) {
+                                                     const at::Tensor& cross_mask,
+                                                     const at::Tensor& step_rows) {
   const bool pre = options_.norm_first, training = is_training();
   const double p = options_.dropout_rate;
   at::Tensor h = residual(x, self_attention_norm, pre, p, training, [&](const at::Tensor& in) {
     auto [q, k, v] = self_attention->project_qkv(in);
+    if (step_rows.defined()) {
+      // Each row writes its own buffer row, and reads its history where the
+      // index says (beam search moved the indices, not the keys).
+      TORCH_CHECK(step_rows.dim() == 2 && step_rows.size(0) == in.size(0) &&
+                      step_rows.size(1) > step && self_k.size(2) > step,
+                  "decode_step: step ", step, " needs step_rows [", in.size(0),
+                  ", > step] and buffers with room for it; got step_rows ", step_rows.sizes(),
+                  " and a capacity of ", self_k.size(2));
+      const at::Tensor own = step_rows.select(1, step);
+      self_k.select(2, step).index_copy_(0, own, k.select(2, 0));
+      self_v.select(2, step).index_copy_(0, own, v.select(2, 0));
+      return self_attention->attend(q, self_k.narrow(2, 0, step + 1), self_v.narrow(2, 0, step + 1),
+                                    {}, step_rows);
+    }
     if (self_k.size(2) > step) {
       // Preallocated: this step's position is written in place.
       self_k.narrow(2, step, 1).copy_(k);
@@ -253,13 +268,21 @@ at::Tensor Seq2SeqTransformerImpl::forward(const at::Tensor& src_ids, const at::
 }
 
 Cache Seq2SeqTransformerImpl::init_cache(const EncoderOutput& encoded, int64_t batch,
-                                         int64_t max_steps) {
+                                         int64_t max_steps, bool step_rows) {
   TORCH_CHECK(encoded.outputs.size(0) == batch && encoded.padding_mask.size(0) == batch,
               "init_cache: encoder outputs must have `batch` rows (tile them for beams first)");
   TORCH_CHECK(max_steps >= 0, "init_cache: max_steps must be >= 0, not ", max_steps);
   const int64_t heads = options_.num_heads, head_size = options_.hidden_size / heads;
+  TORCH_CHECK(!step_rows || max_steps > 0, "init_cache: step_rows needs max_steps > 0");
   Cache cache;
   cache["per_example/encoder_padding_mask"] = encoded.padding_mask;
+  if (step_rows) {
+    // Row b reads and writes its own buffer row until a search says otherwise.
+    cache[kStepRowsEntry] = torch::arange(batch, encoded.outputs.options().dtype(torch::kLong))
+                                .unsqueeze(1)
+                                .expand({batch, max_steps})
+                                .contiguous();
+  }
   for (std::size_t i = 0; i < decoder_layers.size(); ++i) {
     const std::string layer = "layer_" + std::to_string(i) + "/";
     auto [k, v] = decoder_layers[i]->cross_attention->project_kv(encoded.outputs);
@@ -278,6 +301,8 @@ at::Tensor Seq2SeqTransformerImpl::decode_step(const at::Tensor& ids_at_step, in
                                                Cache& cache) {
   at::Tensor x = embed(ids_at_step.reshape({-1, 1}), step);  // [B, 1, D]
   const at::Tensor& cross_mask = cache.at("per_example/encoder_padding_mask");
+  const auto rows = cache.find(kStepRowsEntry);
+  const at::Tensor step_rows = rows == cache.end() ? at::Tensor() : rows->second;
   for (std::size_t i = 0; i < decoder_layers.size(); ++i) {
     const std::string layer = "layer_" + std::to_string(i) + "/";
     at::Tensor& self_k = cache.at("steps/" + layer + "self_k");
@@ -285,7 +310,8 @@ at::Tensor Seq2SeqTransformerImpl::decode_step(const at::Tensor& ids_at_step, in
                 " but the cache has room for ", self_k.size(2), " steps before it");
     x = decoder_layers[i]->forward_step(x, step, self_k, cache.at("steps/" + layer + "self_v"),
                                         cache.at("per_example/" + layer + "cross_k"),
-                                        cache.at("per_example/" + layer + "cross_v"), cross_mask);
+                                        cache.at("per_example/" + layer + "cross_v"), cross_mask,
+                                        step_rows);
   }
   if (options_.norm_first) x = layer_norm(x, decoder_norm);
   return project(x).squeeze(1);

@@ -12,6 +12,8 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "garden/core/precision.h"
 #include "garden/nlp/attention.h"
@@ -355,6 +357,95 @@ TEST(HeadAttention, AppliesOnlyWhereItsKernelRuns) {
   EXPECT_FALSE(head_attention_applies(q, k, v, torch::zeros({2, 1, 1, 5}, torch::kDouble)));
   EXPECT_TRUE(head_attention_applies(q, k, v, torch::zeros({2, 1, 1, 5})));
   EXPECT_THROW(head_attention(q.to(at::kDouble), k, v, {}), std::invalid_argument);
+}
+
+// Beam search's cache read through an index (cache.h's "step_rows"): key
+// and value s of query row b are at position s of buffer row rows[b][s].
+// gather_steps is checked against a loop over the index; the kernel reading
+// in place against itself on the gathered copy (to the bit) and against the
+// definition.
+TEST(HeadAttention, RowsReadTheCacheThroughTheirIndex) {
+  torch::manual_seed(14);
+  for (const int64_t heads : {1, 4}) {
+    for (const int64_t head_size : {8, 33, 64}) {
+      SCOPED_TRACE(testing::Message() << "H " << heads << " Dh " << head_size);
+      const int64_t batch = 5, buffer_rows = 8, room = 20, hidden = heads * head_size;
+      const at::Tensor qkv = torch::randn({batch, 2, 3 * hidden}).mul_(2.0);
+      const at::Tensor q = heads_of(qkv, 3, heads)[0];  // two queries, strided
+      const at::Tensor k_cache = torch::randn({buffer_rows, heads, room, head_size});
+      const at::Tensor v_cache = torch::randn({buffer_rows, heads, room, head_size});
+      const at::Tensor rows = torch::randint(0, buffer_rows, {batch, room}, torch::kLong);
+      for (const int64_t steps : {1, 7, 20}) {
+        const at::Tensor k = k_cache.narrow(2, 0, steps), v = v_cache.narrow(2, 0, steps);
+        const at::Tensor gathered_k = gather_steps(k_cache, rows, steps);
+        const at::Tensor gathered_v = gather_steps(v_cache, rows, steps);
+        ASSERT_EQ(gathered_k.sizes(), (std::vector<int64_t>{batch, heads, steps, head_size}));
+        for (int64_t b = 0; b < batch; ++b)
+          for (int64_t s = 0; s < steps; ++s) {
+            const int64_t row = rows[b][s].item<int64_t>();
+            ASSERT_TRUE(gathered_k[b].select(1, s).equal(k_cache[row].select(1, s)));
+            ASSERT_TRUE(gathered_v[b].select(1, s).equal(v_cache[row].select(1, s)));
+          }
+        ASSERT_TRUE(head_attention_applies(q, k, v, {}, rows));
+        const at::Tensor got = head_attention(q, k, v, {}, rows);
+        EXPECT_TRUE(got.equal(head_attention(q, gathered_k, gathered_v, {}))) << steps;
+        EXPECT_LE(max_error(got, head_reference(q, gathered_k, gathered_v, {})), 2e-6) << steps;
+        const at::Tensor mask = torch::randn({batch, heads, 2, steps});
+        EXPECT_TRUE(head_attention(q, k, v, mask, rows)
+                        .equal(head_attention(q, gathered_k, gathered_v, mask)))
+            << steps;
+      }
+    }
+  }
+}
+
+TEST(HeadAttention, RowsOfTheWrongShapeOrOutsideTheCacheAreRefused) {
+  const at::Tensor q = torch::randn({2, 2, 1, 16});
+  const at::Tensor k = torch::randn({3, 2, 5, 16}), v = torch::randn({3, 2, 5, 16});
+  const at::Tensor rows = torch::tensor({{0, 1, 2, 0, 1, 2}, {2, 2, 2, 2, 2, 2}});
+  EXPECT_TRUE(head_attention_applies(q, k, v, {}, rows));  // more columns than steps
+  EXPECT_FALSE(head_attention_applies(q, k, v, {}, rows.to(torch::kInt)));
+  EXPECT_FALSE(head_attention_applies(q, k, v, {}, rows.narrow(1, 0, 4)));  // S is 5
+  EXPECT_FALSE(head_attention_applies(q, k, v, {}, torch::zeros({3, 5}, torch::kLong)));
+  EXPECT_FALSE(head_attention_applies(q, k, v, {}, rows.t().contiguous().t()));       // S strided
+  EXPECT_FALSE(head_attention_applies(torch::randn({2, 2, 9, 16}), k, v, {}, rows));  // T > 8
+  EXPECT_FALSE(head_attention_applies(q.to(at::kDouble), k, v, {}, rows));
+  for (const int64_t wrong : {3, -1}) {
+    at::Tensor bad = rows.clone();
+    bad[1][3] = wrong;
+    try {
+      head_attention(q, k, v, {}, bad);
+      ADD_FAILURE() << "row " << wrong << " was read";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("rows[1][3] is " + std::to_string(wrong)),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_ANY_THROW(gather_steps(k, bad, 5));
+  }
+  EXPECT_ANY_THROW(gather_steps(k, rows, 6));  // more steps than k holds
+}
+
+// The module reads through the index with the kernel in float32 and by
+// gathering elsewhere (here double): either way as on the gathered cache.
+TEST(HeadAttention, AttendThroughRowsAgreesWithTheGatheredCacheInEveryDtype) {
+  torch::manual_seed(15);
+  MultiHeadAttention attention(layer_options(/*cross=*/false));
+  attention->eval();
+  torch::NoGradGuard no_grad;
+  const at::Tensor x = torch::randn({5, 1, 64});
+  const at::Tensor k_cache = torch::randn({7, 4, 12, 16}), v_cache = torch::randn({7, 4, 12, 16});
+  const at::Tensor rows = torch::randint(0, 7, {5, 12}, torch::kLong);
+  for (const auto dtype : {at::kFloat, at::kDouble}) {
+    attention->to(dtype);
+    const at::Tensor q = std::get<0>(attention->project_qkv(x.to(dtype)));
+    const at::Tensor k = k_cache.to(dtype).narrow(2, 0, 9), v = v_cache.to(dtype).narrow(2, 0, 9);
+    EXPECT_EQ(head_attention_applies(q, k, v, {}, rows), dtype == at::kFloat);
+    EXPECT_TRUE(
+        attention->attend(q, k, v, {}, rows)
+            .equal(attention->attend(q, gather_steps(k, rows, 9), gather_steps(v, rows, 9), {})))
+        << dtype;
+  }
 }
 
 // The module in evaluation mode without gradients takes head_attention for

@@ -3,6 +3,8 @@
 // difference gradients, masks, cached decoding and weight tying.
 #include "garden/nlp/transformer.h"
 
+#include "garden/nlp/beam_search.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -404,6 +406,99 @@ TEST(TransformerTest, CacheReorderedOnDimZeroFollowsItsRows) {
   at::Tensor reordered_tgt = tgt.index_select(0, order);
   at::Tensor full = model->forward(src.index_select(0, order), reordered_tgt);
   expect_close(model->decode_step(reordered_tgt.select(1, 2), 2, cache), full.select(1, 2), 1e-12);
+}
+
+// "step_rows" (garden/nlp/cache.h): decode_step reads and writes the
+// self-attention keys through the index. Its own rows at first, so the
+// steps decode as the forward pass does, in double (keys gathered) and in
+// float (the kernel reads them in place).
+TEST(TransformerTest, StepRowsDecodeAsTheForwardPass) {
+  for (const auto dtype : {torch::kDouble, torch::kFloat}) {
+    torch::manual_seed(9);
+    Seq2SeqTransformer model(small_model(true));
+    model->to(dtype);
+    model->eval();
+    torch::NoGradGuard no_grad;
+    const at::Tensor src = torch::tensor({{3, 4, 5, 6}, {7, 8, 0, 0}}, torch::kLong);
+    const at::Tensor tgt = torch::tensor({{0, 9, 10, 11, 12}, {0, 1, 2, 3, 0}}, torch::kLong);
+    const at::Tensor full = model->forward(src, tgt);
+    Cache cache = model->init_cache(model->encode(src), 2, 5, /*step_rows=*/true);
+    ASSERT_TRUE(cache.at(kStepRowsEntry).equal(torch::tensor({0, 1}).view({2, 1}).expand({2, 5})));
+    const void* storage = cache.at("steps/layer_0/self_k").data_ptr();
+    for (int64_t step = 0; step < 5; ++step)
+      expect_close(model->decode_step(tgt.select(1, step), step, cache), full.select(1, step),
+                   dtype == torch::kDouble ? 1e-12 : 1e-5);
+    EXPECT_EQ(cache.at("steps/layer_0/self_k").data_ptr(), storage);
+    // No room for step 5: one line, not a write past the buffers.
+    EXPECT_THROW(model->decode_step(tgt.select(1, 0), 5, cache), c10::Error);
+  }
+}
+
+// What beam search does with the index: mid-decoding, row 0 takes over row
+// 1's history by copying its indices, and writes its next keys into its own
+// buffer row. The buffers are not touched, and both rows decode as the
+// forward pass of row 1's prefix does.
+TEST(TransformerTest, StepRowsReorderedFollowTheirHistories) {
+  for (const auto dtype : {torch::kDouble, torch::kFloat}) {
+    torch::manual_seed(10);
+    Seq2SeqTransformer model(small_model(true));
+    model->to(dtype);
+    model->eval();
+    torch::NoGradGuard no_grad;
+    const at::Tensor src = torch::tensor({{3, 4, 5}, {3, 4, 5}}, torch::kLong);
+    const at::Tensor tgt = torch::tensor({{0, 9, 10, 11}, {0, 1, 2, 3}}, torch::kLong);
+    Cache cache = model->init_cache(model->encode(src), 2, 4, /*step_rows=*/true);
+    model->decode_step(tgt.select(1, 0), 0, cache);
+    model->decode_step(tgt.select(1, 1), 1, cache);
+    at::Tensor& rows = cache.at(kStepRowsEntry);
+    rows[0].copy_(rows[1]);  // row 0 continues row 1's history ...
+    rows[0][2] = 0;          // ... writing step 2 into its own buffer row
+    const at::Tensor k_before = cache.at("steps/layer_1/self_k").narrow(2, 0, 2).clone();
+    const at::Tensor want = model->forward(src, tgt.select(0, 1).expand({2, 4})).select(1, 2);
+    const at::Tensor got = model->decode_step(tgt.select(0, 1).select(0, 2).expand({2}), 2, cache);
+    expect_close(got, want, dtype == torch::kDouble ? 1e-12 : 1e-5);
+    EXPECT_TRUE(cache.at("steps/layer_1/self_k").narrow(2, 0, 2).equal(k_before));
+  }
+}
+
+// translate_ids decodes through the index on the CPU. Beam search and greedy
+// give the same bits with and without it, examples leaving the batch at
+// their own limits; with it, the keys' buffers are never moved or copied.
+TEST(TransformerTest, SearchesThroughStepRowsGiveTheSameBits) {
+  torch::manual_seed(12);
+  Seq2SeqTransformerOptions options = small_model(true);
+  options.vocab_size = 29;
+  options.hidden_size = 32;
+  options.num_heads = 2;
+  Seq2SeqTransformer model(options);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const at::Tensor src = torch::randint(3, 29, {6, 7}, torch::kLong);
+  const at::Tensor limits = torch::tensor({9, 3, 12, 1, 7, 12}, torch::kLong);
+  const int64_t capacity = 12;
+  for (const int64_t beams : {1, 4}) {
+    std::vector<BeamSearchResult> results;
+    for (const bool indexed : {false, true}) {
+      Cache cache = model->init_cache(model->encode(src), 6, capacity, indexed);
+      // The search makes the beams' rows once, before step 0; from then on
+      // the values' buffer is the same memory with every row, or not.
+      const void* storage = nullptr;
+      bool moved = false;
+      const SymbolsToLogitsFn step_fn = [&](const at::Tensor& ids, int64_t step, Cache& c) {
+        const at::Tensor& values = c.at("steps/layer_1/self_v");
+        if (step == 0) storage = values.data_ptr();
+        moved = moved || values.data_ptr() != storage || values.size(0) != 6 * beams;
+        return model->decode_step(ids.select(1, step), step, c);
+      };
+      const at::Tensor initial = torch::zeros({6}, torch::kLong);
+      results.push_back(
+          beams == 1 ? greedy_decode(step_fn, initial, cache, limits, 2)
+                     : sequence_beam_search(step_fn, initial, cache, 29, beams, 0.6, limits, 2));
+      EXPECT_EQ(moved, !indexed) << beams << " beams";
+    }
+    EXPECT_TRUE(results[0].sequences.equal(results[1].sequences)) << beams << " beams";
+    EXPECT_TRUE(results[0].scores.equal(results[1].scores)) << beams << " beams";
+  }
 }
 
 TEST(TransformerTest, OutputProjectionIsTiedToTheEmbedding) {

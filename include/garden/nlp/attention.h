@@ -29,6 +29,13 @@ constexpr double kMaskedValue = -1e9;
 // Additive padding mask [B, 1, 1, S] for token ids [B, S]: `pad_id` is masked.
 at::Tensor padding_mask(const at::Tensor& ids, int64_t pad_id = 0,
                         at::ScalarType dtype = at::kFloat);
+// Keys or values read through a row index, as beam search keeps them
+// (garden/nlp/cache.h): buffer [B0, H, >= length, Dh] and rows int64
+// [B, >= length] give [B, H, length, Dh] whose row b holds, at each position
+// s < length, position s of buffer row rows[b][s]. A row outside [0, B0)
+// is an index error.
+at::Tensor gather_steps(const at::Tensor& buffer, const at::Tensor& rows, int64_t length);
+
 // Additive causal mask [1, 1, T, T]: position t attends to positions <= t.
 at::Tensor causal_mask(int64_t length, at::ScalarType dtype = at::kFloat,
                        at::Device device = at::kCPU);
@@ -101,8 +108,10 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   at::Tensor project_q(const at::Tensor& x);
   std::pair<at::Tensor, at::Tensor> project_kv(const at::Tensor& memory);
   // softmax(q k^T / sqrt(Dh) + mask) v, heads merged and projected: [B, T, D].
+  // With `rows` (int64 [B, >= S]), k and v [B0, H, S, Dh] are read through it
+  // as gather_steps reads them (a decoding step over beam search's cache).
   at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                    const at::Tensor& mask);
+                    const at::Tensor& mask, const at::Tensor& rows = {});
 
   const AttentionOptions& options() const { return options_; }
   Dense qkv{nullptr};     // self-attention: [D] -> [3D] (q | k | v)

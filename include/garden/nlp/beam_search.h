@@ -56,10 +56,10 @@ namespace garden::nlp {
 // encoder outputs). Every tensor has the flattened batch on dim 0: batch on input to the search,
 // batch * beam_size inside it, row b * beam_size + k being beam k of example b. The search expands
 // it once and reorders its rows after every step so each row follows its beam ("per_example/"
-// entries keep one row per example and stay, "steps/" entries move only their filled positions:
-// see cache.h). An example that is done leaves the batch: its rows are dropped from every entry
-// and the ids, so the model decodes only the examples still searching (N shrinks; the results
-// keep every example).
+// entries keep one row per example and stay, "steps/" entries move only their filled positions,
+// or nothing when the model reads them through "step_rows": see cache.h). An example that is done
+// leaves the batch: its rows are dropped from every entry and the ids, so the model decodes only
+// the examples still searching (N shrinks; the results keep every example).
 
 // Returns logits [N, vocab_size] for the next token, where ids [N, step + 1]
 // holds the tokens decoded so far (initial id first) and N = examples still

@@ -74,10 +74,18 @@ at::Tensor fused_attention(const at::Tensor& q_proj, const at::Tensor& kv_proj, 
 // [B, T, H * Dh]. One pass per head, no autograd, no dropout: for tensors
 // that need no gradient, in float32 on the CPU with T, S and Dh at most 256,
 // which head_attention_applies tells; otherwise std::invalid_argument.
+//
+// With `rows` (int64 [B, >= S], unit stride along S), a decoding step reads
+// its keys and values through an index, as beam search's cache does
+// (garden/nlp/cache.h): key and value s of example b are at position s of
+// batch row rows[b][s] of k and v [B0, H, S, Dh], whose B0 need not be B;
+// at most 8 queries (T) then. A row outside [0, B0) is
+// std::invalid_argument. The result is what the same call gives on k and v
+// gathered by gather_steps, to the bit.
 bool head_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const at::Tensor& mask);
+                            const at::Tensor& mask, const at::Tensor& rows = {});
 at::Tensor head_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          const at::Tensor& mask);
+                          const at::Tensor& mask, const at::Tensor& rows = {});
 
 // One id per row of logits [..., V], drawn from softmax(logits) as Model
 // Garden's ELECTRA sample_from_softmax draws it (argmax of the logits plus

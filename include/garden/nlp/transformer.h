@@ -43,6 +43,8 @@ at::Tensor layer_norm(const at::Tensor& x, torch::nn::LayerNorm& norm);
 //       all of its beams.
 //   "per_example/encoder_padding_mask": [E, 1, 1, S] additive mask (0 real
 //       token, kMaskedValue padding).
+//   "step_rows": [B, capacity] int64, only when init_cache is asked for it:
+//       the "steps/" entries' rows, read and written through it (cache.h).
 
 // Model Garden's RelativePositionEmbedding: [length, hidden_size] with
 // timescales min * (max/min)^(i / (hidden_size/2 - 1)), i < hidden_size/2, and
@@ -110,10 +112,13 @@ class TransformerDecoderBlockImpl : public torch::nn::Module {
   // One decoding step at position `step`: x [B, 1, D]. self_k/self_v
   // [B, H, capacity, Dh] hold the earlier steps' keys/values at positions
   // 0..step-1; this step's are written at `step` (a buffer of capacity
-  // `step` is replaced by one a position longer).
+  // `step` is replaced by one a position longer). With step_rows (int64
+  // [B, > step], the cache's "step_rows"), self_k/self_v [B0, H, > step, Dh]
+  // are read through it: row b's position s is in buffer row
+  // step_rows[b][s], and this step's keys/values go to row step_rows[b][step].
   at::Tensor forward_step(const at::Tensor& x, int64_t step, at::Tensor& self_k, at::Tensor& self_v,
                           const at::Tensor& cross_k, const at::Tensor& cross_v,
-                          const at::Tensor& cross_mask);
+                          const at::Tensor& cross_mask, const at::Tensor& step_rows = {});
 
   MultiHeadAttention self_attention{nullptr};
   torch::nn::LayerNorm self_attention_norm{nullptr};
@@ -172,8 +177,13 @@ class Seq2SeqTransformerImpl : public torch::nn::Module {
   // Incremental decoding (see Cache for the format). init_cache needs
   // encoded.outputs to already have `batch` rows (tile for beams first);
   // max_steps positions of self-attention keys/values are preallocated (the
-  // most decode steps expected; more still work, growing the buffers).
-  Cache init_cache(const EncoderOutput& encoded, int64_t batch, int64_t max_steps = 0);
+  // most decode steps expected; more still work, growing the buffers). With
+  // step_rows, the cache also holds "step_rows" [batch, max_steps] (each
+  // row its own index; max_steps must be at least 1), through which
+  // decode_step reads and writes the "steps/" entries: for Garden's searches,
+  // whose beam search then moves indices instead of keys and values.
+  Cache init_cache(const EncoderOutput& encoded, int64_t batch, int64_t max_steps = 0,
+                   bool step_rows = false);
   // ids_at_step [B]: the decoder input at position `step` (0-based);
   // returns logits [B, V] for position `step` and extends the cache.
   at::Tensor decode_step(const at::Tensor& ids_at_step, int64_t step, Cache& cache);
