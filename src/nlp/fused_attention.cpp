@@ -154,8 +154,9 @@ inline const float* mask_row(const Geometry& g, int64_t b, int64_t h, int64_t t)
 // Head (b, h) for a few queries (a decoding step's) without dropout, probs
 // [T, S] and out as below. Per query: its dot products with four keys at a
 // time, each in 16 lanes (GCC's vector type, so the sums stay in registers)
-// summed pairwise at the end; the softmax; and the values' weighted sum, 32
-// outputs at a time. The register-blocked products below are built for
+// summed pairwise at the end, the four keys' lanes folded together; the
+// softmax; and the values' weighted sum, 32 outputs at a time in four
+// running sums. The register-blocked products below are built for
 // training's many rows, and a lone dot product waits on its own sum.
 constexpr int64_t kFewQueries = 8;
 using Lanes16 = float __attribute__((vector_size(kLanes * sizeof(float))));
@@ -184,6 +185,34 @@ __attribute__((always_inline)) inline float lane_sum(const Lanes16& v, float tai
   for (int l = 0; l < 4; ++l) lane[l] += lane[l + 4];
   for (int l = 0; l < 2; ++l) lane[l] += lane[l + 2];
   return (lane[0] + lane[1]) + tail;
+}
+
+// The four sums lane_sum(a0, t0) .. lane_sum(a3, t3), added in the same
+// order (so to the same bits), with the lanes of all four folded together
+// by shuffles: lane l + lane l + 8, then + 4, + 2, + 1.
+__attribute__((always_inline)) inline void lane_sums4(const Lanes16& a0, const Lanes16& a1,
+                                                      const Lanes16& a2, const Lanes16& a3,
+                                                      const float tail[4], float out[4]) {
+  // [a0 lanes l + l+8 | a1 lanes l + l+8], and the same of a2 and a3.
+  const Lanes16 u01 =
+      __builtin_shufflevector(a0, a1, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+      __builtin_shufflevector(a0, a1, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  const Lanes16 u23 =
+      __builtin_shufflevector(a2, a3, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+      __builtin_shufflevector(a2, a3, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  // Four lanes each: l + l+4 of a0, a1, a2, a3.
+  const Lanes16 w =
+      __builtin_shufflevector(u01, u23, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+      __builtin_shufflevector(u01, u23, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  // Then l + l+2 and l + l+1 within each four.
+  const Lanes16 x =
+      w + __builtin_shufflevector(w, w, 2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15);
+  const Lanes16 y =
+      x + __builtin_shufflevector(x, x, 1, 1, 1, 1, 5, 5, 5, 5, 9, 9, 9, 9, 13, 13, 13, 13);
+  out[0] = y[0] + tail[0];
+  out[1] = y[4] + tail[1];
+  out[2] = y[8] + tail[2];
+  out[3] = y[12] + tail[3];
 }
 
 __attribute__((always_inline)) inline void few_queries_head(const Geometry& g, int64_t b, int64_t h,
@@ -216,17 +245,15 @@ __attribute__((always_inline)) inline void few_queries_head(const Geometry& g, i
         multiply_add(a2, x, k2 + i);
         multiply_add(a3, x, k3 + i);
       }
-      float t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+      float tail[4] = {0, 0, 0, 0}, sum[4];
       for (int64_t i = whole; i < Dh; ++i) {
-        t0 += q[i] * k0[i];
-        t1 += q[i] * k1[i];
-        t2 += q[i] * k2[i];
-        t3 += q[i] * k3[i];
+        tail[0] += q[i] * k0[i];
+        tail[1] += q[i] * k1[i];
+        tail[2] += q[i] * k2[i];
+        tail[3] += q[i] * k3[i];
       }
-      scores[s] = g.alpha * lane_sum(a0, t0);
-      scores[s + 1] = g.alpha * lane_sum(a1, t1);
-      scores[s + 2] = g.alpha * lane_sum(a2, t2);
-      scores[s + 3] = g.alpha * lane_sum(a3, t3);
+      lane_sums4(a0, a1, a2, a3, tail, sum);
+      for (int j = 0; j < 4; ++j) scores[s + j] = g.alpha * sum[j];
     }
     for (; s < S; ++s) {
       const float* key = k + at[s];
@@ -243,20 +270,36 @@ __attribute__((always_inline)) inline void few_queries_head(const Geometry& g, i
     softmax_row(scores, S, mask_row(g, b, h, t), g.mask_stride[3]);
     float* __restrict c = out + (b * T + t) * g.hidden + h * Dh;
     int64_t j = 0;
+    // The weighted sums over the positions in four running sums each, one
+    // per position mod 4 (summed at the end): one sum would wait on its own
+    // multiply-add at every position.
     for (; j + 2 * kLanes <= Dh; j += 2 * kLanes) {
-      Lanes16 c0{}, c1{};
-      for (int64_t r = 0; r < S; ++r) {
+      Lanes16 c0[4] = {}, c1[4] = {};
+      int64_t r = 0;
+      for (; r + 4 <= S; r += 4)
+        for (int u = 0; u < 4; ++u) {
+          const float* value = v + at[r + u];
+          multiply_add(c0[u], scores[r + u], value + j);
+          multiply_add(c1[u], scores[r + u], value + j + kLanes);
+        }
+      for (int u = 0; r < S; ++r, ++u) {
         const float* value = v + at[r];
-        multiply_add(c0, scores[r], value + j);
-        multiply_add(c1, scores[r], value + j + kLanes);
+        multiply_add(c0[u], scores[r], value + j);
+        multiply_add(c1[u], scores[r], value + j + kLanes);
       }
-      std::memcpy(c + j, &c0, sizeof(c0));
-      std::memcpy(c + j + kLanes, &c1, sizeof(c1));
+      const Lanes16 sum0 = (c0[0] + c0[1]) + (c0[2] + c0[3]);
+      const Lanes16 sum1 = (c1[0] + c1[1]) + (c1[2] + c1[3]);
+      std::memcpy(c + j, &sum0, sizeof(sum0));
+      std::memcpy(c + j + kLanes, &sum1, sizeof(sum1));
     }
     for (; j + kLanes <= Dh; j += kLanes) {
-      Lanes16 c0{};
-      for (int64_t r = 0; r < S; ++r) multiply_add(c0, scores[r], v + at[r] + j);
-      std::memcpy(c + j, &c0, sizeof(c0));
+      Lanes16 c0[4] = {};
+      int64_t r = 0;
+      for (; r + 4 <= S; r += 4)
+        for (int u = 0; u < 4; ++u) multiply_add(c0[u], scores[r + u], v + at[r + u] + j);
+      for (int u = 0; r < S; ++r, ++u) multiply_add(c0[u], scores[r], v + at[r] + j);
+      const Lanes16 sum0 = (c0[0] + c0[1]) + (c0[2] + c0[3]);
+      std::memcpy(c + j, &sum0, sizeof(sum0));
     }
     for (; j < Dh; ++j) {
       float sum = 0;
