@@ -461,6 +461,38 @@ TEST(TransformerTest, StepRowsReorderedFollowTheirHistories) {
   }
 }
 
+// A step's keys are written into the rows step_rows names by rows and heads
+// into the model's contiguous buffers, by index_copy_ into any other (a
+// strided view here): the same buffers and outputs either way.
+TEST(TransformerTest, StepRowsWriteAnyBufferLayout) {
+  torch::manual_seed(13);
+  TransformerDecoderBlock block(small_block(true));
+  block->eval();
+  torch::NoGradGuard no_grad;
+  const at::Tensor x = torch::randn({3, 1, 8}), memory = torch::randn({3, 4, 8});
+  auto [cross_k, cross_v] = block->cross_attention->project_kv(memory);
+  const at::Tensor rows = torch::tensor({{4, 2, 2}, {0, 4, 1}, {1, 0, 0}}, torch::kLong);
+  at::Tensor k = torch::randn({5, 2, 3, 4}), v = torch::randn({5, 2, 3, 4});
+  // The same values in a [B0, capacity, H, Dh] layout, seen as [B0, H, capacity, Dh].
+  at::Tensor strided_k = k.permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3});
+  at::Tensor strided_v = v.permute({0, 2, 1, 3}).contiguous().permute({0, 2, 1, 3});
+  ASSERT_FALSE(strided_k.is_contiguous());
+  const at::Tensor got = block->forward_step(x, 2, k, v, cross_k, cross_v, {}, rows);
+  const at::Tensor want =
+      block->forward_step(x, 2, strided_k, strided_v, cross_k, cross_v, {}, rows);
+  EXPECT_TRUE(got.equal(want));
+  EXPECT_TRUE(k.equal(strided_k));
+  EXPECT_TRUE(v.equal(strided_v));
+  // Buffer rows 2, 1 and 0 (column 2 of rows) took this step's keys at
+  // position 2 (pre-LN: of the normalized x).
+  const at::Tensor step_k =
+      std::get<1>(block->self_attention->project_qkv(layer_norm(x, block->self_attention_norm)))
+          .select(2, 0);
+  EXPECT_TRUE(k.select(2, 2).index_select(0, torch::tensor({2, 1, 0})).equal(step_k));
+  const at::Tensor bad = torch::tensor({{4, 2, 2}, {0, 4, 1}, {1, 0, 5}}, torch::kLong);
+  EXPECT_THROW(block->forward_step(x, 2, k, v, cross_k, cross_v, {}, bad), c10::Error);
+}
+
 // translate_ids decodes through the index on the CPU. Beam search and greedy
 // give the same bits with and without it, examples leaving the batch at
 // their own limits; with it, the keys' buffers are never moved or copied.
