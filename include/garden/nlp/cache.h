@@ -25,17 +25,18 @@ namespace garden::nlp {
 //    second buffer it keeps, so nothing grows or is reallocated per step.
 //  - "step_rows": int64 [rows, capacity], only in a cache whose model reads
 //    its "steps/" entries through it (Seq2SeqTransformer::init_cache with
-//    step_rows on; translate_ids asks for it for beam search on the CPU).
+//    step_rows on; translate_ids asks for it on the CPU).
 //    Position s of row r is then at position s of buffer row step_rows[r][s]
 //    of every "steps/" entry, and the step `step` writes row
 //    step_rows[r][step]. The "steps/" entries keep the rows they were made
 //    with. Garden's beam search on the CPU keeps this index instead of moving
 //    keys and values: a beam that extends another copies that beam's
 //    indices, and every row writes its own buffer row, so nothing of the
-//    "steps/" entries is copied when beams reorder or examples leave. Garden's
-//    other searches (greedy, and beam search on a GPU) remove the entry, and
-//    the model then reads row r at row r; a search that moves rows with
-//    index_select must remove it too.
+//    "steps/" entries is copied when beams reorder or examples leave. Greedy
+//    decoding keeps each row's own indices, and moves them with the row when
+//    rows leave. Beam search with its state in tensors (a GPU's) removes the
+//    entry, and the model then reads row r at row r; a search that moves
+//    rows with index_select must remove it too.
 using Cache = std::map<std::string, at::Tensor>;
 
 inline constexpr char kPerExampleEntry[] = "per_example/";
