@@ -422,7 +422,7 @@ BeamSearchResult host_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
     if (!is_per_example_entry(name)) tensor = rows_per_beam(name, tensor, beams);
   Cache spare;
   // With "step_rows", each row of the flattened batch owns one buffer row of
-  // the "steps/" entries (its home; they were repeated above, one per beam)
+  // the "steps/" entries (its home; they were made above, a row per beam)
   // and writes there; what it read before comes with the indices of the beam
   // it extends. Homes stay with their rows when beams reorder, and move with
   // them when examples leave.
