@@ -82,8 +82,6 @@ at::Tensor library_attention(const at::Tensor& q, const at::Tensor& k, const at:
 #endif
 }
 
-// ---- MultiHeadAttention --------------------------------------------------------
-
 at::Tensor gather_steps(const at::Tensor& buffer, const at::Tensor& rows, int64_t length) {
   TORCH_CHECK(buffer.dim() == 4 && buffer.size(2) >= length && rows.dim() == 2 &&
                   rows.size(1) >= length && length >= 0,
@@ -101,6 +99,8 @@ at::Tensor gather_steps(const at::Tensor& buffer, const at::Tensor& rows, int64_
   // [B, length, H, Dh].
   return buffer.index({source, Slice(), position}).permute({0, 2, 1, 3});
 }
+
+// ---- MultiHeadAttention --------------------------------------------------------
 
 MultiHeadAttentionImpl::MultiHeadAttentionImpl(const AttentionOptions& options)
     : options_(options) {

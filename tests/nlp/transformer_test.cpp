@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 
 namespace {
@@ -408,16 +409,22 @@ TEST(TransformerTest, CacheReorderedOnDimZeroFollowsItsRows) {
   expect_close(model->decode_step(reordered_tgt.select(1, 2), 2, cache), full.select(1, 2), 1e-12);
 }
 
+// small_model(pre-LN) with the weights of `seed`, in `dtype`, evaluating.
+Seq2SeqTransformer evaluated_model(uint64_t seed, torch::Dtype dtype) {
+  torch::manual_seed(seed);
+  Seq2SeqTransformer model(small_model(true));
+  model->to(dtype);
+  model->eval();
+  return model;
+}
+
 // "step_rows" (garden/nlp/cache.h): decode_step reads and writes the
 // self-attention keys through the index. Its own rows at first, so the
 // steps decode as the forward pass does, in double (keys gathered) and in
 // float (the kernel reads them in place).
 TEST(TransformerTest, StepRowsDecodeAsTheForwardPass) {
   for (const auto dtype : {torch::kDouble, torch::kFloat}) {
-    torch::manual_seed(9);
-    Seq2SeqTransformer model(small_model(true));
-    model->to(dtype);
-    model->eval();
+    Seq2SeqTransformer model = evaluated_model(9, dtype);
     torch::NoGradGuard no_grad;
     const at::Tensor src = torch::tensor({{3, 4, 5, 6}, {7, 8, 0, 0}}, torch::kLong);
     const at::Tensor tgt = torch::tensor({{0, 9, 10, 11, 12}, {0, 1, 2, 3, 0}}, torch::kLong);
@@ -440,10 +447,7 @@ TEST(TransformerTest, StepRowsDecodeAsTheForwardPass) {
 // forward pass of row 1's prefix does.
 TEST(TransformerTest, StepRowsReorderedFollowTheirHistories) {
   for (const auto dtype : {torch::kDouble, torch::kFloat}) {
-    torch::manual_seed(10);
-    Seq2SeqTransformer model(small_model(true));
-    model->to(dtype);
-    model->eval();
+    Seq2SeqTransformer model = evaluated_model(10, dtype);
     torch::NoGradGuard no_grad;
     const at::Tensor src = torch::tensor({{3, 4, 5}, {3, 4, 5}}, torch::kLong);
     const at::Tensor tgt = torch::tensor({{0, 9, 10, 11}, {0, 1, 2, 3}}, torch::kLong);
