@@ -360,7 +360,7 @@ BeamSearchResult tensor_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
         next_logits(symbols_to_logits_fn, flat_ids, step, cache, n, vocab_size);
 
     // Grow: the best 2 * beams (beam, token) extensions of each example, by
-    // log-probability in double plus the beam's own.
+    // log-probability plus the beam's own, in double.
     const int64_t candidates = std::min(2 * beams, beams * vocab_size);
     auto [top_log_probs, top_indices] =
         top_log_prob_extensions(logits, alive_log_probs, candidates);

@@ -184,36 +184,39 @@ void gelu_backward_kernel(const float* x, const float* grad, float* out, int64_t
 // their log-softmax (LibTorch's double exp), add each beam's score, and run
 // topk over [n, beams * V]: 3.4 to 6 ms of a 32-sentence beam-4 step over
 // V 8000, against 1.4 ms here. Here, per row, one pass
-// finds the maximum, one sums e^(x - max) in double, and one selects; the
-// [rows, V] log-probabilities are never written.
+// finds the maximum, one sums e^(x - max), and one selects; the [rows, V]
+// log-probabilities are never written. The exponentials are float32's (16
+// lanes, a degree-7 polynomial), summed in double: the logits are float32
+// and carry more error than that, and exponentials in double made this
+// pass about 10 % of an int8 beam-4 decoding (docs/PERFORMANCE.md).
 
-// sum_v e^(x_v - shift) of a float row, in double (shift >= every x_v).
+// sum_v e^(x_v - top) of a float row whose largest element is top: each
+// exponential in float (vector_math.h's, 16 lanes), summed in double.
 __attribute__((always_inline)) inline double row_sum_exp_loop(const float* __restrict x, int64_t n,
-                                                              double shift) {
+                                                              float top) {
   constexpr int kLanes = 16;
   double lane_sum[kLanes] = {};
   int64_t v = 0;
   for (; v + kLanes <= n; v += kLanes)
     for (int j = 0; j < kLanes; ++j)
-      lane_sum[j] += exp_nonpositive(static_cast<double>(x[v + j]) - shift);
+      lane_sum[j] += static_cast<double>(exp_nonpositive(x[v + j] - top));
   double sum = 0;
-  for (; v < n; ++v) sum += exp_nonpositive(static_cast<double>(x[v]) - shift);
+  for (; v < n; ++v) sum += static_cast<double>(exp_nonpositive(x[v] - top));
   for (const double s : lane_sum) sum += s;
   return sum;
 }
 
 __attribute__((target("avx512f,avx512dq"))) double row_sum_exp_avx512(const float* x, int64_t n,
-                                                                      double shift) {
-  return row_sum_exp_loop(x, n, shift);
+                                                                      float top) {
+  return row_sum_exp_loop(x, n, top);
 }
 
-__attribute__((target("avx2,fma"))) double row_sum_exp_avx2(const float* x, int64_t n,
-                                                            double shift) {
-  return row_sum_exp_loop(x, n, shift);
+__attribute__((target("avx2,fma"))) double row_sum_exp_avx2(const float* x, int64_t n, float top) {
+  return row_sum_exp_loop(x, n, top);
 }
 
-double row_sum_exp_portable(const float* x, int64_t n, double shift) {
-  return row_sum_exp_loop(x, n, shift);
+double row_sum_exp_portable(const float* x, int64_t n, float top) {
+  return row_sum_exp_loop(x, n, top);
 }
 
 // log sum_v e^(x_v) of a float row whose largest element is `top`, in
@@ -229,8 +232,9 @@ double row_log_sum_exp(const float* x, int64_t n, float top) {
 // The best k of x[b][v] + offset[b] over (b, v) into scores / indices
 // (b * V + v), best first, ties to the lower index. Blocks of 16 whose
 // every element falls short of the k-th best so far are skipped in one test.
-void select_best(const float* x, const double* offset, int64_t beams, int64_t vocab, int64_t k,
-                 double* scores, int64_t* indices) {
+__attribute__((always_inline)) inline void select_best_loop(const float* x, const double* offset,
+                                                            int64_t beams, int64_t vocab, int64_t k,
+                                                            double* scores, int64_t* indices) {
   constexpr int kBlock = 16;
   int64_t count = 0;
   auto offer = [&](double score, int64_t index) {
@@ -251,9 +255,9 @@ void select_best(const float* x, const double* offset, int64_t beams, int64_t vo
     // float steps under scores[k - 1] - shift: then each of its scores,
     // x + shift in double, is at most scores[k - 1] (the rounding of the
     // double sums is far below a float step). One maximum in float per
-    // block instead of sixteen conversions, additions and compares; the
-    // kernel took 17 to 20 % less time on [128, 2,000] and [128, 8,000]
-    // logits. (A NaN among the logits sends the whole call to LibTorch.)
+    // block (vector maxima, built per instruction set) instead of sixteen
+    // conversions, additions and compares. (A NaN among the logits sends
+    // the whole call to LibTorch.)
     double bar_for = std::numeric_limits<double>::quiet_NaN();
     float low = 0;
     for (; v + kBlock <= vocab; v += kBlock) {
@@ -264,19 +268,54 @@ void select_best(const float* x, const double* offset, int64_t beams, int64_t vo
           for (int step = 0; step < 2; ++step)
             low = std::nextafter(low, -std::numeric_limits<float>::infinity());
         }
-        // The block's largest value, halves against halves (vector maxima).
-        float top[kBlock / 2];
-        for (int j = 0; j < 8; ++j)
-          top[j] = row[v + j] > row[v + j + 8] ? row[v + j] : row[v + j + 8];
-        for (int j = 0; j < 4; ++j) top[j] = top[j] > top[j + 4] ? top[j] : top[j + 4];
-        for (int j = 0; j < 2; ++j) top[j] = top[j] > top[j + 2] ? top[j] : top[j + 2];
-        if (!((top[0] > top[1] ? top[0] : top[1]) > low)) continue;
+        // The block's largest value, by vector maxima: halves against
+        // halves, four times.
+        using Block = float __attribute__((vector_size(kBlock * sizeof(float))));
+        Block m;
+        std::memcpy(&m, row + v, sizeof(m));
+        Block h = __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13,
+                                          14, 15);
+        m = m > h ? m : h;
+        h = __builtin_shufflevector(m, m, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
+        m = m > h ? m : h;
+        h = __builtin_shufflevector(m, m, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+        m = m > h ? m : h;
+        if (!((m[0] > m[1] ? m[0] : m[1]) > low)) continue;
       }
       for (int j = 0; j < kBlock; ++j)
         offer(static_cast<double>(row[v + j]) + shift, b * vocab + v + j);
     }
     for (; v < vocab; ++v) offer(static_cast<double>(row[v]) + shift, b * vocab + v);
   }
+}
+
+using SelectBest = void (*)(const float*, const double*, int64_t, int64_t, int64_t, double*,
+                            int64_t*);
+
+__attribute__((target("avx512f,avx512dq"))) void select_best_avx512(const float* x,
+                                                                    const double* offset,
+                                                                    int64_t beams, int64_t vocab,
+                                                                    int64_t k, double* scores,
+                                                                    int64_t* indices) {
+  select_best_loop(x, offset, beams, vocab, k, scores, indices);
+}
+
+__attribute__((target("avx2,fma"))) void select_best_avx2(const float* x, const double* offset,
+                                                          int64_t beams, int64_t vocab, int64_t k,
+                                                          double* scores, int64_t* indices) {
+  select_best_loop(x, offset, beams, vocab, k, scores, indices);
+}
+
+void select_best_portable(const float* x, const double* offset, int64_t beams, int64_t vocab,
+                          int64_t k, double* scores, int64_t* indices) {
+  select_best_loop(x, offset, beams, vocab, k, scores, indices);
+}
+
+void select_best(const float* x, const double* offset, int64_t beams, int64_t vocab, int64_t k,
+                 double* scores, int64_t* indices) {
+  static const auto kernel =
+      widest_kernel<SelectBest>(select_best_avx512, select_best_avx2, select_best_portable);
+  kernel(x, offset, beams, vocab, k, scores, indices);
 }
 
 // ---- Sampling from a softmax ------------------------------------------------------

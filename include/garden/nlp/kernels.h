@@ -102,10 +102,12 @@ at::Tensor sample_from_softmax(const at::Tensor& logits, const at::Tensor& disal
 // alive [n, beams], the best k over each example's (b, v) of
 // log_softmax(logits[e * beams + b])[v] + alive[e][b], as {scores [n, k]
 // (double, best first), indices b * V + v [n, k] (long)}; ties go to the
-// lower index. In double, as LibTorch's log-softmax in double gives them
-// (within 1e-12); on the CPU in float32, three passes over each row and the
-// [n * beams, V] log-probabilities never written; otherwise, or with a NaN
-// or infinite logit, LibTorch's log_softmax and topk.
+// lower index. On the CPU in float32: three passes over each row, each
+// exponential in float summed in double, the [n * beams, V]
+// log-probabilities never written; the scores are within 1e-6 of LibTorch's
+// log-softmax in double (float32's, Model Garden's, is about as close).
+// Otherwise, or with a NaN or infinite logit, LibTorch's log_softmax in
+// double and topk.
 std::pair<at::Tensor, at::Tensor> top_log_prob_extensions(const at::Tensor& logits,
                                                           const at::Tensor& alive, int64_t k);
 
