@@ -279,12 +279,33 @@ constexpr SumsFn kAmxSums[2][2] = {{amx_sums<1, 1>, amx_sums<1, 2>},
                                    {amx_sums<2, 1>, amx_sums<2, 2>}};
 
 // y for `rows` rows and `blocks` output blocks of a tile from its int32
-// sums [32][32].
+// sums [32][32]: store_block's operations, with each block's weight sums,
+// scales and bias loaded once for all the rows.
 __attribute__((target("avx512f,avx512bw"))) void dequantize_sums(const Tile& t, const int32_t* sums,
                                                                  int rows, int blocks) {
-  for (int i = 0; i < rows; ++i)
-    for (int j = 0; j < blocks && j * kBlock < t.outputs; ++j)
-      store_block(t, i, j, _mm512_loadu_si512(sums + i * 32 + j * kBlock));
+  __m512i w_sums[2];
+  __m512 w_scales[2], bias[2];
+  __mmask16 keep[2];
+  int valid = 0;
+  for (; valid < blocks && valid < 2 && valid * kBlock < t.outputs; ++valid) {
+    w_sums[valid] = _mm512_loadu_si512(t.w_sums + valid * kBlock);
+    w_scales[valid] = _mm512_loadu_ps(t.w_scales + valid * kBlock);
+    bias[valid] = _mm512_loadu_ps(t.bias + valid * kBlock);
+    keep[valid] = lanes(t.outputs - valid * kBlock);
+  }
+  float* const y = t.y;
+  const int64_t y_stride = t.y_stride;
+  for (int i = 0; i < rows; ++i) {
+    const __m512i zero_point = _mm512_set1_epi32(t.x_zero_points[i]);
+    const __m512 x_scale = _mm512_set1_ps(t.x_scales[i]);
+    for (int j = 0; j < valid; ++j) {
+      const __m512i centered = _mm512_sub_epi32(_mm512_loadu_si512(sums + i * 32 + j * kBlock),
+                                                _mm512_mullo_epi32(zero_point, w_sums[j]));
+      const __m512 scale = _mm512_mul_ps(x_scale, w_scales[j]);
+      const __m512 out = _mm512_fmadd_ps(_mm512_cvtepi32_ps(centered), scale, bias[j]);
+      _mm512_mask_storeu_ps(y + i * y_stride + j * kBlock, keep[j], out);
+    }
+  }
 }
 
 // A layer's products on AMX. Pairs of output blocks outside, 32 rows inside
