@@ -176,18 +176,23 @@ inline float dequantize(int32_t sum, int32_t zero_point, int32_t w_sum, float x_
   return std::fma(static_cast<float>(centered), x_scale * w_scale, bias);
 }
 
-// y of row i, output block j of a tile from its 16 int32 sums: the vector
-// form of dequantize, which both vector kernels use.
+// dequantize for 16 outputs at once: the vector form, which both vector
+// kernels use.
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512 dequantize16(
+    __m512i sums, __m512i zero_point, __m512i w_sums, __m512 x_scale, __m512 w_scales,
+    __m512 bias) {
+  const __m512i centered = _mm512_sub_epi32(sums, _mm512_mullo_epi32(zero_point, w_sums));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(centered), _mm512_mul_ps(x_scale, w_scales), bias);
+}
+
+// y of row i, output block j of a tile from its 16 int32 sums.
 __attribute__((target("avx512f,avx512bw"), always_inline)) inline void store_block(const Tile& t,
                                                                                    int i, int j,
                                                                                    __m512i sums) {
-  const __m512i centered =
-      _mm512_sub_epi32(sums, _mm512_mullo_epi32(_mm512_set1_epi32(t.x_zero_points[i]),
-                                                _mm512_loadu_si512(t.w_sums + j * kBlock)));
-  const __m512 scale =
-      _mm512_mul_ps(_mm512_set1_ps(t.x_scales[i]), _mm512_loadu_ps(t.w_scales + j * kBlock));
   const __m512 y =
-      _mm512_fmadd_ps(_mm512_cvtepi32_ps(centered), scale, _mm512_loadu_ps(t.bias + j * kBlock));
+      dequantize16(sums, _mm512_set1_epi32(t.x_zero_points[i]),
+                   _mm512_loadu_si512(t.w_sums + j * kBlock), _mm512_set1_ps(t.x_scales[i]),
+                   _mm512_loadu_ps(t.w_scales + j * kBlock), _mm512_loadu_ps(t.bias + j * kBlock));
   _mm512_mask_storeu_ps(t.y + i * t.y_stride + j * kBlock, lanes(t.outputs - j * kBlock), y);
 }
 
@@ -279,8 +284,8 @@ constexpr SumsFn kAmxSums[2][2] = {{amx_sums<1, 1>, amx_sums<1, 2>},
                                    {amx_sums<2, 1>, amx_sums<2, 2>}};
 
 // y for `rows` rows and `blocks` output blocks of a tile from its int32
-// sums [32][32]: store_block's operations, with each block's weight sums,
-// scales and bias loaded once for all the rows.
+// sums [32][32]: dequantize16, with each block's weight sums, scales and
+// bias loaded once for all the rows.
 __attribute__((target("avx512f,avx512bw"))) void dequantize_sums(const Tile& t, const int32_t* sums,
                                                                  int rows, int blocks) {
   __m512i w_sums[2];
@@ -299,10 +304,8 @@ __attribute__((target("avx512f,avx512bw"))) void dequantize_sums(const Tile& t, 
     const __m512i zero_point = _mm512_set1_epi32(t.x_zero_points[i]);
     const __m512 x_scale = _mm512_set1_ps(t.x_scales[i]);
     for (int j = 0; j < valid; ++j) {
-      const __m512i centered = _mm512_sub_epi32(_mm512_loadu_si512(sums + i * 32 + j * kBlock),
-                                                _mm512_mullo_epi32(zero_point, w_sums[j]));
-      const __m512 scale = _mm512_mul_ps(x_scale, w_scales[j]);
-      const __m512 out = _mm512_fmadd_ps(_mm512_cvtepi32_ps(centered), scale, bias[j]);
+      const __m512 out = dequantize16(_mm512_loadu_si512(sums + i * 32 + j * kBlock), zero_point,
+                                      w_sums[j], x_scale, w_scales[j], bias[j]);
       _mm512_mask_storeu_ps(y + i * y_stride + j * kBlock, keep[j], out);
     }
   }
