@@ -19,6 +19,7 @@
 #include "garden/nlp/kernels.h"
 
 #include "dropout_bits.h"
+#include "kernel_builds.h"
 #include "small_gemm.h"
 #include "vector_math.h"
 
@@ -59,6 +60,9 @@ struct Geometry {
   const int64_t* kv_rows;
   int64_t kv_rows_stride;
   bool dropout;
+  // head_attention's probabilities are scratch: the few-queries loops need
+  // not write them out (training keeps them for the backward).
+  bool probs_unused;
   uint64_t seed;
   uint32_t threshold;
   float scale;  // 1 / (1 - p)
@@ -215,59 +219,200 @@ __attribute__((always_inline)) inline void lane_sums4(const Lanes16& a0, const L
   out[3] = y[12] + tail[3];
 }
 
+// The sixteen sums lane_sum(a[j], tail[j]) as one vector (lane j), added in
+// the same order, so to the same bits: lane l + lane l+8 of each, then + 4,
+// + 2 and + 1, two vectors folded into one at each level (15 folds for 16
+// keys, where lane_sums4 takes 5 for 4 and leaves the sums in lanes apart).
+__attribute__((always_inline)) inline void lane_sums16(const Lanes16 (&a)[kLanes],
+                                                       const Lanes16& tail, Lanes16& sums) {
+  Lanes16 b[8], c[4], d[2];
+  // b[i]: keys 2i and 2i + 1, 8 lanes each.
+  for (int i = 0; i < 8; ++i)
+    b[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19,
+                                   20, 21, 22, 23) +
+           __builtin_shufflevector(a[2 * i], a[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26,
+                                   27, 28, 29, 30, 31);
+  // c[i]: keys 4i to 4i + 3, 4 lanes each.
+  for (int i = 0; i < 4; ++i)
+    c[i] = __builtin_shufflevector(b[2 * i], b[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19,
+                                   24, 25, 26, 27) +
+           __builtin_shufflevector(b[2 * i], b[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22,
+                                   23, 28, 29, 30, 31);
+  // d[i]: keys 8i to 8i + 7, 2 lanes each.
+  for (int i = 0; i < 2; ++i)
+    d[i] = __builtin_shufflevector(c[2 * i], c[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21,
+                                   24, 25, 28, 29) +
+           __builtin_shufflevector(c[2 * i], c[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22,
+                                   23, 26, 27, 30, 31);
+  sums = (__builtin_shufflevector(d[0], d[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28,
+                                  30) +
+          __builtin_shufflevector(d[0], d[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29,
+                                  31)) +
+         tail;
+}
+
+// softmax_row's result, to the same bits, for a row padded to a whole
+// number of 16-lane blocks (x holds `padded` floats; its first n are the
+// row): the padding is -inf, so each of its exponentials adds 0 to its
+// lane's sum, and the largest value is found by vector maxima. softmax_row
+// leaves its last n mod 16 elements to scalar loops and finds the maximum
+// of its 16 lanes by 15 dependent scalar maxima.
+__attribute__((always_inline)) inline void softmax_padded_row(float* __restrict x, int64_t n,
+                                                              int64_t padded, const float* mask,
+                                                              int64_t mask_stride) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  if (mask) {
+    if (mask_stride == 1) {
+      for (int64_t s = 0; s < n; ++s) x[s] += mask[s];
+    } else {
+      for (int64_t s = 0; s < n; ++s) x[s] += mask[s * mask_stride];
+    }
+  }
+  for (int64_t s = n; s < padded; ++s) x[s] = -kInf;
+  Lanes16 top = -kInf - Lanes16{}, y;
+  for (int64_t s = 0; s < padded; s += kLanes) {
+    std::memcpy(&y, x + s, sizeof(y));
+    top = y > top ? y : top;
+  }
+  y = __builtin_shufflevector(top, top, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+  top = y > top ? y : top;
+  y = __builtin_shufflevector(top, top, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
+  top = y > top ? y : top;
+  y = __builtin_shufflevector(top, top, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  top = y > top ? y : top;
+  const float m = top[1] > top[0] ? top[1] : top[0];
+  float sums[kLanes] = {};
+  for (int64_t s = 0; s < padded; s += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float e = exp_nonpositive(x[s + l] - m);
+      x[s + l] = e;
+      sums[l] += e;
+    }
+  for (int l = 0; l < 8; ++l) sums[l] += sums[l + 8];
+  for (int l = 0; l < 4; ++l) sums[l] += sums[l + 4];
+  for (int l = 0; l < 2; ++l) sums[l] += sums[l + 2];
+  const float sum = sums[0] + sums[1];
+  if (!(sum >= 1.0f && sum <= static_cast<float>(n)) || std::isinf(m)) {
+    for (int64_t t = 0; t < n; ++t) x[t] = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  const float inverse = 1.0f / sum;
+  for (int64_t t = 0; t < padded; ++t) x[t] *= inverse;
+}
+
+// a[j] += the products of q[from, from + 16 kChunks) with the same floats
+// of key[j], j < 16, sixteen at a time in order: the chunks of q stay in
+// registers and each key's address is read once.
+template <int kChunks>
+__attribute__((always_inline)) inline void dot16(const float* q, const float* const* key,
+                                                 int64_t from, Lanes16 (&a)[kLanes]) {
+  Lanes16 x[kChunks];
+  for (int c = 0; c < kChunks; ++c) std::memcpy(&x[c], q + from + c * kLanes, sizeof(x[c]));
+#pragma GCC unroll 16
+  for (int j = 0; j < kLanes; ++j) {
+    const float* p = key[j] + from;
+    for (int c = 0; c < kChunks; ++c) multiply_add(a[j], x[c], p + c * kLanes);
+  }
+}
+
+// With kSixteenKeys (the AVX-512 build, whose 32 registers hold sixteen
+// running sums), a query's dot products go sixteen keys at a time and are
+// folded by lane_sums16 straight into a vector of scores; the other builds
+// take four keys at a time (lane_sums4). Both give each score the same bits.
+template <bool kSixteenKeys>
 __attribute__((always_inline)) inline void few_queries_head(const Geometry& g, int64_t b, int64_t h,
                                                             float* probs, float* out) {
   const int64_t T = g.q_len, S = g.kv_len, Dh = g.head_size, row = g.kv_row;
   const int64_t whole = Dh / kLanes * kLanes;
-  // Where key s and value s start, from this head's first in k and v:
-  // position s of example b's row, or of the row the index names.
-  int64_t at[kSmallProductMaxDim];
-  if (g.kv_rows) {
-    const int64_t* rows = g.kv_rows + b * g.kv_rows_stride;
-    for (int64_t s = 0; s < S; ++s) at[s] = rows[s] * g.kv_batch + s * row;
-  } else {
-    for (int64_t s = 0; s < S; ++s) at[s] = b * g.kv_batch + s * row;
+  const int64_t padded = (S + kLanes - 1) / kLanes * kLanes;
+  // Key s and value s of this head: position s of example b's row, or of
+  // the row the index names. Past S, to the end of the last block of 16,
+  // the keys are key 0 again: their scores are replaced by -inf.
+  const float* key[kSmallProductMaxDim + kLanes];
+  const float* value[kSmallProductMaxDim];
+  {
+    const float* const k = g.k + h * g.kv_head;
+    const float* const v = g.v + h * g.kv_head;
+    const int64_t* rows = g.kv_rows ? g.kv_rows + b * g.kv_rows_stride : nullptr;
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t at = (rows ? rows[s] : b) * g.kv_batch + s * row;
+      key[s] = k + at;
+      value[s] = v + at;
+    }
+    for (int64_t s = S; s < padded; ++s) key[s] = key[0];
   }
-  const float* const k = g.k + h * g.kv_head;
-  const float* const v = g.v + h * g.kv_head;
+  // One query's scores, then its probabilities.
+  alignas(64) float scores[kSmallProductMaxDim + kLanes];
   for (int64_t t = 0; t < T; ++t) {
     const float* __restrict q = g.q + b * g.q_batch + h * g.q_head + t * g.q_row;
-    float* __restrict scores = probs + t * S;
-    int64_t s = 0;
-    for (; s + 4 <= S; s += 4) {
-      const float *k0 = k + at[s], *k1 = k + at[s + 1], *k2 = k + at[s + 2], *k3 = k + at[s + 3];
-      Lanes16 a0{}, a1{}, a2{}, a3{};
-      for (int64_t i = 0; i < whole; i += kLanes) {
-        Lanes16 x;
-        std::memcpy(&x, q + i, sizeof(x));
-        multiply_add(a0, x, k0 + i);
-        multiply_add(a1, x, k1 + i);
-        multiply_add(a2, x, k2 + i);
-        multiply_add(a3, x, k3 + i);
+    if constexpr (kSixteenKeys) {
+      for (int64_t s = 0; s < S; s += kLanes) {
+        Lanes16 a[kLanes] = {};
+        int64_t i = 0;
+        for (; i + 4 * kLanes <= whole; i += 4 * kLanes) dot16<4>(q, key + s, i, a);
+        switch ((whole - i) / kLanes) {
+          case 3:
+            dot16<3>(q, key + s, i, a);
+            break;
+          case 2:
+            dot16<2>(q, key + s, i, a);
+            break;
+          case 1:
+            dot16<1>(q, key + s, i, a);
+            break;
+          default:
+            break;
+        }
+        // The scalar tail of each dot product (Dh mod 16), as lane_sums4's.
+        Lanes16 tail{};
+        if (whole < Dh)
+          for (int j = 0; j < kLanes; ++j) {
+            float sum = 0;
+            for (int64_t i = whole; i < Dh; ++i) sum += q[i] * key[s + j][i];
+            tail[j] = sum;
+          }
+        Lanes16 sums;
+        lane_sums16(a, tail, sums);
+        sums *= g.alpha;
+        std::memcpy(scores + s, &sums, sizeof(sums));
       }
-      float tail[4] = {0, 0, 0, 0}, sum[4];
-      for (int64_t i = whole; i < Dh; ++i) {
-        tail[0] += q[i] * k0[i];
-        tail[1] += q[i] * k1[i];
-        tail[2] += q[i] * k2[i];
-        tail[3] += q[i] * k3[i];
+    } else {
+      int64_t s = 0;
+      for (; s + 4 <= S; s += 4) {
+        const float *k0 = key[s], *k1 = key[s + 1], *k2 = key[s + 2], *k3 = key[s + 3];
+        Lanes16 a0{}, a1{}, a2{}, a3{};
+        for (int64_t i = 0; i < whole; i += kLanes) {
+          Lanes16 x;
+          std::memcpy(&x, q + i, sizeof(x));
+          multiply_add(a0, x, k0 + i);
+          multiply_add(a1, x, k1 + i);
+          multiply_add(a2, x, k2 + i);
+          multiply_add(a3, x, k3 + i);
+        }
+        float tail[4] = {0, 0, 0, 0}, sum[4];
+        for (int64_t i = whole; i < Dh; ++i) {
+          tail[0] += q[i] * k0[i];
+          tail[1] += q[i] * k1[i];
+          tail[2] += q[i] * k2[i];
+          tail[3] += q[i] * k3[i];
+        }
+        lane_sums4(a0, a1, a2, a3, tail, sum);
+        for (int j = 0; j < 4; ++j) scores[s + j] = g.alpha * sum[j];
       }
-      lane_sums4(a0, a1, a2, a3, tail, sum);
-      for (int j = 0; j < 4; ++j) scores[s + j] = g.alpha * sum[j];
+      for (; s < S; ++s) {
+        Lanes16 a{};
+        for (int64_t i = 0; i < whole; i += kLanes) {
+          Lanes16 x;
+          std::memcpy(&x, q + i, sizeof(x));
+          multiply_add(a, x, key[s] + i);
+        }
+        float tail = 0;
+        for (int64_t i = whole; i < Dh; ++i) tail += q[i] * key[s][i];
+        scores[s] = g.alpha * lane_sum(a, tail);
+      }
     }
-    for (; s < S; ++s) {
-      const float* key = k + at[s];
-      Lanes16 a{};
-      for (int64_t i = 0; i < whole; i += kLanes) {
-        Lanes16 x;
-        std::memcpy(&x, q + i, sizeof(x));
-        multiply_add(a, x, key + i);
-      }
-      float tail = 0;
-      for (int64_t i = whole; i < Dh; ++i) tail += q[i] * key[i];
-      scores[s] = g.alpha * lane_sum(a, tail);
-    }
-    softmax_row(scores, S, mask_row(g, b, h, t), g.mask_stride[3]);
+    softmax_padded_row(scores, S, padded, mask_row(g, b, h, t), g.mask_stride[3]);
+    if (!g.probs_unused) std::memcpy(probs + t * S, scores, static_cast<size_t>(S) * sizeof(float));
     float* __restrict c = out + (b * T + t) * g.hidden + h * Dh;
     int64_t j = 0;
     // The weighted sums over the positions in four running sums each, one
@@ -278,14 +423,12 @@ __attribute__((always_inline)) inline void few_queries_head(const Geometry& g, i
       int64_t r = 0;
       for (; r + 4 <= S; r += 4)
         for (int u = 0; u < 4; ++u) {
-          const float* value = v + at[r + u];
-          multiply_add(c0[u], scores[r + u], value + j);
-          multiply_add(c1[u], scores[r + u], value + j + kLanes);
+          multiply_add(c0[u], scores[r + u], value[r + u] + j);
+          multiply_add(c1[u], scores[r + u], value[r + u] + j + kLanes);
         }
       for (int u = 0; r < S; ++r, ++u) {
-        const float* value = v + at[r];
-        multiply_add(c0[u], scores[r], value + j);
-        multiply_add(c1[u], scores[r], value + j + kLanes);
+        multiply_add(c0[u], scores[r], value[r] + j);
+        multiply_add(c1[u], scores[r], value[r] + j + kLanes);
       }
       const Lanes16 sum0 = (c0[0] + c0[1]) + (c0[2] + c0[3]);
       const Lanes16 sum1 = (c1[0] + c1[1]) + (c1[2] + c1[3]);
@@ -296,14 +439,14 @@ __attribute__((always_inline)) inline void few_queries_head(const Geometry& g, i
       Lanes16 c0[4] = {};
       int64_t r = 0;
       for (; r + 4 <= S; r += 4)
-        for (int u = 0; u < 4; ++u) multiply_add(c0[u], scores[r + u], v + at[r + u] + j);
-      for (int u = 0; r < S; ++r, ++u) multiply_add(c0[u], scores[r], v + at[r] + j);
+        for (int u = 0; u < 4; ++u) multiply_add(c0[u], scores[r + u], value[r + u] + j);
+      for (int u = 0; r < S; ++r, ++u) multiply_add(c0[u], scores[r], value[r] + j);
       const Lanes16 sum0 = (c0[0] + c0[1]) + (c0[2] + c0[3]);
       std::memcpy(c + j, &sum0, sizeof(sum0));
     }
     for (; j < Dh; ++j) {
       float sum = 0;
-      for (int64_t r = 0; r < S; ++r) sum += scores[r] * v[at[r] + j];
+      for (int64_t r = 0; r < S; ++r) sum += scores[r] * value[r][j];
       c[j] = sum;
     }
   }
@@ -311,13 +454,14 @@ __attribute__((always_inline)) inline void few_queries_head(const Geometry& g, i
 
 // Head (b, h) forward: probs [T, S] (kept for the backward), and its context
 // into out [B, T, D] at columns h * Dh.
+template <bool kSixteenKeys>
 __attribute__((always_inline)) inline void forward_head(const Geometry& g, int64_t b, int64_t h,
                                                         float* probs, float* dropped,
                                                         KeepScratch& mask, float* pack,
                                                         float* out) {
   const int64_t T = g.q_len, S = g.kv_len, Dh = g.head_size;
   if (T <= kFewQueries && !g.dropout) {
-    few_queries_head(g, b, h, probs, out);
+    few_queries_head<kSixteenKeys>(g, b, h, probs, out);
     return;
   }
   const float* q = g.q + b * g.q_batch + h * g.q_head;
@@ -422,17 +566,17 @@ __attribute__((target("avx512f,avx512dq"))) void forward_head_avx512(const Geome
                                                                      float* dropped,
                                                                      KeepScratch& mask, float* pack,
                                                                      float* out) {
-  forward_head(g, b, h, probs, dropped, mask, pack, out);
+  forward_head<true>(g, b, h, probs, dropped, mask, pack, out);
 }
 __attribute__((target("avx2,fma"))) void forward_head_avx2(const Geometry& g, int64_t b, int64_t h,
                                                            float* probs, float* dropped,
                                                            KeepScratch& mask, float* pack,
                                                            float* out) {
-  forward_head(g, b, h, probs, dropped, mask, pack, out);
+  forward_head<false>(g, b, h, probs, dropped, mask, pack, out);
 }
 void forward_head_portable(const Geometry& g, int64_t b, int64_t h, float* probs, float* dropped,
                            KeepScratch& mask, float* pack, float* out) {
-  forward_head(g, b, h, probs, dropped, mask, pack, out);
+  forward_head<false>(g, b, h, probs, dropped, mask, pack, out);
 }
 __attribute__((target("avx512f,avx512dq"))) void backward_head_avx512(
     const Geometry& g, const Gradients& d, int64_t b, int64_t h, const float* probs,
@@ -658,8 +802,11 @@ bool head_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::
          head_operands_usable(q, k, v, mask, false);
 }
 
-at::Tensor head_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          const at::Tensor& mask, const at::Tensor& rows) {
+namespace {
+
+at::Tensor head_attention_through(ForwardHead head, const at::Tensor& q, const at::Tensor& k,
+                                  const at::Tensor& v, const at::Tensor& mask,
+                                  const at::Tensor& rows) {
   if (!head_attention_applies(q, k, v, mask, rows))
     throw std::invalid_argument(
         rows.defined()
@@ -684,6 +831,7 @@ at::Tensor head_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
       }
   }
   Geometry g{};
+  g.probs_unused = true;
   g.batch = q.size(0);
   g.heads = q.size(1);
   g.q_len = q.size(2);
@@ -709,8 +857,6 @@ at::Tensor head_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   g.mask = expanded.defined() ? expanded.data_ptr<float>() : nullptr;
   for (int i = 0; i < 4; ++i) g.mask_stride[i] = expanded.defined() ? expanded.stride(i) : 0;
   at::Tensor out = at::empty({g.batch, g.q_len, g.hidden}, q.options());
-  static const ForwardHead head =
-      widest_kernel<ForwardHead>(forward_head_avx512, forward_head_avx2, forward_head_portable);
   // A decoding step's head is a few thousand flops: heads go to threads in
   // groups of about 64 K multiply-adds.
   const int64_t work = g.q_len * g.kv_len * g.head_size;
@@ -725,6 +871,38 @@ at::Tensor head_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
       head(g, i / g.heads, i % g.heads, probs.data(), nullptr, unused, pack.data(), result);
   });
   return out;
+}
+
+}  // namespace
+
+at::Tensor head_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& mask, const at::Tensor& rows) {
+  static const ForwardHead head =
+      widest_kernel<ForwardHead>(forward_head_avx512, forward_head_avx2, forward_head_portable);
+  return head_attention_through(head, q, k, v, mask, rows);
+}
+
+bool kernel_build_runs(KernelBuild build) {
+  switch (build) {
+    case KernelBuild::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    case KernelBuild::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case KernelBuild::kPortable:
+      return true;
+  }
+  return false;
+}
+
+at::Tensor head_attention_with_build(KernelBuild build, const at::Tensor& q, const at::Tensor& k,
+                                     const at::Tensor& v, const at::Tensor& mask,
+                                     const at::Tensor& rows) {
+  if (!kernel_build_runs(build))
+    throw std::invalid_argument("head_attention_with_build: this CPU does not run that build");
+  const ForwardHead head = build == KernelBuild::kAvx512 ? forward_head_avx512
+                           : build == KernelBuild::kAvx2 ? forward_head_avx2
+                                                         : forward_head_portable;
+  return head_attention_through(head, q, k, v, mask, rows);
 }
 
 }  // namespace garden::nlp

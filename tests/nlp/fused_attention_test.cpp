@@ -18,6 +18,7 @@
 #include "garden/core/precision.h"
 #include "garden/nlp/attention.h"
 #include "garden/nlp/kernels.h"
+#include "nlp/kernel_builds.h"
 
 namespace garden::nlp {
 namespace {
@@ -280,14 +281,14 @@ TEST(HeadAttention, StridedQueriesAndCacheMatchTheDefinition) {
   for (const int64_t heads : {1, 4}) {
     for (const int64_t head_size : {8, 33, 64}) {
       SCOPED_TRACE(testing::Message() << "H " << heads << " Dh " << head_size);
-      const int64_t batch = 3, hidden = heads * head_size, room = 20;
+      const int64_t batch = 3, hidden = heads * head_size, room = 40;
       // A self-attention step: q from the fused projection [B, 1, 3D], keys
       // and values the first `steps` positions of [B, H, room, Dh] caches.
       const at::Tensor qkv = torch::randn({batch, 1, 3 * hidden}).mul_(2.0);
       const at::Tensor q = heads_of(qkv, 3, heads)[0];
       const at::Tensor k_cache = torch::randn({batch, heads, room, head_size});
       const at::Tensor v_cache = torch::randn({batch, heads, room, head_size});
-      for (const int64_t steps : {1, 7, 20}) {
+      for (const int64_t steps : {1, 7, 16, 17, 20, 33}) {
         const at::Tensor k = k_cache.narrow(2, 0, steps), v = v_cache.narrow(2, 0, steps);
         ASSERT_TRUE(head_attention_applies(q, k, v, {}));
         EXPECT_LE(max_error(head_attention(q, k, v, {}), head_reference(q, k, v, {})), 2e-6)
@@ -394,6 +395,55 @@ TEST(HeadAttention, RowsReadTheCacheThroughTheirIndex) {
         EXPECT_TRUE(head_attention(q, k, v, mask, rows)
                         .equal(head_attention(q, gathered_k, gathered_v, mask)))
             << steps;
+      }
+    }
+  }
+}
+
+// The AVX-512 build scores sixteen keys at a time and the AVX2 build four:
+// the same sums in the same order, so the same bits. The portable build has
+// no fused multiply-add and agrees within rounding. Steps on both sides of
+// each 16-key block's edge; head sizes with and without a scalar tail.
+TEST(HeadAttention, EveryBuildOfItsLoopsAgrees) {
+  torch::manual_seed(15);
+  std::vector<KernelBuild> builds;
+  for (const KernelBuild build : {KernelBuild::kAvx512, KernelBuild::kAvx2, KernelBuild::kPortable})
+    if (kernel_build_runs(build)) builds.push_back(build);
+  ASSERT_TRUE(kernel_build_runs(KernelBuild::kPortable));
+  EXPECT_THROW(
+      head_attention_with_build(KernelBuild::kPortable, torch::randn({1, 1, 1, 4}),
+                                torch::randn({1, 1, 2, 5}), torch::randn({1, 1, 2, 5}), {}, {}),
+      std::invalid_argument);
+  for (const int64_t head_size : {8, 32, 33, 64}) {
+    const int64_t batch = 6, heads = 2, room = 40;
+    const at::Tensor k_cache = torch::randn({batch, heads, room, head_size}).mul_(2.0);
+    const at::Tensor v_cache = torch::randn({batch, heads, room, head_size});
+    const at::Tensor rows = torch::randint(0, batch, {batch, room}, torch::kLong);
+    const at::Tensor one_query = torch::randn({batch, heads, 1, head_size});
+    const at::Tensor four_queries = torch::randn({batch, heads, 4, head_size});
+    for (const int64_t steps : {1, 3, 15, 16, 17, 31, 32, 33, 40}) {
+      SCOPED_TRACE(testing::Message() << "Dh " << head_size << " steps " << steps);
+      const at::Tensor k = k_cache.narrow(2, 0, steps), v = v_cache.narrow(2, 0, steps);
+      const at::Tensor mask = torch::randn({batch, 1, 1, steps});
+      const at::Tensor gathered_k = gather_steps(k_cache, rows, steps);
+      const at::Tensor gathered_v = gather_steps(v_cache, rows, steps);
+      const at::Tensor self_want = head_reference(one_query, gathered_k, gathered_v, {});
+      const at::Tensor cross_want = head_reference(four_queries, k, v, mask);
+      at::Tensor self_first, cross_first;
+      for (const KernelBuild build : builds) {
+        const at::Tensor self = head_attention_with_build(build, one_query, k, v, {}, rows);
+        const at::Tensor cross = head_attention_with_build(build, four_queries, k, v, mask, {});
+        EXPECT_LE(max_error(self, self_want), 2e-6) << static_cast<int>(build);
+        EXPECT_LE(max_error(cross, cross_want), 2e-6) << static_cast<int>(build);
+        if (build == KernelBuild::kPortable) continue;
+        if (!self_first.defined()) {
+          self_first = self;
+          cross_first = cross;
+          EXPECT_TRUE(self.equal(head_attention(one_query, k, v, {}, rows)));
+          continue;
+        }
+        EXPECT_TRUE(self.equal(self_first)) << static_cast<int>(build);
+        EXPECT_TRUE(cross.equal(cross_first)) << static_cast<int>(build);
       }
     }
   }
