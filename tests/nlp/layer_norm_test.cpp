@@ -133,6 +133,35 @@ TEST(LayerNormTest, ViewsAndOtherModulesGiveLibTorchsResult) {
   EXPECT_TRUE(torch::equal(layer_norm(x, two_dims), two_dims->forward(x)));
 }
 
+// Without a gradient to take (no-grad mode, or nothing requiring one) the
+// rows go through the same kernel with no autograd node: the same bits as
+// the forward that keeps its statistics, in float and double, for a
+// transposed view too; and no gradient function on the result.
+TEST(LayerNormTest, WithoutAGradientTheSameBitsAndNoNode) {
+  torch::manual_seed(26);
+  for (const auto type : {at::kFloat, at::kDouble}) {
+    for (const bool transposed : {false, true}) {
+      const at::Tensor base = torch::randn({130, 48}, type) * 3 + 2;
+      const at::Tensor x = transposed ? base.t() : base;
+      const int64_t width = x.size(-1);
+      const at::Tensor w = (torch::randn({width}, type) + 1).requires_grad_();
+      const at::Tensor b = torch::randn({width}, type).requires_grad_();
+      const at::Tensor kept = layer_norm(x.detach().requires_grad_(), w, b, 1e-6);
+      ASSERT_TRUE(kept.requires_grad());
+      at::Tensor plain;
+      {
+        torch::NoGradGuard no_grad;
+        plain = layer_norm(x, w, b, 1e-6);
+      }
+      EXPECT_FALSE(plain.requires_grad());
+      EXPECT_TRUE(plain.equal(kept.detach())) << type << " " << transposed;
+      const at::Tensor no_parameters = layer_norm(x, w.detach(), b.detach(), 1e-6);
+      EXPECT_FALSE(no_parameters.requires_grad());
+      EXPECT_TRUE(no_parameters.equal(kept.detach())) << type << " " << transposed;
+    }
+  }
+}
+
 // A bfloat16 input with float32 parameters (what a product returns under CPU
 // autocast, and what LibTorch 1.13's layer norm refuses) is normalized in
 // float32: the float result of the same numbers, and a bfloat16 gradient
