@@ -85,6 +85,22 @@ TEST(BeamCandidatesTest, NonFiniteLogitsAndDoublesTakeLibTorchsPath) {
   EXPECT_TRUE(torch::equal(indices, want_indices));
   EXPECT_TRUE(torch::allclose(scores, want_scores, 0, 0, /*equal_nan=*/true));
 
+  // One non-finite value alone, in a 16-lane block or in the row's tail,
+  // and a row of -inf: each is LibTorch's result.
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float value : {std::numeric_limits<float>::quiet_NaN(), inf, -inf}) {
+    for (const int64_t at : {9, 37}) {
+      at::Tensor one = torch::randn({4, 40});
+      one[2][at] = value;
+      if (value == -inf) one[3].fill_(-inf);
+      const auto [got_scores, got_indices] = top_log_prob_extensions(one, alive, 3);
+      const auto [one_scores, one_indices] = definition(one, alive, 3);
+      EXPECT_TRUE(torch::allclose(got_scores, one_scores, 0, 0, /*equal_nan=*/true))
+          << value << " at " << at;
+      EXPECT_TRUE(torch::equal(got_indices, one_indices)) << value << " at " << at;
+    }
+  }
+
   const at::Tensor doubles = torch::randn({4, 40}, torch::kDouble);
   const auto [ds, di] = top_log_prob_extensions(doubles, alive, 3);
   const auto [want_ds, want_di] = definition(doubles, alive, 3);
@@ -119,7 +135,8 @@ TEST(BeamCandidatesTest, BlocksAtTheBarAreSkippedOnlyWhenNothingInThemBeatsIt) {
           SCOPED_TRACE(testing::Message() << "V " << vocab << " spread " << alive_spread
                                           << " example " << e << " rank " << j);
           EXPECT_EQ(indices[e][j].item<int64_t>(), order[static_cast<std::size_t>(j)]);
-          EXPECT_NEAR(scores[e][j].item<double>(), p[order[static_cast<std::size_t>(j)]], kTolerance);
+          EXPECT_NEAR(scores[e][j].item<double>(), p[order[static_cast<std::size_t>(j)]],
+                      kTolerance);
         }
       }
     }
