@@ -70,6 +70,25 @@ struct Geometry {
 
 constexpr int kLanes = 16;
 
+// The end of a softmax row whose first n values hold e^(x - m), summed in
+// 16 lanes: the lanes added pairwise and x[0, count) divided by the sum. A
+// NaN anywhere makes the sum NaN, +inf makes x - m NaN and a row of -inf
+// leaves m = -inf: the row's n values are then NaN.
+__attribute__((always_inline)) inline void divide_by_sum(float* __restrict x, int64_t n,
+                                                         int64_t count, float (&sums)[kLanes],
+                                                         float m) {
+  for (int l = 0; l < 8; ++l) sums[l] += sums[l + 8];
+  for (int l = 0; l < 4; ++l) sums[l] += sums[l + 4];
+  for (int l = 0; l < 2; ++l) sums[l] += sums[l + 2];
+  const float sum = sums[0] + sums[1];
+  if (!(sum >= 1.0f && sum <= static_cast<float>(n)) || std::isinf(m)) {
+    for (int64_t t = 0; t < n; ++t) x[t] = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  const float inverse = 1.0f / sum;
+  for (int64_t t = 0; t < count; ++t) x[t] *= inverse;
+}
+
 // x[s] += mask; then softmax(x) in place: e^(x - max) by vector_math.h's
 // polynomial, summed in 16 lanes. A row holding a NaN or an infinity, or
 // whose every value is -inf, becomes NaN (as LibTorch's softmax gives NaN
@@ -104,18 +123,7 @@ __attribute__((always_inline)) inline void softmax_row(float* __restrict x, int6
     x[s] = e;
     sums[r] += e;
   }
-  for (int l = 0; l < 8; ++l) sums[l] += sums[l + 8];
-  for (int l = 0; l < 4; ++l) sums[l] += sums[l + 4];
-  for (int l = 0; l < 2; ++l) sums[l] += sums[l + 2];
-  const float sum = sums[0] + sums[1];
-  // A NaN anywhere makes the sum NaN; +inf makes x - m NaN; all -inf
-  // leaves m = -inf.
-  if (!(sum >= 1.0f && sum <= static_cast<float>(n)) || std::isinf(m)) {
-    for (int64_t t = 0; t < n; ++t) x[t] = std::numeric_limits<float>::quiet_NaN();
-    return;
-  }
-  const float inverse = 1.0f / sum;
-  for (int64_t t = 0; t < n; ++t) x[t] *= inverse;
+  divide_by_sum(x, n, n, sums, m);
 }
 
 // keep[s] = scale where element first + s of the [B, H, T, S]
@@ -288,16 +296,7 @@ __attribute__((always_inline)) inline void softmax_padded_row(float* __restrict 
       x[s + l] = e;
       sums[l] += e;
     }
-  for (int l = 0; l < 8; ++l) sums[l] += sums[l + 8];
-  for (int l = 0; l < 4; ++l) sums[l] += sums[l + 4];
-  for (int l = 0; l < 2; ++l) sums[l] += sums[l + 2];
-  const float sum = sums[0] + sums[1];
-  if (!(sum >= 1.0f && sum <= static_cast<float>(n)) || std::isinf(m)) {
-    for (int64_t t = 0; t < n; ++t) x[t] = std::numeric_limits<float>::quiet_NaN();
-    return;
-  }
-  const float inverse = 1.0f / sum;
-  for (int64_t t = 0; t < padded; ++t) x[t] *= inverse;
+  divide_by_sum(x, n, padded, sums, m);
 }
 
 // a[j] += the products of q[from, from + 16 kChunks) with the same floats
