@@ -259,12 +259,14 @@ __attribute__((always_inline)) inline void lane_sums16(const Lanes16 (&a)[kLanes
          tail;
 }
 
-// softmax_row's result, to the same bits, for a row padded to a whole
-// number of 16-lane blocks (x holds `padded` floats; its first n are the
-// row): the padding is -inf, so each of its exponentials adds 0 to its
-// lane's sum, and the largest value is found by vector maxima. softmax_row
-// leaves its last n mod 16 elements to scalar loops and finds the maximum
-// of its 16 lanes by 15 dependent scalar maxima.
+// softmax_row for a row padded to a whole number of 16-lane blocks (x
+// holds `padded` floats; its first n are the row): the padding is -inf, so
+// each of its exponentials adds 0 to its lane's sum, and the largest value
+// is found by vector maxima. softmax_row leaves its last n mod 16 elements
+// to scalar loops, whose exponentials GCC may round differently from the
+// vector loop's (by a unit in the last place), and finds the maximum of its
+// 16 lanes by 15 dependent scalar maxima; here every element goes through
+// the vector loop.
 __attribute__((always_inline)) inline void softmax_padded_row(float* __restrict x, int64_t n,
                                                               int64_t padded, const float* mask,
                                                               int64_t mask_stride) {
