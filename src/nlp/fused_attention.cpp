@@ -866,7 +866,8 @@ at::Tensor head_attention_through(ForwardHead head, const at::Tensor& q, const a
   at::parallel_for(0, g.batch * g.heads, grain, [&](int64_t begin, int64_t end) {
     // (The few-queries loops need no packed operand.)
     std::vector<float> pack(static_cast<size_t>(g.q_len <= kFewQueries ? 0 : pack_floats(g)));
-    std::vector<float> probs(static_cast<size_t>(g.q_len * g.kv_len));
+    // (Nor scratch probabilities: g.probs_unused.)
+    std::vector<float> probs(static_cast<size_t>(g.q_len <= kFewQueries ? 0 : g.q_len * g.kv_len));
     KeepScratch unused(0);
     for (int64_t i = begin; i < end; ++i)
       head(g, i / g.heads, i % g.heads, probs.data(), nullptr, unused, pack.data(), result);

@@ -23,11 +23,8 @@ namespace {
 
 constexpr int kLanes = 16;
 
-// Rows [0, rows) of width c: y = (x - mean) * rstd * w + b, with the mean and
-// 1 / sqrt(var + eps) of each row written to mean[] and rstd[] (the variance
-// is the biased one, as LibTorch's; both sums in double).
-// The 16 lanes' sum, halves added pairwise (four dependent additions, not
-// sixteen: a row's two reductions were most of its time at 128 columns).
+// The 16 lanes' sum, halves added pairwise: four dependent additions, not
+// sixteen, at the end of each of a row's two reductions.
 __attribute__((always_inline)) inline double lane_tree_sum(double (&lane)[kLanes]) {
   for (int l = 0; l < 8; ++l) lane[l] += lane[l + 8];
   for (int l = 0; l < 4; ++l) lane[l] += lane[l + 4];
@@ -35,14 +32,17 @@ __attribute__((always_inline)) inline double lane_tree_sum(double (&lane)[kLanes
   return lane[0] + lane[1];
 }
 
+// Rows [0, rows) of width c: y = (x - mean) * rstd * w + b, with the mean and
+// 1 / sqrt(var + eps) of each row written to mean[] and rstd[] (the variance
+// is the biased one, as LibTorch's; both sums in double).
 template <typename T>
 __attribute__((always_inline)) inline void forward_loop(const T* __restrict x,
                                                         const T* __restrict w,
                                                         const T* __restrict b, T* __restrict y,
                                                         T* __restrict mean, T* __restrict rstd,
                                                         int64_t rows, int64_t c, double eps) {
-  // Products by 1 / c, not divisions by c: two dependent divisions a row
-  // were a third of a decoding step's [128, 128] normalization.
+  // Products by 1 / c, not two dependent divisions by c a row (a [128, 128]
+  // normalization about 5 % faster; the same bits where c is a power of 2).
   const double inverse_c = 1.0 / static_cast<double>(c);
   for (int64_t r = 0; r < rows; ++r) {
     const T* __restrict in = x + r * c;
