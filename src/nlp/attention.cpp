@@ -36,6 +36,14 @@ at::Tensor DenseImpl::forward(const at::Tensor& x) {
   return at::linear(x, weight, bias);
 }
 
+at::Tensor DenseImpl::forward_relu(const at::Tensor& x) {
+  if (!at::GradMode::is_enabled()) {
+    if (int8_) return int8_->forward(x, /*relu=*/true);
+    return at::linear(x, weight, bias).relu_();
+  }
+  return at::relu(at::linear(x, weight, bias));
+}
+
 void DenseImpl::use_int8(bool on) {
   int8_ = on ? std::make_shared<const Int8Linear>(weight, bias) : nullptr;
 }

@@ -198,6 +198,7 @@ struct Tile {
   float* y;  // row m0, output nb0 * 16
   int64_t y_stride;
   int64_t outputs;  // valid outputs from nb0 * 16 (may end inside the last block)
+  bool relu;        // y = max(y, 0), NaN kept (as at::relu)
 };
 
 // The dequantization both kernels share, for one output: the float
@@ -206,6 +207,15 @@ inline float dequantize(int32_t sum, int32_t zero_point, int32_t w_sum, float x_
                         float w_scale, float bias) {
   const int32_t centered = sum - zero_point * w_sum;
   return std::fma(static_cast<float>(centered), x_scale * w_scale, bias);
+}
+
+// ReLU as at::relu gives it: 0 below 0; -0 and NaN stay as they are.
+inline float relu_of(float y) { return y < 0.0f ? 0.0f : y; }
+
+// The same for 16 outputs: vmaxps returns its second operand when either
+// is NaN and when both are zeros.
+__attribute__((target("avx512f"), always_inline)) inline __m512 relu16(__m512 y) {
+  return _mm512_max_ps(_mm512_setzero_ps(), y);
 }
 
 // dequantize for 16 outputs at once: the vector form, which both vector
@@ -221,10 +231,11 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512 dequant
 __attribute__((target("avx512f,avx512bw"), always_inline)) inline void store_block(const Tile& t,
                                                                                    int i, int j,
                                                                                    __m512i sums) {
-  const __m512 y =
+  __m512 y =
       dequantize16(sums, _mm512_set1_epi32(t.x_zero_points[i]),
                    _mm512_loadu_si512(t.w_sums + j * kBlock), _mm512_set1_ps(t.x_scales[i]),
                    _mm512_loadu_ps(t.w_scales + j * kBlock), _mm512_loadu_ps(t.bias + j * kBlock));
+  if (t.relu) y = relu16(y);
   _mm512_mask_storeu_ps(t.y + i * t.y_stride + j * kBlock, lanes(t.outputs - j * kBlock), y);
 }
 
@@ -336,8 +347,9 @@ __attribute__((target("avx512f,avx512bw"))) void dequantize_sums(const Tile& t, 
     const __m512i zero_point = _mm512_set1_epi32(t.x_zero_points[i]);
     const __m512 x_scale = _mm512_set1_ps(t.x_scales[i]);
     for (int j = 0; j < valid; ++j) {
-      const __m512 out = dequantize16(_mm512_loadu_si512(sums + i * 32 + j * kBlock), zero_point,
-                                      w_sums[j], x_scale, w_scales[j], bias[j]);
+      __m512 out = dequantize16(_mm512_loadu_si512(sums + i * 32 + j * kBlock), zero_point,
+                                w_sums[j], x_scale, w_scales[j], bias[j]);
+      if (t.relu) out = relu16(out);
       _mm512_mask_storeu_ps(y + i * y_stride + j * kBlock, keep[j], out);
     }
   }
@@ -352,6 +364,7 @@ struct PackedWeights {
   const int32_t* sums;
   const float* bias;
   int64_t k_groups, n_blocks, out;
+  bool relu;
 };
 
 void amx_layer(const QuantizedRows& q, int64_t rows, const PackedWeights& w, float* y) {
@@ -377,7 +390,8 @@ void amx_layer(const QuantizedRows& q, int64_t rows, const PackedWeights& w, flo
                       w.bias + nb * kBlock,
                       y + m * w.out + nb * kBlock,
                       w.out,
-                      w.out - nb * kBlock};
+                      w.out - nb * kBlock,
+                      w.relu};
       dequantize_sums(tile, sums, tile_rows, blocks);
     }
   }
@@ -402,8 +416,9 @@ void portable_tile(const Tile& t, int rows, int blocks) {
       for (int64_t g = 0; g < t.k_groups; ++g)
         for (int64_t c = 0; c < 4; ++c)
           sum += static_cast<int32_t>(x[g * 4 + c]) * static_cast<int32_t>(w[g * 64 + c]);
-      t.y[i * t.y_stride + n] =
+      const float y =
           dequantize(sum, t.x_zero_points[i], t.w_sums[n], t.x_scales[i], t.w_scales[n], t.bias[n]);
+      t.y[i * t.y_stride + n] = t.relu ? relu_of(y) : y;
     }
   }
 }
@@ -470,20 +485,20 @@ Int8Linear::Int8Linear(const at::Tensor& weight, const at::Tensor& bias) {
   }
 }
 
-at::Tensor Int8Linear::forward(const at::Tensor& x) const {
-  return run(x, static_cast<int>(best_kernel()));
+at::Tensor Int8Linear::forward(const at::Tensor& x, bool relu) const {
+  return run(x, static_cast<int>(best_kernel()), relu);
 }
 
-at::Tensor Int8Linear::forward_portable(const at::Tensor& x) const {
-  return run(x, static_cast<int>(Kernel::kPortable));
+at::Tensor Int8Linear::forward_portable(const at::Tensor& x, bool relu) const {
+  return run(x, static_cast<int>(Kernel::kPortable), relu);
 }
 
-at::Tensor Int8Linear::forward_vnni(const at::Tensor& x) const {
+at::Tensor Int8Linear::forward_vnni(const at::Tensor& x, bool relu) const {
   if (!cpu_has_vnni()) throw Error("int8 dense layer: this CPU has no AVX512-VNNI");
-  return run(x, static_cast<int>(Kernel::kVnni));
+  return run(x, static_cast<int>(Kernel::kVnni), relu);
 }
 
-at::Tensor Int8Linear::run(const at::Tensor& x, int kernel_index) const {
+at::Tensor Int8Linear::run(const at::Tensor& x, int kernel_index, bool relu) const {
   const auto kernel = static_cast<Kernel>(kernel_index);
   const bool vnni = kernel != Kernel::kPortable;
   if (!defined()) throw Error("int8 dense layer: no weight");
@@ -507,7 +522,8 @@ at::Tensor Int8Linear::run(const at::Tensor& x, int kernel_index) const {
   if (kernel == Kernel::kAmx) {
     amx_layer(
         q, rows,
-        {packed_.data(), scales_.data(), sums_.data(), bias_.data(), k_groups_, n_blocks_, out_},
+        {packed_.data(), scales_.data(), sums_.data(), bias_.data(), k_groups_, n_blocks_, out_,
+         relu},
         out);
     return y.view(sizes);
   }
@@ -529,7 +545,8 @@ at::Tensor Int8Linear::run(const at::Tensor& x, int kernel_index) const {
                       bias_.data() + nb * kBlock,
                       out + m * out_ + nb * kBlock,
                       out_,
-                      out_ - nb * kBlock};
+                      out_ - nb * kBlock,
+                      relu};
       if (vnni)
         kTiles[tile_rows - 1][blocks - 1](tile);
       else

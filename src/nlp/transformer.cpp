@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 
 namespace garden::nlp {
 
@@ -83,6 +84,9 @@ FeedForwardImpl::FeedForwardImpl(const TransformerBlockOptions& options)
 }
 
 at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
+  // Inference: ReLU with the product (dropout is off), with no pass of its own in int8.
+  if (!gelu_ && (!is_training() || dropout_ == 0.0) && !at::GradMode::is_enabled())
+    return output->forward(intermediate->forward_relu(x));
   at::Tensor h = intermediate->forward(x);
   h = gelu_ ? nlp::dropout(nlp::gelu(h), dropout_, is_training())
             : nlp::relu_dropout(h, dropout_, is_training());
@@ -224,7 +228,7 @@ TransformerBlockOptions Seq2SeqTransformerOptions::block_options() const {
 }
 
 Seq2SeqTransformerImpl::Seq2SeqTransformerImpl(const Seq2SeqTransformerOptions& options)
-    : options_(options) {
+    : options_(options), positions_(std::make_shared<PositionTable>()) {
   const int64_t d = options.hidden_size;
   embedding = register_module("embedding", torch::nn::Embedding(options.vocab_size, d));
   {
@@ -250,8 +254,53 @@ Seq2SeqTransformerImpl::Seq2SeqTransformerImpl(const Seq2SeqTransformerOptions& 
   }
 }
 
+struct Seq2SeqTransformerImpl::PositionTable {
+  std::mutex mutex;
+  at::Tensor rows;  // [n, D] float32, CPU
+};
+
+at::Tensor Seq2SeqTransformerImpl::position_rows(int64_t n) {
+  std::lock_guard<std::mutex> lock(positions_->mutex);
+  at::Tensor& rows = positions_->rows;
+  if (!rows.defined() || rows.size(0) < n) {
+    const int64_t grown = std::max<int64_t>({n, 128, rows.defined() ? 2 * rows.size(0) : 0});
+    rows = relative_position_encoding(grown, options_.hidden_size, 0, 1.0, 1.0e4, at::kFloat,
+                                      at::kCPU);
+  }
+  return rows;
+}
+
 at::Tensor Seq2SeqTransformerImpl::embed(const at::Tensor& ids, int64_t start) {
   const auto& weight = embedding->weight;
+  if (!is_training() && !at::GradMode::is_enabled() && weight.device().is_cpu() &&
+      weight.scalar_type() == at::kFloat && weight.is_contiguous() && ids.dim() == 2 &&
+      ids.scalar_type() == at::kLong && ids.device().is_cpu() && start >= 0) {
+    // A decoding step's input: one row a sentence and beam. As the
+    // operations below: x * float(sqrt(D)), times 1 or 0, plus the encoding
+    // (whose rows do not depend on where the table starts: each is its
+    // position's own products, sines and cosines in double).
+    const int64_t rows = ids.size(0), length = ids.size(1), width = weight.size(1);
+    const int64_t vocab = weight.size(0);
+    const at::Tensor id = ids.contiguous();
+    const at::Tensor table = position_rows(start + length);
+    at::Tensor x = at::empty({rows, length, width}, weight.options());
+    const float scale = static_cast<float>(std::sqrt(static_cast<double>(options_.hidden_size)));
+    const int64_t* index = id.data_ptr<int64_t>();
+    const float* embeddings = weight.data_ptr<float>();
+    const float* positions = table.data_ptr<float>();
+    float* out = x.data_ptr<float>();
+    for (int64_t r = 0; r < rows * length; ++r) {
+      const int64_t token = index[r];
+      TORCH_CHECK(token >= 0 && token < vocab, "embedding: id ", token, " is not in [0, ", vocab,
+                  ")");
+      const float keep = token != options_.pad_id ? 1.0f : 0.0f;
+      const float* __restrict e = embeddings + token * width;
+      const float* __restrict p = positions + (start + r % length) * width;
+      float* __restrict y = out + r * width;
+      for (int64_t d = 0; d < width; ++d) y[d] = e[d] * scale * keep + p[d];
+    }
+    return x;
+  }
   at::Tensor x = embedding->forward(ids) * std::sqrt(static_cast<double>(options_.hidden_size));
   x = x * (ids != options_.pad_id).unsqueeze(-1).to(x.scalar_type());
   x = x + relative_position_encoding(ids.size(1), options_.hidden_size, start, 1.0, 1.0e4,

@@ -99,6 +99,46 @@ TEST(Int8Test, AmxAgreesBitwiseWithVnniAndThePortableLoop) {
   }
 }
 
+// With relu, each kernel stores at::relu of its own outputs: the same bits,
+// exact zeros included (a row of zeros against a zero bias), on both sides
+// of the blocks of 16 outputs and of the tiles' 16 rows. A Dense layer's forward_relu is
+// relu(forward) with and without int8 and gradients.
+TEST(Int8Test, ReluAsTheOutputsAreStoredIsAtRelu) {
+  torch::manual_seed(9);
+  for (const int64_t in : {21, 64, 200}) {
+    for (const int64_t rows : {1, 15, 17, 33}) {
+      for (const int64_t out : {5, 16, 33}) {
+        at::Tensor b = torch::randn({out});
+        b[0] = 0.0f;
+        const at::Tensor w = torch::randn({out, in}) * 0.1;
+        at::Tensor x = torch::randn({rows, in});
+        x[0].zero_();
+        const Int8Linear layer(w, b);
+        const at::Tensor want = at::relu(layer.forward(x));
+        EXPECT_TRUE(layer.forward(x, /*relu=*/true).equal(want)) << rows << " x " << in;
+        EXPECT_TRUE(layer.forward_portable(x, /*relu=*/true).equal(want)) << rows << " x " << in;
+        if (int8_kernel() != "portable") {
+          EXPECT_TRUE(layer.forward_vnni(x, /*relu=*/true).equal(want)) << rows << " x " << in;
+        }
+      }
+    }
+  }
+  Dense dense = make_dense(40, 24, /*use_bias=*/true);
+  {
+    torch::NoGradGuard no_grad;
+    dense->bias.normal_();
+  }
+  const at::Tensor x = torch::randn({5, 40});
+  for (const bool int8 : {false, true}) {
+    dense->use_int8(int8);
+    for (const bool grad : {false, true}) {
+      torch::AutoGradMode mode(grad);
+      EXPECT_TRUE(dense->forward_relu(x).equal(at::relu(dense->forward(x))))
+          << "int8 " << int8 << " grad " << grad;
+    }
+  }
+}
+
 TEST(Int8Test, BadInputsAreErrors) {
   const Int8Linear layer(torch::randn({4, 3}), torch::randn({4}));
   EXPECT_THROW(layer.forward(torch::randn({2, 5})), Error);

@@ -154,6 +154,43 @@ TEST(TransformerTest, PositionEncodingMatchesHandFormula) {
     }
 }
 
+// Inference embeds through one loop and a kept table of position encodings
+// (decoding asks for one position a step): the same bits as the operations
+// that training runs, at positions on both sides of the table's first size
+// and growth (128, 256), with pad ids zeroed; an id outside the vocabulary
+// is an error, as in the operations.
+TEST(TransformerTest, InferenceEmbeddingGivesTheOperationsBits) {
+  torch::manual_seed(12);
+  Seq2SeqTransformerOptions o = small_model(true);
+  o.hidden_size = 40;  // off the vector widths
+  o.num_heads = 4;
+  o.dropout_rate = 0.0;
+  Seq2SeqTransformer model(o);
+  at::Tensor ids = torch::randint(0, o.vocab_size, {6, 3}, torch::kLong);
+  ids[1][0] = o.pad_id;
+  ids[4][2] = o.pad_id;
+  for (const int64_t start : {0, 1, 7, 126, 127, 128, 200, 255, 256, 300, 1000}) {
+    model->train();
+    const at::Tensor want = model->embed(ids, start);
+    model->eval();
+    torch::NoGradGuard no_grad;
+    const at::Tensor got = model->embed(ids, start);
+    EXPECT_TRUE(got.equal(want)) << "start " << start;
+    // One position alone, as a decoding step asks for it.
+    EXPECT_TRUE(model->embed(ids.narrow(1, 2, 1), start + 2).equal(want.narrow(1, 2, 1)))
+        << "start " << start;
+    // The table's row is the encoding computed for that position alone.
+    EXPECT_TRUE(relative_position_encoding(1, o.hidden_size, start + 1, 1.0, 1.0e4)
+                    .equal(relative_position_encoding(start + 2, o.hidden_size, 0, 1.0, 1.0e4)
+                               .narrow(0, start + 1, 1)))
+        << "start " << start;
+  }
+  model->eval();
+  torch::NoGradGuard no_grad;
+  EXPECT_THROW(model->embed(torch::tensor({{3, o.vocab_size}}, torch::kLong), 0), c10::Error);
+  EXPECT_THROW(model->embed(torch::tensor({{-1}}, torch::kLong), 0), c10::Error);
+}
+
 TEST(TransformerTest, MasksHaveDocumentedShapeAndValues) {
   at::Tensor ids = torch::tensor({5, 3, 0, 0}, torch::kLong).view({1, 4});
   at::Tensor pad = padding_mask(ids);

@@ -61,6 +61,9 @@ class DenseImpl : public torch::nn::Cloneable<DenseImpl> {
   // x [..., in] -> [..., out]. With int8 on and gradients off (inference),
   // through the int8 copy; otherwise in the weight's own dtype.
   at::Tensor forward(const at::Tensor& x);
+  // at::relu(forward(x)); without gradients in place, and in int8 as the
+  // outputs are stored.
+  at::Tensor forward_relu(const at::Tensor& x);
   // On: quantizes the weights as they are now (throws garden::Error where
   // int8 cannot run: see check_int8_available); off: float again. A weight
   // changed later is not seen until use_int8(true) runs again.

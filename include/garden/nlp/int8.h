@@ -44,12 +44,13 @@ class Int8Linear {
   // weight [out, in] on the CPU (any floating dtype), bias [out] or undefined.
   Int8Linear(const at::Tensor& weight, const at::Tensor& bias);
   bool defined() const { return out_ > 0; }
-  // x [..., in] -> [..., out] float32.
-  at::Tensor forward(const at::Tensor& x) const;
+  // x [..., in] -> [..., out] float32; with relu, at::relu of that, applied
+  // as each output is stored (no second pass).
+  at::Tensor forward(const at::Tensor& x, bool relu = false) const;
   // The same with the portable loop, whatever the CPU, or with the VNNI
   // kernel (garden::Error without AVX512-VNNI), for tests.
-  at::Tensor forward_portable(const at::Tensor& x) const;
-  at::Tensor forward_vnni(const at::Tensor& x) const;
+  at::Tensor forward_portable(const at::Tensor& x, bool relu = false) const;
+  at::Tensor forward_vnni(const at::Tensor& x, bool relu = false) const;
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
   // The quantized weight [out, in] and its per-channel scales [out].
@@ -57,7 +58,7 @@ class Int8Linear {
   at::Tensor weight_scales() const;
 
  private:
-  at::Tensor run(const at::Tensor& x, int kernel) const;
+  at::Tensor run(const at::Tensor& x, int kernel, bool relu) const;
   int64_t in_ = 0, out_ = 0;
   int64_t k_groups_ = 0;        // ceil(in / 64) * 16: whole blocks of 64 inputs
   int64_t n_blocks_ = 0;        // ceil(out / 16)

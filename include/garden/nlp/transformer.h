@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -195,6 +196,13 @@ class Seq2SeqTransformerImpl : public torch::nn::Module {
   void use_int8(bool on);
   bool int8() const { return int8_projection_ != nullptr; }
 
+  // The encoder's and decoder's input: ids [B, L] -> the embeddings scaled
+  // by sqrt(D), zero at pad_id, plus the position encodings of positions
+  // start .. start + L - 1, then dropout when training. In inference (not
+  // training, no gradients, float32 on the CPU) one pass with the encodings
+  // read from a table kept by the model, the same bits as the operations.
+  at::Tensor embed(const at::Tensor& ids, int64_t start);
+
   const Seq2SeqTransformerOptions& options() const { return options_; }
   torch::nn::Embedding embedding{nullptr};  // [V, D]; also the output projection
   std::vector<TransformerEncoderBlock> encoder_layers;
@@ -203,10 +211,13 @@ class Seq2SeqTransformerImpl : public torch::nn::Module {
   torch::nn::LayerNorm decoder_norm{nullptr};  // only when norm_first
 
  private:
-  // Scaled, pad-zeroed embeddings plus positions from `start`, then dropout.
-  at::Tensor embed(const at::Tensor& ids, int64_t start);
   at::Tensor project(const at::Tensor& hidden);
+  // Rows 0 .. n - 1 (at least) of relative_position_encoding in float32 on
+  // the CPU, grown as decoding needs; shared by the threads that decode.
+  at::Tensor position_rows(int64_t n);
+  struct PositionTable;
   Seq2SeqTransformerOptions options_;
+  std::shared_ptr<PositionTable> positions_;
   std::shared_ptr<const Int8Linear> int8_projection_;  // embedding^T, with use_int8
 };
 TORCH_MODULE(Seq2SeqTransformer);
