@@ -507,12 +507,16 @@ at::Tensor Int8Linear::run(const at::Tensor& x, int kernel_index, bool relu) con
                 " features, the layer " + std::to_string(in_));
   if (!x.device().is_cpu())
     throw Error("int8 dense layer: the input is on " + x.device().str() + ", not the CPU");
-  const at::Tensor flat = x.detach().to(at::kFloat).reshape({-1, in_}).contiguous();
-  const int64_t rows = flat.size(0);
+  // Read in place when x is contiguous float32 (a decoding step's inputs
+  // are): each LibTorch call saved is a dispatch, a dozen of them a step.
+  const at::Tensor flat = x.scalar_type() == at::kFloat && x.is_contiguous()
+                              ? x
+                              : x.detach().to(at::kFloat).contiguous();
+  const int64_t rows = flat.numel() / in_;
   auto sizes = x.sizes().vec();
   sizes.back() = out_;
-  at::Tensor y = at::empty({rows, out_}, flat.options());
-  if (rows == 0) return y.view(sizes);
+  at::Tensor y = at::empty(sizes, at::TensorOptions().dtype(at::kFloat));
+  if (rows == 0) return y;
   thread_local QuantizedRows q;
   if (vnni)
     quantize_rows_avx512(flat.data_ptr<float>(), rows, in_, k_groups_ * 4, q);
@@ -525,7 +529,7 @@ at::Tensor Int8Linear::run(const at::Tensor& x, int kernel_index, bool relu) con
         {packed_.data(), scales_.data(), sums_.data(), bias_.data(), k_groups_, n_blocks_, out_,
          relu},
         out);
-    return y.view(sizes);
+    return y;
   }
   // Output blocks outside, rows inside: a group of weight blocks stays in
   // cache while every row passes it.
@@ -553,7 +557,7 @@ at::Tensor Int8Linear::run(const at::Tensor& x, int kernel_index, bool relu) con
         portable_tile(tile, tile_rows, blocks);
     }
   }
-  return y.view(sizes);
+  return y;
 }
 
 at::Tensor Int8Linear::quantized_weight() const {
