@@ -1,5 +1,6 @@
 #include "garden/nlp/transformer.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -87,10 +88,19 @@ at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
   // Inference: ReLU with the product (dropout is off), with no pass of its own in int8.
   if (!gelu_ && (!is_training() || dropout_ == 0.0) && !at::GradMode::is_enabled())
     return output->forward(intermediate->forward_relu(x));
-  at::Tensor h = intermediate->forward(x);
-  h = gelu_ ? nlp::dropout(nlp::gelu(h), dropout_, is_training())
-            : nlp::relu_dropout(h, dropout_, is_training());
-  return output->forward(h);
+  at::Tensor h;
+  const at::Tensor& weight = intermediate->weight;
+  if (gelu_ && intermediate->use_bias && !(intermediate->int8() && !at::GradMode::is_enabled()) &&
+      !at::autocast::is_cpu_enabled() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
+      weight.scalar_type() == at::kFloat) {
+    // The product without its bias, which the GELU pass adds (kernels.h).
+    h = nlp::bias_gelu(at::linear(x, weight), intermediate->bias);
+  } else {
+    h = intermediate->forward(x);
+    h = gelu_ ? nlp::gelu(h) : nlp::relu_dropout(h, dropout_, is_training());
+    if (!gelu_) return output->forward(h);
+  }
+  return output->forward(nlp::dropout(h, dropout_, is_training()));
 }
 
 namespace {

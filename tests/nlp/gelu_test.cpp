@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <vector>
 
 #include "garden/nlp/kernels.h"
 
@@ -90,6 +91,92 @@ TEST(GeluTest, Bfloat16IsTheFloatPathRoundedOnce) {
   y.backward(grad);
   const at::Tensor want = garden_gradient(values.to(torch::kFloat), grad.to(torch::kFloat));
   EXPECT_TRUE(torch::equal(half.grad(), want.to(torch::kBFloat16)));
+}
+
+
+// bias_gelu: gelu(x + bias) in one pass, the bias gradient summed in the
+// backward's pass. Against the definition in double with libm's erf, on the
+// exact x + b: the forward within 3e-7 of max(1, |x + b|) (Phi to 7.5e-8,
+// and x + b and the result each rounded to float), the x gradient as
+// gelu's, the bias gradient its column sums.
+TEST(BiasGeluTest, ForwardAndGradientsMatchTheDefinitionInDouble) {
+  torch::manual_seed(5);
+  for (const int64_t width : {33, 64, 1000}) {
+    const at::Tensor x = torch::cat({torch::randn({70, width}) * 3,
+                                     torch::linspace(-14.0, 14.0, 10 * width).view({10, width})});
+    const at::Tensor bias = torch::randn({width});
+    const at::Tensor grad = torch::randn(x.sizes());
+    at::Tensor leaf = x.clone().requires_grad_();
+    at::Tensor bias_leaf = bias.clone().requires_grad_();
+    const at::Tensor y = bias_gelu(leaf, bias_leaf);
+    y.backward(grad);
+
+    const at::Tensor p = x.to(torch::kDouble) + bias.to(torch::kDouble);
+    const at::Tensor cdf = 0.5 * (1.0 + torch::erf(p / std::sqrt(2.0)));
+    const at::Tensor want_y = p * cdf;
+    const at::Tensor want_dx =
+        grad.to(torch::kDouble) * (cdf + p * torch::exp(-0.5 * p * p) / std::sqrt(2.0 * M_PI));
+    const at::Tensor scale = p.abs().clamp_min(1.0);
+    EXPECT_LT(((y.to(torch::kDouble) - want_y).abs() / scale).max().item<double>(), 3e-7) << width;
+    EXPECT_LT(((leaf.grad().to(torch::kDouble) - want_dx).abs() /
+               grad.to(torch::kDouble).abs().clamp_min(1.0))
+                  .max()
+                  .item<double>(),
+              1e-6)
+        << width;
+    // The bias gradient: the x gradient's column sums.
+    const at::Tensor want_db = leaf.grad().to(torch::kDouble).sum(0);
+    EXPECT_LT((bias_leaf.grad().to(torch::kDouble) - want_db).abs().max().item<double>(), 1e-5)
+        << width;
+  }
+}
+
+// Central finite differences of the definition in double, through three
+// dimensions (the feed-forward layer's [B, T, C]).
+TEST(BiasGeluTest, GradientsMatchFiniteDifferences) {
+  torch::manual_seed(6);
+  const at::Tensor x = torch::randn({3, 7, 33}) * 2;
+  const at::Tensor bias = torch::randn({33});
+  at::Tensor leaf = x.clone().requires_grad_();
+  at::Tensor bias_leaf = bias.clone().requires_grad_();
+  bias_gelu(leaf, bias_leaf).sum().backward();
+  const at::Tensor pd = x.to(torch::kDouble) + bias.to(torch::kDouble);
+  const double h = 1e-4;
+  const at::Tensor numeric = (at::gelu(pd + h) - at::gelu(pd - h)) / (2 * h);
+  EXPECT_LT((leaf.grad().to(torch::kDouble) - numeric).abs().max().item<double>(), 1e-5);
+  EXPECT_LT((bias_leaf.grad().to(torch::kDouble) - numeric.sum(at::IntArrayRef{0, 1})).abs().max().item<double>(),
+            1e-4);
+}
+
+// The bias gradient is summed in blocks of rows added in order: the same
+// bits with one thread and two. Without gradients the forward is the same
+// pass; a double input, a mismatched or missing bias take gelu(x + bias).
+TEST(BiasGeluTest, SameBitsAnyThreadsAndOtherPathsAreTheDefinition) {
+  torch::manual_seed(7);
+  const at::Tensor x = torch::randn({300, 96});
+  const at::Tensor bias = torch::randn({96});
+  const at::Tensor grad = torch::randn(x.sizes());
+  const int threads = at::get_num_threads();
+  std::vector<at::Tensor> results;
+  for (const int n : {1, 2}) {
+    at::set_num_threads(n);
+    at::Tensor leaf = x.clone().requires_grad_();
+    at::Tensor bias_leaf = bias.clone().requires_grad_();
+    const at::Tensor y = bias_gelu(leaf, bias_leaf);
+    y.backward(grad);
+    results.insert(results.end(), {y.detach(), leaf.grad(), bias_leaf.grad()});
+  }
+  at::set_num_threads(threads);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(results[i].equal(results[i + 3])) << i;
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(bias_gelu(x, bias).equal(results[0]));
+  }
+  const at::Tensor xd = x.to(torch::kDouble);
+  const at::Tensor bd = bias.to(torch::kDouble);
+  EXPECT_TRUE(bias_gelu(xd, bd).equal(at::gelu(xd + bd)));
+  EXPECT_FALSE(bias_gelu_applies(x, torch::randn({95})));
+  EXPECT_TRUE(bias_gelu(x, at::Tensor()).equal(at::gelu(x)));
 }
 
 }  // namespace

@@ -191,6 +191,47 @@ TEST(TransformerTest, InferenceEmbeddingGivesTheOperationsBits) {
   EXPECT_THROW(model->embed(torch::tensor({{-1}}, torch::kLong), 0), c10::Error);
 }
 
+// In float32 on the CPU a GELU feed-forward layer runs its first product
+// without the bias and nlp::bias_gelu adds it: the output and every
+// gradient as the reference in double (the same weights), in training and
+// without gradients.
+TEST(TransformerTest, GeluFeedForwardWithItsBiasFusedMatchesTheReference) {
+  torch::manual_seed(13);
+  TransformerBlockOptions o = small_block(false, "gelu");
+  o.intermediate_size = 40;
+  o.use_bias = true;
+  FeedForward ff(o);
+  {
+    torch::NoGradGuard no_grad;
+    ff->intermediate->bias.normal_();
+    ff->output->bias.normal_();
+  }
+  const at::Tensor x = torch::randn({3, 5, o.hidden_size}, torch::requires_grad());
+  const at::Tensor y = ff->forward(x);
+  const at::Tensor grad = torch::randn(y.sizes());
+  y.backward(grad);
+
+  FeedForward reference(o);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& item : reference->named_parameters())
+      item.value().copy_(ff->named_parameters()[item.key()]);
+  }
+  reference->to(torch::kDouble);
+  const at::Tensor xd = x.detach().to(torch::kDouble).requires_grad_();
+  const at::Tensor want = ref_feed_forward(reference, xd, true);
+  want.backward(grad.to(torch::kDouble));
+  expect_close(y.detach().to(torch::kDouble), want.detach(), 2e-6);
+  expect_close(x.grad().to(torch::kDouble), xd.grad(), 2e-6);
+  for (auto& item : ff->named_parameters()) {
+    SCOPED_TRACE(item.key());
+    expect_close(item.value().grad().to(torch::kDouble),
+                 reference->named_parameters()[item.key()].grad(), 1e-5);
+  }
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(ff->forward(x).equal(y.detach()));
+}
+
 TEST(TransformerTest, MasksHaveDocumentedShapeAndValues) {
   at::Tensor ids = torch::tensor({5, 3, 0, 0}, torch::kLong).view({1, 4});
   at::Tensor pad = padding_mask(ids);
