@@ -36,6 +36,8 @@ void set_autocast(bool cuda, bool enabled, at::ScalarType dtype) {
 }
 }  // namespace
 
+bool autocast_on(const c10::Device& device) { return autocast_enabled(device.is_cuda()); }
+
 AutocastGuard::AutocastGuard(const std::optional<std::string>& dtype, const c10::Device& device) {
   if (!dtype || *dtype == "float32") return;
   cuda_ = device.is_cuda();

@@ -1,6 +1,7 @@
 #include "garden/nlp/transformer.h"
 
-#include <ATen/autocast_mode.h>
+#include "garden/core/precision.h"
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -91,7 +92,7 @@ at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
   at::Tensor h;
   const at::Tensor& weight = intermediate->weight;
   if (gelu_ && intermediate->use_bias && !(intermediate->int8() && !at::GradMode::is_enabled()) &&
-      !at::autocast::is_cpu_enabled() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
+      !autocast_on(x.device()) && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
       weight.scalar_type() == at::kFloat) {
     // The product without its bias, which the GELU pass adds (kernels.h).
     h = nlp::bias_gelu(at::linear(x, weight), intermediate->bias);
