@@ -27,8 +27,8 @@ at::Tensor dropout(const at::Tensor& x, double p, bool training);
 at::Tensor gelu(const at::Tensor& x);
 // gelu(x + bias), bias [C] over x's last dimension: the feed-forward layer's
 // activation with its product's bias, so the product runs without it. On
-// the CPU in float32 one pass forward (the erf form, x Phi(x), with Phi to
-// about 1.5e-7 absolute, Abramowitz and Stegun 7.1.26) and one backward
+// the CPU in float32 one pass forward (the erf form, x Phi(x), with erf to
+// 1.5e-7 absolute, Abramowitz and Stegun 7.1.26) and one backward
 // that also sums the bias gradient (in double, the same bits with any
 // number of threads); otherwise gelu(x + bias). Not twice differentiable.
 bool bias_gelu_applies(const at::Tensor& x, const at::Tensor& bias);
