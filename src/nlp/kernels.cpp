@@ -352,40 +352,49 @@ double row_sum_exp_portable(const float* x, int64_t n, float top) {
   return row_sum_exp_loop(x, n, top);
 }
 
+using Lanes16 = float __attribute__((vector_size(16 * sizeof(float))));
+
+// The largest of 16 lanes: halves against halves, four times (vector
+// maxima, built per instruction set). By reference: a 64-byte vector by
+// value would change the portable build's ABI.
+__attribute__((always_inline)) inline float largest_lane(const Lanes16& lanes) {
+  Lanes16 m = lanes;
+  Lanes16 h =
+      __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+  m = m > h ? m : h;
+  h = __builtin_shufflevector(m, m, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
+  m = m > h ? m : h;
+  h = __builtin_shufflevector(m, m, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  m = m > h ? m : h;
+  return m[0] > m[1] ? m[0] : m[1];
+}
+
 // The largest element of a float row, in four running vectors of 16
 // (a single one would wait on its own maximum at every vector). NaNs are
 // passed over: the sum of exponentials after it turns a NaN into NaN.
 // Replaces one LibTorch amax over all the rows: about 2 % of an int8
 // beam-4 decoding's samples went to that reduction (docs/PERFORMANCE.md).
 __attribute__((always_inline)) inline float row_max_loop(const float* __restrict x, int64_t n) {
-  using Lanes = float __attribute__((vector_size(16 * sizeof(float))));
   constexpr float kLow = -std::numeric_limits<float>::infinity();
-  Lanes m[4];
+  Lanes16 m[4];
   for (auto& lanes : m)
     for (int j = 0; j < 16; ++j) lanes[j] = kLow;
   int64_t v = 0;
   for (; v + 64 <= n; v += 64)
     for (int u = 0; u < 4; ++u) {
-      Lanes a;
+      Lanes16 a;
       std::memcpy(&a, x + v + 16 * u, sizeof(a));
       m[u] = a > m[u] ? a : m[u];
     }
   for (; v + 16 <= n; v += 16) {
-    Lanes a;
+    Lanes16 a;
     std::memcpy(&a, x + v, sizeof(a));
     m[0] = a > m[0] ? a : m[0];
   }
-  // The four vectors into one, then halves against halves.
   m[0] = m[1] > m[0] ? m[1] : m[0];
   m[2] = m[3] > m[2] ? m[3] : m[2];
-  Lanes h = m[2] > m[0] ? m[2] : m[0];
-  Lanes g = __builtin_shufflevector(h, h, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
-  h = g > h ? g : h;
-  g = __builtin_shufflevector(h, h, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
-  h = g > h ? g : h;
-  g = __builtin_shufflevector(h, h, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-  h = g > h ? g : h;
-  float top = h[1] > h[0] ? h[1] : h[0];
+  m[0] = m[2] > m[0] ? m[2] : m[0];
+  float top = largest_lane(m[0]);
   for (; v < n; ++v) top = x[v] > top ? x[v] : top;
   return top;
 }
@@ -454,19 +463,10 @@ __attribute__((always_inline)) inline void select_best_loop(const float* x, cons
           for (int step = 0; step < 2; ++step)
             low = std::nextafter(low, -std::numeric_limits<float>::infinity());
         }
-        // The block's largest value, by vector maxima: halves against
-        // halves, four times.
-        using Block = float __attribute__((vector_size(kBlock * sizeof(float))));
-        Block m;
-        std::memcpy(&m, row + v, sizeof(m));
-        Block h = __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13,
-                                          14, 15);
-        m = m > h ? m : h;
-        h = __builtin_shufflevector(m, m, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
-        m = m > h ? m : h;
-        h = __builtin_shufflevector(m, m, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-        m = m > h ? m : h;
-        if (!((m[0] > m[1] ? m[0] : m[1]) > low)) continue;
+        static_assert(kBlock == 16, "a block is one Lanes16");
+        Lanes16 block;
+        std::memcpy(&block, row + v, sizeof(block));
+        if (!(largest_lane(block) > low)) continue;
       }
       for (int j = 0; j < kBlock; ++j)
         offer(static_cast<double>(row[v + j]) + shift, b * vocab + v + j);

@@ -90,18 +90,20 @@ at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
   if (!gelu_ && (!is_training() || dropout_ == 0.0) && !at::GradMode::is_enabled())
     return output->forward(intermediate->forward_relu(x));
   at::Tensor h;
-  const at::Tensor& weight = intermediate->weight;
-  if (gelu_ && intermediate->use_bias && !(intermediate->int8() && !at::GradMode::is_enabled()) &&
-      !autocast_on(x.device()) && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
-      weight.scalar_type() == at::kFloat) {
-    // The product without its bias, which the GELU pass adds (kernels.h).
-    h = nlp::bias_gelu(at::linear(x, weight), intermediate->bias);
+  if (gelu_) {
+    const at::Tensor& weight = intermediate->weight;
+    const bool fused = intermediate->use_bias &&
+                       !(intermediate->int8() && !at::GradMode::is_enabled()) &&
+                       !autocast_on(x.device()) && x.device().is_cpu() &&
+                       x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat;
+    // Fused: the product without its bias, which the GELU pass adds (kernels.h).
+    h = fused ? nlp::bias_gelu(at::linear(x, weight), intermediate->bias)
+              : nlp::gelu(intermediate->forward(x));
+    h = nlp::dropout(h, dropout_, is_training());
   } else {
-    h = intermediate->forward(x);
-    h = gelu_ ? nlp::gelu(h) : nlp::relu_dropout(h, dropout_, is_training());
-    if (!gelu_) return output->forward(h);
+    h = nlp::relu_dropout(intermediate->forward(x), dropout_, is_training());
   }
-  return output->forward(nlp::dropout(h, dropout_, is_training()));
+  return output->forward(h);
 }
 
 namespace {
