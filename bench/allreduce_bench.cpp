@@ -8,7 +8,7 @@
 // nccl-tests counts them (algorithm: bytes / time; bus: that times
 // 2 (n - 1) / n, what each process sends and receives).
 //
-//   allreduce_bench [--workers 2] [--mb 1,6,24] [--iters 15]
+//   allreduce_bench [--workers 2] [--mb 1,6,24] [--iters 15]   # sizes in MiB
 //   allreduce_bench --smoke          # CI: 2 workers, 1 MB, 3 all-reduces
 //
 // Without RANK in its environment it starts WORKERS copies of itself on this

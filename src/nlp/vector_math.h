@@ -45,7 +45,10 @@ __attribute__((always_inline)) inline double exp_nonpositive(double u) {
                                                              g * (1.0 / 479001600 +
                                                                   g * (1.0 /
                                                                        6227020800.0)))))))))))));
-  const int64_t bits = (static_cast<int64_t>(n) + 1023) << 52;
+  // n >= -1021 for every number; NaN becomes -1023 here (a NaN's conversion
+  // to an integer is undefined), and p carries the NaN to the result.
+  const double whole = n > -1023.0 ? n : -1023.0;
+  const int64_t bits = (static_cast<int64_t>(whole) + 1023) << 52;
   double scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return u < -708.0 ? 0.0 : p * scale;
@@ -69,7 +72,10 @@ __attribute__((always_inline)) inline float exp_nonpositive(float u) {
       g * (1.0f + g * (0.5f + g * (1.0f / 6 +
                                    g * (1.0f / 24 +
                                         g * (1.0f / 120 + g * (1.0f / 720 + g * (1.0f / 5040)))))));
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  // n >= -126 for every number; NaN becomes -127 here, as in the double
+  // version.
+  const float whole = n > -127.0f ? n : -127.0f;
+  const int32_t bits = (static_cast<int32_t>(whole) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
   return u < -87.3f ? 0.0f : p * scale;
