@@ -9,6 +9,7 @@
 // 2 (n - 1) / n, what each process sends and receives).
 //
 //   allreduce_bench [--workers 2] [--mb 1,6,24] [--iters 15]   # sizes in MiB
+//   (--workers only where it starts the processes itself)
 //   allreduce_bench --smoke          # CI: 2 workers, 1 MB, 3 all-reduces
 //
 // Without RANK in its environment it starts WORKERS copies of itself on this
@@ -42,6 +43,7 @@ namespace {
 
 struct Options {
   int workers = 2;
+  bool workers_given = false;  // --workers on the command line
   std::vector<double> megabytes = {1, 6, 24};
   int iters = 15;
 };
@@ -67,6 +69,7 @@ Options parse(int argc, char** argv) {
     try {
       if (flag == "--workers") {
         o.workers = std::stoi(value);
+        o.workers_given = true;
       } else if (flag == "--iters") {
         o.iters = std::stoi(value);
       } else if (flag == "--mb") {
@@ -97,6 +100,11 @@ int worker(const Options& o) {
       garden::distribute::resolve_cluster(garden::distribute::process_environment(), runtime);
   const auto group =
       garden::distribute::ProcessGroup::connect(cluster, "cpu", std::chrono::seconds(60));
+  // The environment gives a run's size when it names the ranks.
+  if (o.workers_given && o.workers != group->size())
+    throw garden::Error("--workers " + std::to_string(o.workers) + " but the environment makes " +
+                        std::to_string(group->size()) + " processes (" + cluster.describe() +
+                        "); leave --workers out when RANK or TF_CONFIG is set");
   const auto n = static_cast<double>(group->size());
   for (double mb : o.megabytes) {
     const auto count = std::max<int64_t>(1, static_cast<int64_t>(mb * 1024 * 1024 / 4));
