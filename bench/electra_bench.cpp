@@ -3,7 +3,7 @@
 // alternately in one run.
 //
 //   electra_bench [--preset tiny|small] [--threads 1] [--steps 5] [--warmup 2]
-//                 [--batch 16] [--length 128] [--rounds 3] [--peer PATH] [--peer_malloc
+//                 [--batch 16] [--length 128] [--rounds 3] [--peer PATH|none] [--peer_malloc
 //                 glibc|garden] [--amp none|bf16] [--profile] [--smoke]
 //
 // The model is the peer's preset: `tiny` is vocab 8000, embedding width 128,
@@ -33,7 +33,8 @@
 // the bfloat16 ceiling.
 //
 // --profile times forward, loss, backward and optimizer apart (Garden only,
-// no peer) and prints LibTorch's operator profile.
+// no peer) and prints LibTorch's operator profile. --peer none: Garden's side
+// alone, the same rounds and summary without the peer's figures.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -67,7 +68,7 @@ using Clock = std::chrono::steady_clock;
 using Options = garden_bench::StepOptions;
 const char* const kUsage =
     "electra_bench [--preset tiny|small] [--threads N] [--steps S] [--warmup W] [--batch B] "
-    "[--length T] [--rounds R] [--peer PATH] [--peer_malloc glibc|garden] [--amp none|bf16] "
+    "[--length T] [--rounds R] [--peer PATH|none] [--peer_malloc glibc|garden] [--amp none|bf16] "
     "[--profile] [--smoke]";
 
 [[noreturn]] void usage(const std::string& problem) { garden_bench::usage(problem, kUsage); }
@@ -293,7 +294,9 @@ int main(int argc, char** argv) {
               << "\n";
     return 0;
   }
-  const std::string peer = garden_bench::find_peer(o.peer, "peer_electra.py", GARDEN_SOURCE_DIR);
+  const bool alone = o.peer == "none";
+  const std::string peer =
+      alone ? "none" : garden_bench::find_peer(o.peer, "peer_electra.py", GARDEN_SOURCE_DIR);
   std::cout << "# electra " << o.preset << ", batch " << o.batch << " x " << o.length
             << ", threads " << o.threads << ", " << o.warmup << " warmup + " << o.steps
             << " timed steps a round, peer " << peer << "\n";
@@ -302,36 +305,39 @@ int main(int argc, char** argv) {
   Options peer_options = o;
   peer_options.amp = "none";  // the peer runs in float32 only
   for (int r = 0; r < o.rounds; ++r) {
-    peer_info = garden_bench::run_peer_script(peer, peer_options);
-    const double p = peer_info.at("step_ms").get<double>();
-    nlohmann::json peer_line = peer_info;
-    peer_line["round"] = r + 1;
-    std::cout << peer_line.dump() << "\n" << std::flush;
+    double p = 0.0;
+    if (!alone) {
+      peer_info = garden_bench::run_peer_script(peer, peer_options);
+      p = peer_info.at("step_ms").get<double>();
+      nlohmann::json peer_line = peer_info;
+      peer_line["round"] = r + 1;
+      std::cout << peer_line.dump() << "\n" << std::flush;
+    }
     const double g = garden.measure(o.warmup, o.steps);
-    peer_ms.push_back(p);
     garden_ms.push_back(g);
     ceilings.push_back(garden_bench::gemm_ceiling_gflops(garden_bench::product_dtype(o)));
-    ratios.push_back(p / g);  // tokens/s garden over peer
-    std::cout << nlohmann::json{{"garden", "libtorch-cpp"},
-                                {"task", "electra"},
-                                {"preset", o.preset},
-                                {"round", r + 1},
-                                {"threads", o.threads},
-                                {"params", garden.parameter_count()},
-                                {"batch", o.batch},
-                                {"length", o.length},
-                                {"step_ms", garden_bench::rounded(g, 1)},
-                                {"tokens_per_s", garden_bench::rounded(tokens / g * 1000.0, 1)},
-                                {"ratio", garden_bench::rounded(p / g, 3)}}
-                     .dump()
-              << "\n"
-              << std::flush;
+    nlohmann::json line = {{"garden", "libtorch-cpp"},
+                           {"task", "electra"},
+                           {"preset", o.preset},
+                           {"round", r + 1},
+                           {"threads", o.threads},
+                           {"params", garden.parameter_count()},
+                           {"batch", o.batch},
+                           {"length", o.length},
+                           {"step_ms", garden_bench::rounded(g, 1)},
+                           {"tokens_per_s", garden_bench::rounded(tokens / g * 1000.0, 1)}};
+    if (!alone) {
+      peer_ms.push_back(p);
+      ratios.push_back(p / g);  // tokens/s garden over peer
+      line["ratio"] = garden_bench::rounded(p / g, 3);
+    }
+    std::cout << line.dump() << "\n" << std::flush;
   }
   nlohmann::json summary = garden_bench::step_summary(
       "electra_step", o, garden.parameter_count(), peer_info, tokens, peer_ms, garden_ms, ratios);
   garden_bench::add_gemm_share(summary, matmul_flops_per_step(o) / 1e9, garden_ms, peer_ms,
                                ceilings, garden_bench::product_dtype(o));
-  summary["peer_amp"] = "none";
+  if (!alone) summary["peer_amp"] = "none";
   std::cout << summary.dump() << "\n";
   return 0;
 }

@@ -29,6 +29,7 @@ namespace garden_bench {
 // `given` (--peer), else shared/bench/<script> in the nearest ancestor of the
 // source tree (then of the working directory) that has one: ../shared from
 // the main checkout, ../../shared from a worktree.
+// "none" (--peer none) stands for no peer: Garden's side alone.
 inline std::string find_peer(const std::string& given, const std::string& script,
                              const std::string& source_dir) {
   namespace fs = std::filesystem;
@@ -97,6 +98,11 @@ inline double rounded(double x, int digits) {
   return std::round(x * scale) / scale;
 }
 
+inline std::vector<double> rounded_all(std::vector<double> xs, int digits) {
+  for (double& x : xs) x = rounded(x, digits);
+  return xs;
+}
+
 // The options every step benchmark takes: --threads --steps --warmup --batch
 // --length --rounds --peer --profile, and --preset when `presets` is not
 // empty. `o` holds the defaults; `usage_line` is printed after a problem.
@@ -108,7 +114,7 @@ struct StepOptions {
   int64_t batch = 0;
   int64_t length = 0;
   int rounds = 3;
-  std::string peer;
+  std::string peer;  // a path, "" (shared/bench's), or "none": Garden's side alone
   bool profile = false;
   // --smoke: one small step of Garden's side alone, no peer (what CI runs so
   // the benchmark keeps building and running; not a figure to quote).
@@ -254,19 +260,24 @@ inline nlohmann::json step_summary(const std::string& bench, const StepOptions& 
       {"warmup", o.warmup},
       {"rounds", o.rounds},
       {"garden_params", garden_params},
-      {"peer_params", peer_info.value("params", int64_t{0})},
-      {"peer_torch", peer_info.value("torch", std::string())},
-      {"peer_step_ms_median", rounded(median(peer_ms), 1)},
       {"garden_step_ms_median", rounded(median(garden_ms), 1)},
-      {"peer_tokens_per_s_median", rounded(tokens / median(peer_ms) * 1000.0, 1)},
+      {"garden_step_ms", rounded_all(garden_ms, 1)},
       {"garden_tokens_per_s_median", rounded(tokens / median(garden_ms) * 1000.0, 1)},
-      {"ratio_median", rounded(median(ratios), 3)},
-      {"ratios", rounded_ratios},
       {"garden_peak_rss_mib", rounded(peak_rss_mib(RUSAGE_SELF), 1)},
-      {"peer_peak_rss_mib", rounded(peak_rss_mib(RUSAGE_CHILDREN), 1)},
       {"device", o.device},
       {"amp", o.amp},
   };
+  if (peer_ms.empty()) {  // --peer none
+    summary["peer"] = "none";
+    return summary;
+  }
+  summary["peer_params"] = peer_info.value("params", int64_t{0});
+  summary["peer_torch"] = peer_info.value("torch", std::string());
+  summary["peer_step_ms_median"] = rounded(median(peer_ms), 1);
+  summary["peer_tokens_per_s_median"] = rounded(tokens / median(peer_ms) * 1000.0, 1);
+  summary["ratio_median"] = rounded(median(ratios), 3);
+  summary["ratios"] = rounded_ratios;
+  summary["peer_peak_rss_mib"] = rounded(peak_rss_mib(RUSAGE_CHILDREN), 1);
   // The peer reports GPU memory as a number on CUDA and as null on the CPU.
   const auto gpu_memory = peer_info.find("max_memory_allocated_mib");
   if (gpu_memory != peer_info.end() && gpu_memory->is_number())
@@ -285,7 +296,7 @@ inline void add_gemm_share(nlohmann::json& summary, double gflop,
   std::vector<double> garden_share, peer_share, rounded_ceilings, rounded_shares;
   for (std::size_t r = 0; r < ceilings.size(); ++r) {
     garden_share.push_back(gflop / (garden_ms[r] / 1000.0) / ceilings[r]);
-    peer_share.push_back(gflop / (peer_ms[r] / 1000.0) / ceilings[r]);
+    if (r < peer_ms.size()) peer_share.push_back(gflop / (peer_ms[r] / 1000.0) / ceilings[r]);
     rounded_ceilings.push_back(rounded(ceilings[r], 1));
     rounded_shares.push_back(rounded(garden_share.back(), 3));
   }
@@ -295,7 +306,7 @@ inline void add_gemm_share(nlohmann::json& summary, double gflop,
   summary["gemm_ceilings_gflops"] = rounded_ceilings;
   summary["garden_gemm_share"] = rounded(median(garden_share), 3);
   summary["garden_gemm_shares"] = rounded_shares;
-  summary["peer_gemm_share"] = rounded(median(peer_share), 3);
+  if (!peer_share.empty()) summary["peer_gemm_share"] = rounded(median(peer_share), 3);
 }
 
 }  // namespace garden_bench

@@ -3,7 +3,7 @@
 // alternately in one run.
 //
 //   translation_bench [--preset tiny|base] [--threads 1] [--steps 5] [--warmup 2] [--batch 64]
-//                     [--length 32] [--rounds 3] [--peer PATH] [--peer_malloc glibc|garden]
+//                     [--length 32] [--rounds 3] [--peer PATH|none] [--peer_malloc glibc|garden]
 //                     [--device cpu|cuda|cuda:N] [--amp none|bf16] [--profile] [--smoke]
 //
 // The model is the peer's `tiny` preset: shared embedding (V 8000, d 256),
@@ -17,6 +17,9 @@
 // --amp bf16 both under bfloat16 autocast (forward and loss). Each step
 // ends with the loss read to the host on both sides (the peer's
 // loss.item()), so a GPU step's time includes its kernels.
+//
+// --peer none: Garden's side alone, the same rounds and summary without the
+// peer's figures (for comparing Garden with itself: settings, builds).
 //
 // Each round runs the peer once (its own warmup and timed steps, one JSON
 // line) and then Garden in this process. Tokens/s counts source + target
@@ -88,7 +91,7 @@ using Options = garden_bench::StepOptions;
 const char* const kUsage =
     "translation_bench [--preset tiny|base] [--threads N] [--steps S] [--warmup W] [--batch B] "
     "[--length T] [--rounds "
-    "R] [--peer PATH] [--peer_malloc glibc|garden] [--device cpu|cuda|cuda:N] [--amp none|bf16] "
+    "R] [--peer PATH|none] [--peer_malloc glibc|garden] [--device cpu|cuda|cuda:N] [--amp none|bf16] "
     "[--profile] [--smoke]";
 
 Options parse(int argc, char** argv) {
@@ -280,8 +283,9 @@ int main(int argc, char** argv) {
               << "\n";
     return 0;
   }
+  const bool alone = o.peer == "none";
   const std::string peer =
-      garden_bench::find_peer(o.peer, "peer_translation.py", GARDEN_SOURCE_DIR);
+      alone ? "none" : garden_bench::find_peer(o.peer, "peer_translation.py", GARDEN_SOURCE_DIR);
   std::cout << "# translation " << o.preset << ", batch " << o.batch << " x " << o.length
             << ", threads " << o.threads << ", device " << o.device << ", amp " << o.amp << ", "
             << o.warmup << " warmup + " << o.steps << " timed steps a round, peer " << peer << "\n"
@@ -293,15 +297,19 @@ int main(int argc, char** argv) {
   std::vector<double> ratios, peer_ms, garden_ms, ceilings;
   nlohmann::json peer_info;
   for (int r = 0; r < o.rounds; ++r) {
-    peer_info = garden_bench::run_peer_script(peer, o);
-    const double p = peer_info.at("step_ms").get<double>();
+    // With --peer none the peer's columns print as nan.
+    double p = std::nan("");
+    if (!alone) {
+      peer_info = garden_bench::run_peer_script(peer, o);
+      p = peer_info.at("step_ms").get<double>();
+      peer_ms.push_back(p);
+    }
     const double g = garden.measure(o.warmup, o.steps);
-    peer_ms.push_back(p);
     garden_ms.push_back(g);
     // The CPU's GEMM ceiling: the share means nothing for a GPU's step.
     if (o.device == "cpu")
       ceilings.push_back(garden_bench::gemm_ceiling_gflops(garden_bench::product_dtype(o)));
-    ratios.push_back(p / g);  // tokens/s garden over peer
+    if (!alone) ratios.push_back(p / g);  // tokens/s garden over peer
     std::printf("%5d %12.1f %14.1f %14.1f %16.1f %7.3f\n", r + 1, p, tokens / p * 1000.0, g,
                 tokens / g * 1000.0, p / g);
     std::fflush(stdout);
