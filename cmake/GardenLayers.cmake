@@ -13,6 +13,11 @@ add_library(garden_build_settings INTERFACE)
 target_link_libraries(garden_build_settings INTERFACE torch ${GARDEN_YAML_CPP}
                                                       nlohmann_json::nlohmann_json Threads::Threads)
 target_compile_options(garden_build_settings INTERFACE -Wall -Wextra)
+if(GARDEN_OPENMP)
+  # Compiled with OpenMP (CMakeLists.txt); libgarden links the runtime.
+  separate_arguments(GARDEN_OPENMP_FLAGS UNIX_COMMAND "${OpenMP_CXX_FLAGS}")
+  target_compile_options(garden_build_settings INTERFACE ${GARDEN_OPENMP_FLAGS})
+endif()
 
 add_library(garden_pch OBJECT ${CMAKE_CURRENT_SOURCE_DIR}/src/pch.cpp)
 target_link_libraries(garden_pch PRIVATE garden_build_settings)

@@ -145,17 +145,21 @@ int run_train(const ExperimentFlags& flags, const std::string& mode, const std::
 void print_environment() {
   std::cout << "# what garden's computing commands (train, fx, serve, translate, predict) "
                "run with\n";
-  for (const char* name : {"OMP_WAIT_POLICY", "OPENBLAS_CORETYPE"})
+  for (const char* name : {"OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT", "OPENBLAS_CORETYPE"})
     if (const char* value = std::getenv(name))
       std::cout << "export " << name << "=" << value << "\n";
   const std::string blas = loaded_blas_library();
   std::cout << "# BLAS: " << (blas.empty() ? "none loaded" : blas) << "\n";
   if (const std::string kernels = openblas_setting(); !kernels.empty())
     std::cout << "# OpenBLAS: " << kernels << "\n";
+  // What runtime.intra_op_parallelism_threads 0, the default, gives.
+  config::RuntimeConfig runtime;
+  runtime.intra_op_parallelism_threads = 0;
+  apply_runtime(runtime);
   std::cout << "# LibTorch " << TORCH_VERSION << ", " << at::get_num_threads()
             << " LibTorch intra-op threads by default, CUDA devices: "
-            << static_cast<int>(torch::cuda::device_count()) << "\n# malloc: " << malloc_setting()
-            << "\n";
+            << static_cast<int>(torch::cuda::device_count()) << "\n# Garden's kernels: on "
+            << parallel_for_threads() << " of them\n# malloc: " << malloc_setting() << "\n";
 }
 
 // At most this many lines from `garden lr`: a range that would print more is

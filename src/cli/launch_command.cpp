@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "garden/base/error.h"
+#include "garden/core/runtime.h"
 
 namespace garden {
 
@@ -205,10 +205,7 @@ int run_launch(int argc, char** argv) {
   // intra_op_parallelism_threads does not limit) unless the user chose.
   std::vector<std::pair<std::string, std::string>> threads;
   if (!std::getenv("OMP_NUM_THREADS") && !std::getenv("OPENBLAS_NUM_THREADS")) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    const int64_t cores =
-        sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    const int64_t cores = usable_cores();
     const int64_t processes = flags.nproc_per_node + (flags.evaluator && flags.node_rank == 0);
     const std::string each = std::to_string(std::max<int64_t>(1, cores / processes));
     threads = {{"OMP_NUM_THREADS", each}, {"OPENBLAS_NUM_THREADS", each}};

@@ -1,6 +1,5 @@
 #include "garden/cli/translate_command.h"
 
-#include <sched.h>
 #include <torch/torch.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -15,7 +14,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "garden/base/error.h"
@@ -46,14 +44,6 @@ struct TranslateFlags {
   bool int8 = false;
   int64_t parallel_batches = 0;  // 0: the cores this process may use (1 on a GPU)
 };
-
-// The cores this process may run on.
-int64_t usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
 
 struct Line {
   int64_t number = 0;  // 1-based

@@ -121,7 +121,8 @@ void RuntimeConfig::visit(Visitor& v) {
     "Accepted for Model Garden compatibility; Garden has no TPU support.");
   v("device", device, "LibTorch device: cpu, cuda or cuda:N.");
   v("intra_op_parallelism_threads", intra_op_parallelism_threads,
-    "Threads inside one op; 0 keeps LibTorch's default.");
+    "Threads inside one op; 0: every core this process may run on (LibTorch's default when "
+    "OMP_NUM_THREADS is set).");
   v("inter_op_parallelism_threads", inter_op_parallelism_threads,
     "Threads running independent ops; 0 keeps LibTorch's default.");
   v("seed", seed,

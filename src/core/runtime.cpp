@@ -6,8 +6,10 @@
 
 #include <dlfcn.h>
 #include <malloc.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
@@ -17,6 +19,8 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
@@ -129,6 +133,10 @@ int openblas_kernel_rank(const std::string& name) {
 // What OpenBLAS chose on its own before garden set OPENBLAS_CORETYPE (for
 // the log), passed through the restart.
 constexpr const char* kOpenBlasOwnChoice = "GARDEN_OPENBLAS_OWN_CHOICE";
+// OpenBLAS's threads wait 2^14 TSC ticks (about 8 us) for the next product,
+// then sleep; its default, 2^28 (about 0.1 s at 2 GHz), keeps them spinning
+// through the work between products.
+constexpr const char* kOpenBlasThreadTimeout = "14";
 }  // namespace
 
 std::string openblas_kernels() {
@@ -163,6 +171,10 @@ void restart_with_fast_settings(char** argv, bool passive_openmp_waits) {
   if (passive_openmp_waits && std::getenv("OMP_WAIT_POLICY") == nullptr &&
       setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0)
     set.push_back("OMP_WAIT_POLICY");
+  if (passive_openmp_waits && std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr &&
+      std::getenv("GOTO_THREAD_TIMEOUT") == nullptr &&
+      setenv("OPENBLAS_THREAD_TIMEOUT", kOpenBlasThreadTimeout, 1) == 0)
+    set.push_back("OPENBLAS_THREAD_TIMEOUT");
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
     const std::string own = openblas_kernels();
     const std::string force = openblas_kernels_to_force(own, best_openblas_kernels_for_cpu());
@@ -214,9 +226,29 @@ std::string malloc_setting() {
   return "glibc's default";
 }
 
+int parallel_for_threads() {
+  const int threads = at::get_num_threads();
+  // One slot per thread, each written only by its own thread.
+  std::vector<char> took(static_cast<std::size_t>(std::max(threads, 1)), 0);
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+    const int thread = at::get_thread_num();
+    if (thread >= 0 && thread < threads) took[static_cast<std::size_t>(thread)] = 1;
+  });
+  return static_cast<int>(std::count(took.begin(), took.end(), 1));
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 void apply_runtime(const config::RuntimeConfig& runtime) {
   if (runtime.intra_op_parallelism_threads > 0)
     at::set_num_threads(static_cast<int>(runtime.intra_op_parallelism_threads));
+  else if (std::getenv("OMP_NUM_THREADS") == nullptr)
+    at::set_num_threads(usable_cores());
   // For train.log (the file alone: on stderr it would come before a one-line
   // error), once per process.
   static bool logged = false;
@@ -225,10 +257,14 @@ void apply_runtime(const config::RuntimeConfig& runtime) {
     const std::string policy = openmp_wait_policy();
     const int threads = at::get_num_threads();
     std::ostringstream line;
-    line << "threads: " << threads << " LibTorch intra-op, OMP_WAIT_POLICY="
+    line << "threads: " << threads << " LibTorch intra-op (Garden's kernels on "
+         << parallel_for_threads() << "), OMP_WAIT_POLICY="
          << (!policy.empty() ? policy
              : threads > 1   ? "unset (OpenMP threads spin between parallel regions)"
                              : "unset")
+         << ", OPENBLAS_THREAD_TIMEOUT="
+         << (std::getenv("OPENBLAS_THREAD_TIMEOUT") ? std::getenv("OPENBLAS_THREAD_TIMEOUT")
+                                                     : "unset")
          << ", malloc: " << malloc_setting();
     if (const std::string blas = openblas_setting(); !blas.empty()) line << ", OpenBLAS: " << blas;
     log_to_file(LogLevel::kInfo, line.str());

@@ -117,9 +117,8 @@ std::shared_ptr<config::ExperimentConfig> tiny_experiment() {
   opt.warmup.type = "linear";
   opt.warmup.linear.warmup_steps = 500;
   experiment->runtime.distribution_strategy = "one_device";
-  // One intra-op thread: OpenBLAS runs the matrix products on every core
-  // (as for the translation experiments, docs/PERFORMANCE.md).
-  experiment->runtime.intra_op_parallelism_threads = 1;
+  // runtime.intra_op_parallelism_threads stays 0, every core, as for the
+  // translation experiments (docs/PERFORMANCE.md, "Threads").
   return experiment;
 }
 

@@ -12,11 +12,6 @@ namespace garden::nlp {
 
 namespace {
 
-// One intra-op thread: the matrix products, most of the work, still run on
-// every core through OpenBLAS's own threads, and LibTorch's OpenMP threads
-// spinning beside them made a step 2x slower on 2 cores (docs/PERFORMANCE.md).
-void cpu_threads(config::RuntimeConfig& runtime) { runtime.intra_op_parallelism_threads = 1; }
-
 struct Preset {
   int64_t width, heads, ffn, layers;
 };
@@ -125,7 +120,9 @@ std::shared_ptr<config::ExperimentConfig> cpu_experiment(const CpuRecipe& recipe
                        recipe.warmup_steps, 0.98);
   trainer.optimizer_config.optimizer.adam.global_clipnorm = 1.0;
   experiment->runtime.distribution_strategy = "one_device";
-  cpu_threads(experiment->runtime);
+  // runtime.intra_op_parallelism_threads stays 0, every core: the matrix
+  // products run on OpenBLAS's threads, Garden's kernels on LibTorch's
+  // (docs/PERFORMANCE.md, "Threads").
   return experiment;
 }
 

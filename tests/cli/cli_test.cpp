@@ -448,9 +448,11 @@ TEST(CliTrain, TrainAndEvalWritesModelDir) {
 
 TEST(CliTrain, StartsWithPassiveOpenMpAndAKeptHeapUnlessTheUserChose) {
   // garden train restarts itself with OMP_WAIT_POLICY=PASSIVE (libgomp reads
-  // it only at load), sets malloc to keep freed memory, and logs what it runs
-  // with; what the user set is kept.
-  const std::vector<std::string> names = {"OMP_WAIT_POLICY", "MALLOC_MMAP_MAX_",
+  // it only at load) and OPENBLAS_THREAD_TIMEOUT=14 (OpenBLAS reads it at
+  // load), sets malloc to keep freed memory, and logs what it runs with; what
+  // the user set is kept.
+  const std::vector<std::string> names = {"OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT",
+                                          "GOTO_THREAD_TIMEOUT", "MALLOC_MMAP_MAX_",
                                           "MALLOC_TRIM_THRESHOLD_", "OPENBLAS_CORETYPE"};
   std::map<std::string, std::optional<std::string>> saved;
   for (const auto& name : names) {
@@ -473,10 +475,16 @@ TEST(CliTrain, StartsWithPassiveOpenMpAndAKeptHeapUnlessTheUserChose) {
 #endif
   std::vector<Case> cases = {
       {{},
-       {"OMP_WAIT_POLICY=PASSIVE",
+       {"threads: 1 LibTorch intra-op (Garden's kernels on 1), OMP_WAIT_POLICY=PASSIVE, "
+        "OPENBLAS_THREAD_TIMEOUT=14, ",
         kSanitizedMalloc ? "malloc: glibc's default" : "malloc: heap only, freed memory kept"}},
-      {{{"OMP_WAIT_POLICY", "ACTIVE"}, {"MALLOC_MMAP_MAX_", "65536"}},
-       {"OMP_WAIT_POLICY=ACTIVE", "malloc: as the user set (MALLOC_MMAP_MAX_=65536)"}},
+      {{{"OMP_WAIT_POLICY", "ACTIVE"},
+        {"OPENBLAS_THREAD_TIMEOUT", "20"},
+        {"MALLOC_MMAP_MAX_", "65536"}},
+       {"OMP_WAIT_POLICY=ACTIVE, OPENBLAS_THREAD_TIMEOUT=20, ",
+        "malloc: as the user set (MALLOC_MMAP_MAX_=65536)"}},
+      // OpenBLAS's older name for it is the user's choice too.
+      {{{"GOTO_THREAD_TIMEOUT", "20"}}, {"OPENBLAS_THREAD_TIMEOUT=unset, "}},
   };
   // OpenBLAS's generic kernels run on every x86-64 CPU: chosen by the user,
   // they are kept and named (which kernels garden picks is CliEnv's test).
@@ -493,7 +501,8 @@ TEST(CliTrain, StartsWithPassiveOpenMpAndAKeptHeapUnlessTheUserChose) {
     const fs::path model_dir = dir / ("model" + std::to_string(index++));
     const Result r = run_garden(
         {"train", "--experiment=tabular/iris", "--mode=train",
-         "--params_override=trainer.train_steps=10", "--model_dir=" + model_dir.string()},
+         "--params_override=trainer.train_steps=10,runtime.intra_op_parallelism_threads=1",
+         "--model_dir=" + model_dir.string()},
         dir.path());
     for (const auto& setting : c.environment) unsetenv(setting.first.c_str());
     ASSERT_EQ(r.status, 0) << r;

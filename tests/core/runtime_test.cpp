@@ -2,6 +2,7 @@
 // the progress formatting users read.
 #include <gtest/gtest.h>
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <torch/torch.h>
 
@@ -10,6 +11,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "garden/base/error.h"
 #include "garden/config/registry.h"
@@ -148,6 +151,53 @@ TEST(RuntimeTest, ThreadsAndSeedAreApplied) {
   if (!torch::cuda::is_available()) {
     EXPECT_THROW(garden::apply_runtime(runtime), garden::Error);
   }
+}
+
+// 0 intra-op threads is TensorFlow's 0: every core the process may run on,
+// unless OMP_NUM_THREADS gives the process its share (torchrun, garden
+// launch), which LibTorch's own setting then keeps.
+TEST(RuntimeTest, ZeroIntraOpThreadsIsEveryUsableCoreUnlessOmpNumThreadsIsSet) {
+  const int saved = at::get_num_threads();
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const std::optional<std::string> saved_omp =
+      omp ? std::optional<std::string>(omp) : std::nullopt;
+  garden::config::RuntimeConfig runtime;
+  runtime.intra_op_parallelism_threads = 0;
+  unsetenv("OMP_NUM_THREADS");
+  at::set_num_threads(1);
+  garden::apply_runtime(runtime);
+  EXPECT_EQ(at::get_num_threads(), garden::usable_cores());
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  EXPECT_EQ(garden::usable_cores(), CPU_COUNT(&set));
+  setenv("OMP_NUM_THREADS", "1", 1);
+  at::set_num_threads(3);
+  garden::apply_runtime(runtime);
+  EXPECT_EQ(at::get_num_threads(), 3);  // left as it was
+  if (saved_omp)
+    setenv("OMP_NUM_THREADS", saved_omp->c_str(), 1);
+  else
+    unsetenv("OMP_NUM_THREADS");
+  at::set_num_threads(saved);
+}
+
+// LibTorch's at::parallel_for is inline: in code compiled without OpenMP it
+// runs on the calling thread whatever at::set_num_threads says. Until
+// 2026-11-27 Garden compiled so, and its kernels (attention, layer norm,
+// GELU, dropout, the loss) ran on one thread at any setting, which also made
+// their same-bits-for-any-thread-count tests compare one thread with one.
+TEST(RuntimeTest, GardensKernelsRunOnLibTorchsIntraOpThreads) {
+  const int saved = at::get_num_threads();
+  at::set_num_threads(1);
+  EXPECT_EQ(garden::parallel_for_threads(), 1);
+  at::set_num_threads(3);
+  const int three = garden::parallel_for_threads();
+  at::set_num_threads(saved);
+  if (GARDEN_KERNELS_OPENMP)
+    EXPECT_EQ(three, 3);
+  else  // clang's sanitizer and fuzzing builds (CMakeLists.txt, GARDEN_OPENMP)
+    EXPECT_EQ(three, 1);
 }
 
 TEST(ProgressTest, DurationsReadAsHoursMinutesSeconds) {

@@ -30,6 +30,12 @@ void finalize_config(config::ExperimentConfig& params,
 //   cores those threads took the cores OpenBLAS's own threads need for the
 //   next matrix product: two LibTorch threads were 1.5 to 2.5x slower than
 //   one (docs/PERFORMANCE.md).
+// - OPENBLAS_THREAD_TIMEOUT=14, also with `passive_openmp_waits`: OpenBLAS's
+//   own threads spin (sched_yield) for 2^28 TSC ticks, about 0.1 s, after
+//   each matrix product before they sleep, so between products they held the
+//   cores that LibTorch's second OpenMP thread runs Garden's kernels on: two
+//   threads then ran the fused attention no faster than one. 2^14 ticks
+//   (about 8 us) still catches a product that follows at once.
 // - OPENBLAS_CORETYPE, when OpenBLAS chose kernels older than the CPU can run
 //   (openblas_kernels_to_force). OpenBLAS built for many CPUs, as Debian's
 //   is, picks its kernels by the CPU's model number and gives a model it does
@@ -62,7 +68,26 @@ void keep_freed_memory_in_the_heap();
 // set (NAME=value)" or "glibc's default".
 std::string malloc_setting();
 
+// How many threads an at::parallel_for in Garden's own code runs on now
+// (Garden's CPU kernels: attention, layer norm, GELU, dropout, the loss),
+// found by running one over at::get_num_threads() items and counting the
+// threads that took a part. LibTorch's parallel_for is inline: it uses
+// LibTorch's OpenMP threads only in code compiled with OpenMP, and runs on
+// the calling thread otherwise, whatever at::set_num_threads says. Garden
+// compiles with OpenMP where LibTorch uses it (CMakeLists.txt,
+// GARDEN_OPENMP), so this is at::get_num_threads() there and 1 in a build
+// without it (clang's sanitizer builds).
+int parallel_for_threads();
+
+// The cores this process may run on (its CPU affinity), at least 1.
+int usable_cores();
+
 // Sets LibTorch's thread counts and seeds its generator; checks the device.
+// runtime.intra_op_parallelism_threads 0 is, as TensorFlow's 0, every core
+// this process may run on, unless OMP_NUM_THREADS is set (torchrun and
+// garden launch give each process its share so): then LibTorch's default,
+// which follows it. LibTorch's own default counts physical cores as its
+// cpuinfo sees them, which on this project's virtual machine is 1 of 2.
 void apply_runtime(const config::RuntimeConfig& runtime);
 
 // The path of the BLAS library this process uses, from /proc/self/maps
