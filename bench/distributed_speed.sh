@@ -3,8 +3,8 @@
 # gettext-en-de, the same global batch of tokens, alternated for ROUNDS
 # rounds:
 #   one-thread: one process, one thread (OPENBLAS_NUM_THREADS=1 too)
-#   default:    one process as the experiment ships (one LibTorch thread;
-#               OpenBLAS uses every core for matrix products)
+#   default:    one process as the experiment ships (every core, for
+#               LibTorch's and Garden's kernels and OpenBLAS's products)
 #   workers:    WORKERS processes from garden launch (one thread each)
 #   ps:         with PS=K set, also WORKERS workers with K parameter servers
 #               and their chief (garden launch --ps=K), asynchronous: every
@@ -54,7 +54,9 @@ overrides="task.train_data.input_path=data/translation/en_de_train.tsv"
 overrides+=",task.validation_data.input_path=data/translation/en_de_valid.tsv"
 overrides+=",task.sentencepiece_vocab_size=$vocab,runtime.seed=1,trainer.train_steps=$steps"
 overrides+=",trainer.steps_per_loop=$loop,trainer.summary_interval=$loop,trainer.checkpoint_interval=$steps"
-overrides+=",runtime.intra_op_parallelism_threads=1"
+# No intra-op setting: the experiment's 0 is every core, and OMP_NUM_THREADS=1
+# (the one-thread run's, and what garden launch gives each of 2 workers on
+# 2 cores) makes it one thread.
 
 # The median of the steps/s of every loop after the first, and the mean wait.
 summarize() {

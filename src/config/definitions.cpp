@@ -122,7 +122,7 @@ void RuntimeConfig::visit(Visitor& v) {
   v("device", device, "LibTorch device: cpu, cuda or cuda:N.");
   v("intra_op_parallelism_threads", intra_op_parallelism_threads,
     "Threads inside one op; 0: every core this process may run on (LibTorch's default when "
-    "OMP_NUM_THREADS is set).");
+    "OMP_NUM_THREADS is set; one without OMP_WAIT_POLICY=PASSIVE, which garden sets).");
   v("inter_op_parallelism_threads", inter_op_parallelism_threads,
     "Threads running independent ops; 0 keeps LibTorch's default.");
   v("seed", seed,

@@ -245,10 +245,20 @@ int usable_cores() {
 }
 
 void apply_runtime(const config::RuntimeConfig& runtime) {
-  if (runtime.intra_op_parallelism_threads > 0)
+  bool spinning = false;  // 0 kept to one thread: libgomp spins here
+  if (runtime.intra_op_parallelism_threads > 0) {
     at::set_num_threads(static_cast<int>(runtime.intra_op_parallelism_threads));
-  else if (std::getenv("OMP_NUM_THREADS") == nullptr)
-    at::set_num_threads(usable_cores());
+  } else if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    // libgomp's default wait policy spins its threads after each parallel
+    // region, on the cores OpenBLAS's threads need: two threads then ran a
+    // step 0.4x as fast as one (docs/PERFORMANCE.md). garden's commands
+    // start with PASSIVE; a program of the user's that did not gets one.
+    std::string policy = openmp_wait_policy();
+    for (char& c : policy) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    const int cores = usable_cores();
+    spinning = cores > 1 && policy != "PASSIVE";
+    at::set_num_threads(spinning ? 1 : cores);
+  }
   // For train.log (the file alone: on stderr it would come before a one-line
   // error), once per process.
   static bool logged = false;
@@ -258,7 +268,11 @@ void apply_runtime(const config::RuntimeConfig& runtime) {
     const int threads = at::get_num_threads();
     std::ostringstream line;
     line << "threads: " << threads << " LibTorch intra-op (Garden's kernels on "
-         << parallel_for_threads() << "), OMP_WAIT_POLICY="
+         << parallel_for_threads() << ")"
+         << (spinning ? " (runtime.intra_op_parallelism_threads 0 is every core only with "
+                        "OMP_WAIT_POLICY=PASSIVE, which garden's commands set)"
+                      : "")
+         << ", OMP_WAIT_POLICY="
          << (!policy.empty() ? policy
              : threads > 1   ? "unset (OpenMP threads spin between parallel regions)"
                              : "unset")

@@ -463,6 +463,7 @@ TEST(CliTrain, StartsWithPassiveOpenMpAndAKeptHeapUnlessTheUserChose) {
   struct Case {
     std::vector<std::pair<std::string, std::string>> environment;
     std::vector<std::string> expected;
+    std::string threads = "1";  // runtime.intra_op_parallelism_threads
   };
   // Under AddressSanitizer (scripts/sanitize.sh) malloc is the sanitizer's,
   // which glibc's settings do not reach: garden then logs glibc's default.
@@ -486,6 +487,14 @@ TEST(CliTrain, StartsWithPassiveOpenMpAndAKeptHeapUnlessTheUserChose) {
       // OpenBLAS's older name for it is the user's choice too.
       {{{"GOTO_THREAD_TIMEOUT", "20"}}, {"OPENBLAS_THREAD_TIMEOUT=unset, "}},
   };
+  // 0 is every core, but one thread where libgomp's threads spin.
+  if (garden::usable_cores() > 1)
+    cases.push_back(
+        {{{"OMP_WAIT_POLICY", "ACTIVE"}},
+         {"threads: 1 LibTorch intra-op (Garden's kernels on 1) (runtime.intra_op_parallelism_threads "
+          "0 is every core only with OMP_WAIT_POLICY=PASSIVE, which garden's commands set), "
+          "OMP_WAIT_POLICY=ACTIVE"},
+         "0"});
   // OpenBLAS's generic kernels run on every x86-64 CPU: chosen by the user,
   // they are kept and named (which kernels garden picks is CliEnv's test).
   const bool openblas = garden::loaded_blas_library().find("openblas") != std::string::npos;
@@ -501,7 +510,8 @@ TEST(CliTrain, StartsWithPassiveOpenMpAndAKeptHeapUnlessTheUserChose) {
     const fs::path model_dir = dir / ("model" + std::to_string(index++));
     const Result r = run_garden(
         {"train", "--experiment=tabular/iris", "--mode=train",
-         "--params_override=trainer.train_steps=10,runtime.intra_op_parallelism_threads=1",
+         "--params_override=trainer.train_steps=10,runtime.intra_op_parallelism_threads=" +
+             c.threads,
          "--model_dir=" + model_dir.string()},
         dir.path());
     for (const auto& setting : c.environment) unsetenv(setting.first.c_str());

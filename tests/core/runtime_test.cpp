@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -156,17 +157,26 @@ TEST(RuntimeTest, ThreadsAndSeedAreApplied) {
 // 0 intra-op threads is TensorFlow's 0: every core the process may run on,
 // unless OMP_NUM_THREADS gives the process its share (torchrun, garden
 // launch), which LibTorch's own setting then keeps.
+// Every core needs libgomp's passive waits, which garden's commands start
+// with: under its default, spinning, 0 stays one thread.
 TEST(RuntimeTest, ZeroIntraOpThreadsIsEveryUsableCoreUnlessOmpNumThreadsIsSet) {
   const int saved = at::get_num_threads();
-  const char* omp = std::getenv("OMP_NUM_THREADS");
-  const std::optional<std::string> saved_omp =
-      omp ? std::optional<std::string>(omp) : std::nullopt;
+  std::map<std::string, std::optional<std::string>> saved_env;
+  for (const char* name : {"OMP_NUM_THREADS", "OMP_WAIT_POLICY"}) {
+    const char* value = std::getenv(name);
+    saved_env[name] = value ? std::optional<std::string>(value) : std::nullopt;
+  }
   garden::config::RuntimeConfig runtime;
   runtime.intra_op_parallelism_threads = 0;
   unsetenv("OMP_NUM_THREADS");
+  setenv("OMP_WAIT_POLICY", "passive", 1);
   at::set_num_threads(1);
   garden::apply_runtime(runtime);
   EXPECT_EQ(at::get_num_threads(), garden::usable_cores());
+  unsetenv("OMP_WAIT_POLICY");
+  garden::apply_runtime(runtime);
+  EXPECT_EQ(at::get_num_threads(), 1);
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
   cpu_set_t set;
   CPU_ZERO(&set);
   ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
@@ -175,10 +185,12 @@ TEST(RuntimeTest, ZeroIntraOpThreadsIsEveryUsableCoreUnlessOmpNumThreadsIsSet) {
   at::set_num_threads(3);
   garden::apply_runtime(runtime);
   EXPECT_EQ(at::get_num_threads(), 3);  // left as it was
-  if (saved_omp)
-    setenv("OMP_NUM_THREADS", saved_omp->c_str(), 1);
-  else
-    unsetenv("OMP_NUM_THREADS");
+  for (const auto& [name, value] : saved_env) {
+    if (value)
+      setenv(name.c_str(), value->c_str(), 1);
+    else
+      unsetenv(name.c_str());
+  }
   at::set_num_threads(saved);
 }
 

@@ -88,6 +88,8 @@ int usable_cores();
 // garden launch give each process its share so): then LibTorch's default,
 // which follows it. LibTorch's own default counts physical cores as its
 // cpuinfo sees them, which on this project's virtual machine is 1 of 2.
+// Every core needs OMP_WAIT_POLICY=PASSIVE (restart_with_fast_settings):
+// without it 0 gives one thread, and train.log says why.
 void apply_runtime(const config::RuntimeConfig& runtime);
 
 // The path of the BLAS library this process uses, from /proc/self/maps
