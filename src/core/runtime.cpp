@@ -171,12 +171,13 @@ void restart_with_fast_settings(char** argv, bool passive_openmp_waits) {
   if (passive_openmp_waits && std::getenv("OMP_WAIT_POLICY") == nullptr &&
       setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0)
     set.push_back("OMP_WAIT_POLICY");
-  if (passive_openmp_waits && std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr &&
+  // Empty when the BLAS is not OpenBLAS: then neither variable is set.
+  const std::string own = openblas_kernels();
+  if (passive_openmp_waits && !own.empty() && std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr &&
       std::getenv("GOTO_THREAD_TIMEOUT") == nullptr &&
       setenv("OPENBLAS_THREAD_TIMEOUT", kOpenBlasThreadTimeout, 1) == 0)
     set.push_back("OPENBLAS_THREAD_TIMEOUT");
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
-    const std::string own = openblas_kernels();
     const std::string force = openblas_kernels_to_force(own, best_openblas_kernels_for_cpu());
     if (!force.empty() && setenv("OPENBLAS_CORETYPE", force.c_str(), 1) == 0) {
       set.push_back("OPENBLAS_CORETYPE");
@@ -245,6 +246,7 @@ int usable_cores() {
 }
 
 void apply_runtime(const config::RuntimeConfig& runtime) {
+  const std::string policy = openmp_wait_policy();
   bool spinning = false;  // 0 kept to one thread: libgomp spins here
   if (runtime.intra_op_parallelism_threads > 0) {
     at::set_num_threads(static_cast<int>(runtime.intra_op_parallelism_threads));
@@ -252,11 +254,12 @@ void apply_runtime(const config::RuntimeConfig& runtime) {
     // libgomp's default wait policy spins its threads after each parallel
     // region, on the cores OpenBLAS's threads need: two threads then ran a
     // step 0.4x as fast as one (docs/PERFORMANCE.md). garden's commands
-    // start with PASSIVE; a program of the user's that did not gets one.
-    std::string policy = openmp_wait_policy();
-    for (char& c : policy) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    // start with PASSIVE (libgomp takes it in any case); a program of the
+    // user's that did not gets one.
+    std::string upper = policy;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     const int cores = usable_cores();
-    spinning = cores > 1 && policy != "PASSIVE";
+    spinning = cores > 1 && upper != "PASSIVE";
     at::set_num_threads(spinning ? 1 : cores);
   }
   // For train.log (the file alone: on stderr it would come before a one-line
@@ -264,7 +267,6 @@ void apply_runtime(const config::RuntimeConfig& runtime) {
   static bool logged = false;
   if (!logged) {
     logged = true;
-    const std::string policy = openmp_wait_policy();
     const int threads = at::get_num_threads();
     std::ostringstream line;
     line << "threads: " << threads << " LibTorch intra-op (Garden's kernels on "

@@ -30,7 +30,8 @@ void finalize_config(config::ExperimentConfig& params,
 //   cores those threads took the cores OpenBLAS's own threads need for the
 //   next matrix product: two LibTorch threads were 1.5 to 2.5x slower than
 //   one (docs/PERFORMANCE.md).
-// - OPENBLAS_THREAD_TIMEOUT=14, also with `passive_openmp_waits`: OpenBLAS's
+// - OPENBLAS_THREAD_TIMEOUT=14, also with `passive_openmp_waits`, when the
+//   loaded BLAS is OpenBLAS: OpenBLAS's
 //   own threads spin (sched_yield) for 2^28 TSC ticks, about 0.1 s, after
 //   each matrix product before they sleep, so between products they held the
 //   cores that LibTorch's second OpenMP thread runs Garden's kernels on: two
