@@ -32,8 +32,9 @@
 // entropy). Both are one log-softmax over [B*T, V] plus a few reductions.
 //
 // --profile times forward, loss, backward and optimizer apart (Garden only,
-// no peer) and prints LibTorch's operator profile and the matrix products
-// by shape (bench/profile.h).
+// no peer; on a GPU each phase waits for its kernels) and, on the CPU, prints
+// LibTorch's operator profile and the matrix products by shape
+// (bench/profile.h).
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -195,7 +196,11 @@ class GardenStep {
   // The same step, each phase timed: {forward, loss, backward, optimizer} in ms.
   std::array<double, 4> timed_step() {
     std::array<double, 4> ms{};
-    auto lap = [&ms, t = Clock::now()](int i) mutable {
+    // On a GPU each phase waits for its kernels, so the laps split the step's device time.
+    const bool cuda = device_.is_cuda();
+    if (cuda) torch::cuda::synchronize(device_.index());
+    auto lap = [&ms, cuda, this, t = Clock::now()](int i) mutable {
+      if (cuda) torch::cuda::synchronize(device_.index());
       const auto now = Clock::now();
       ms[i] = std::chrono::duration<double, std::milli>(now - t).count();
       t = now;
@@ -255,7 +260,14 @@ void profile(GardenStep& garden, const Options& o) {
                               {"optimizer_ms", garden_bench::rounded(total[3], 1)}}
                    .dump()
             << "\n";
-  // One more step under LibTorch's profiler.
+  // One more step under LibTorch's profiler, which times the host's side of each operator:
+  // on a GPU that is the launch, not the kernel.
+  if (c10::Device(o.device).is_cuda()) {
+    std::cout << "operator profile: CPU only (on " << o.device
+              << " the phases above are the step's device time; time its kernels with nsys or "
+                 "ncu)\n";
+    return;
+  }
   garden_bench::print_step_profile([&] { garden.step(); }, 30, garden_bench::product_dtype(o));
 }
 

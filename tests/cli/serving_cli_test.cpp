@@ -202,8 +202,9 @@ TEST_F(ServingCliTest, ServeAnswersThenStopsCleanlyOnSigterm) {
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    std::freopen(err.c_str(), "w", stderr);
-    std::freopen("/dev/null", "w", stdout);
+    if (std::freopen(err.c_str(), "w", stderr) == nullptr ||
+        std::freopen("/dev/null", "w", stdout) == nullptr)
+      _exit(126);
     const std::string dir = path("out");
     execl(GARDEN_CLI_PATH, GARDEN_CLI_PATH, "serve", "--export_dir", dir.c_str(), "--port", "0",
           "--model_name", "iris", static_cast<char*>(nullptr));
