@@ -26,6 +26,7 @@
 #include "garden/base/logging.h"
 #include "garden/base/torch_features.h"
 #include "garden/config/yaml_io.h"
+#include "garden/core/gemm.h"
 
 namespace garden {
 
@@ -264,6 +265,7 @@ void apply_runtime(const config::RuntimeConfig& runtime) {
   }
   // For train.log (the file alone: on stderr it would come before a one-line
   // error), once per process.
+  const std::string& gemm = gemm_library();  // a bad GARDEN_GEMM stops here, at start-up
   static bool logged = false;
   if (!logged) {
     logged = true;
@@ -281,7 +283,7 @@ void apply_runtime(const config::RuntimeConfig& runtime) {
          << ", OPENBLAS_THREAD_TIMEOUT="
          << (std::getenv("OPENBLAS_THREAD_TIMEOUT") ? std::getenv("OPENBLAS_THREAD_TIMEOUT")
                                                      : "unset")
-         << ", malloc: " << malloc_setting();
+         << ", matrix products of Garden's layers: " << gemm << ", malloc: " << malloc_setting();
     if (const std::string blas = openblas_setting(); !blas.empty()) line << ", OpenBLAS: " << blas;
     log_to_file(LogLevel::kInfo, line.str());
   }

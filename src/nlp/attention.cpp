@@ -33,15 +33,15 @@ void DenseImpl::reset() {
 
 at::Tensor DenseImpl::forward(const at::Tensor& x) {
   if (int8_ && !at::GradMode::is_enabled()) return int8_->forward(x);
-  return at::linear(x, weight, bias);
+  return nlp::linear(x, weight, bias);
 }
 
 at::Tensor DenseImpl::forward_relu(const at::Tensor& x) {
   if (!at::GradMode::is_enabled()) {
     if (int8_) return int8_->forward(x, /*relu=*/true);
-    return at::linear(x, weight, bias).relu_();
+    return nlp::linear(x, weight, bias).relu_();
   }
-  return at::relu(at::linear(x, weight, bias));
+  return at::relu(nlp::linear(x, weight, bias));
 }
 
 void DenseImpl::use_int8(bool on) {

@@ -155,7 +155,8 @@ at::Tensor BertEncoderImpl::forward(const at::Tensor& word_ids, const at::Tensor
                              : x + position_embeddings->weight.narrow(0, 0, length);
   if (type_ids.defined()) x = x + type_embeddings->forward(type_ids);
   x = nlp::dropout(layer_norm(x, embedding_norm), options_.dropout_rate, is_training());
-  if (embedding_projection) x = embedding_projection->forward(x);
+  if (embedding_projection)
+    x = nlp::linear(x, embedding_projection->weight, embedding_projection->bias);
 
   at::Tensor attention_mask;
   // Without padding the mask would add zeros to every layer's [B, H, S, S]

@@ -97,7 +97,7 @@ at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
                        !autocast_on(x.device()) && x.device().is_cpu() &&
                        x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat;
     // Fused: the product without its bias, which the GELU pass adds (kernels.h).
-    h = fused ? nlp::bias_gelu(at::linear(x, weight), intermediate->bias)
+    h = fused ? nlp::bias_gelu(nlp::linear(x, weight, {}), intermediate->bias)
               : nlp::gelu(intermediate->forward(x));
     h = nlp::dropout(h, dropout_, is_training());
   } else {
@@ -325,7 +325,7 @@ at::Tensor Seq2SeqTransformerImpl::embed(const at::Tensor& ids, int64_t start) {
 
 at::Tensor Seq2SeqTransformerImpl::project(const at::Tensor& hidden) {
   if (int8_projection_ && !at::GradMode::is_enabled()) return int8_projection_->forward(hidden);
-  return at::matmul(hidden, embedding->weight.t());
+  return nlp::linear(hidden, embedding->weight, {});
 }
 
 void Seq2SeqTransformerImpl::use_int8(bool on) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cli/cli_fixture.h"
+#include "garden/core/gemm.h"
 #include "garden/core/runtime.h"
 
 namespace {
@@ -564,6 +565,32 @@ TEST(CliEnv, OpenBlasGetsTheWidestKernelsTheCpuRunsOnlyWhereItChoseOlderOnes) {
   EXPECT_TRUE(contains(
       user.out, "# OpenBLAS: Prescott kernels (OPENBLAS_CORETYPE=Prescott as the user set)\n"))
       << user;
+}
+
+// `garden env` names the library of Garden's own float32 products;
+// GARDEN_GEMM=blas keeps LibTorch's BLAS, and another value is one line.
+TEST(CliEnv, NamesTheLibraryOfGardensProductsAndRefusesAnUnknownOne) {
+  TempDir dir;
+  const Result r = run_garden({"env"}, dir.path());
+  ASSERT_EQ(r.status, 0) << r;
+  EXPECT_TRUE(contains(r.out, "# matrix products of Garden's layers: " + garden::gemm_library() +
+                                  " (GARDEN_GEMM=onednn|blas)\n"))
+      << r;
+  setenv("GARDEN_GEMM", "blas", 1);
+  const Result blas = run_garden({"env"}, dir.path());
+  setenv("GARDEN_GEMM", "mkl", 1);
+  const Result bad = run_garden({"env"}, dir.path());
+  const Result bad_train = run_garden(
+      {"train", "--experiment=tabular/iris", "--mode=train",
+       "--model_dir=" + (dir / "model").string()},
+      dir.path());
+  unsetenv("GARDEN_GEMM");
+  ASSERT_EQ(blas.status, 0) << blas;
+  EXPECT_TRUE(contains(blas.out, "# matrix products of Garden's layers: BLAS (")) << blas;
+  for (const Result* failed : {&bad, &bad_train}) {
+    EXPECT_NE(failed->status, 0) << *failed;
+    EXPECT_TRUE(contains(failed->err, "GARDEN_GEMM=mkl: must be onednn or blas")) << *failed;
+  }
 }
 
 TEST(CliTrain, RerunFromParamsYamlIsBitIdentical) {

@@ -35,6 +35,14 @@ bool bias_gelu_applies(const at::Tensor& x, const at::Tensor& bias);
 at::Tensor bias_gelu(const at::Tensor& x, const at::Tensor& bias);
 // dropout(relu(x)) in one pass.
 at::Tensor relu_dropout(const at::Tensor& x, double p, bool training);
+// x W^T + b as at::linear (x [..., K], weight [N, K], bias [N] or undefined;
+// differentiable in all three, not twice). Where linear_applies (float32
+// strided CPU tensors, a contiguous weight and bias, no autocast, and
+// Garden's GEMM is oneDNN: core/gemm.h), the products of the forward and the
+// backward go to that GEMM, which on this project's machines ran them about
+// twice as fast as LibTorch's BLAS; otherwise at::linear.
+bool linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
 // Layer normalization over the last dimension, (x - mean) / sqrt(var + eps)
 // * weight + bias with the biased variance, as at::layer_norm (weight and

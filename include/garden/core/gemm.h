@@ -1,0 +1,31 @@
+// The library that runs Garden's own float32 matrix products on the CPU (the
+// dense layers and the vocabulary projections, forward and backward; see
+// nlp::linear): oneDNN's sgemm when the LibTorch in the process loaded oneDNN
+// as a shared library (Debian's does: libdnnl), else the BLAS LibTorch loaded.
+// LibTorch 1.13 runs its own float32 products on the BLAS only; on the
+// project's machine oneDNN's sgemm ran them about twice as fast
+// (docs/PERFORMANCE.md, "Matrix products through oneDNN").
+//
+// GARDEN_GEMM=blas keeps LibTorch's BLAS for them (GARDEN_GEMM=onednn, the
+// default, where oneDNN is loaded); another value is an error naming it.
+// Both libraries divide a product over the calling thread's OpenMP threads,
+// which at::set_num_threads sets.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace garden {
+
+// "oneDNN 2.6.3 sgemm" or "BLAS"; "none" when neither can be found (then
+// sgemm returns false). Throws garden::Error on a bad GARDEN_GEMM.
+const std::string& gemm_library();
+
+// Row-major C[m, n] = alpha * op(A) op(B) + beta * C, op by 'N' or 'T', with
+// leading dimensions lda, ldb, ldc (elements between rows as stored). Returns
+// false, computing nothing, when no library is available.
+bool sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+           int64_t ldc);
+
+}  // namespace garden

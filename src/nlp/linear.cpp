@@ -1,0 +1,110 @@
+// nlp::linear: x W^T + b with Garden's GEMM (core/gemm.h) on float32 CPU
+// tensors, forward and backward; at::linear elsewhere.
+#include <torch/torch.h>
+
+#include "garden/core/gemm.h"
+#include "garden/core/precision.h"
+#include "garden/nlp/kernels.h"
+
+namespace garden::nlp {
+namespace {
+
+bool onednn() {
+  static const bool on = gemm_library().rfind("oneDNN", 0) == 0;
+  return on;
+}
+
+void product(char ta, char tb, int64_t m, int64_t n, int64_t k, const at::Tensor& a, int64_t lda,
+             const at::Tensor& b, int64_t ldb, float beta, at::Tensor& c) {
+  TORCH_CHECK(sgemm(ta, tb, m, n, k, 1.0f, a.data_ptr<float>(), lda, b.data_ptr<float>(), ldb,
+                    beta, c.data_ptr<float>(), n),
+              "nlp::linear: ", gemm_library(), " failed on a [", m, ", ", k, "] x [", k, ", ", n,
+              "] product");
+}
+
+// rows x [K] -> rows x [N]: out = x W^T (+ b).
+at::Tensor linear_forward(const at::Tensor& x2, const at::Tensor& weight, const at::Tensor& bias) {
+  const int64_t m = x2.size(0), k = x2.size(1), n = weight.size(0);
+  at::Tensor out = bias.defined() ? bias.expand({m, n}).contiguous() : at::empty({m, n}, x2.options());
+  if (m > 0 && k > 0) {
+    product('N', 'T', m, n, k, x2, k, weight, k, bias.defined() ? 1.0f : 0.0f, out);
+  } else if (!bias.defined()) {
+    out.zero_();
+  }
+  return out;
+}
+
+std::vector<int64_t> output_shape(const at::Tensor& x, int64_t n) {
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = n;
+  return shape;
+}
+
+struct Linear : public torch::autograd::Function<Linear> {
+  // LibTorch 1.13's Function::apply takes no undefined tensor: without a bias,
+  // `bias` is an empty placeholder and has_bias false.
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& weight, const at::Tensor& bias, bool has_bias) {
+    const at::Tensor x2 = x.reshape({-1, x.size(-1)}).contiguous();
+    ctx->save_for_backward({x2, weight});
+    ctx->saved_data["bias"] = has_bias;
+    ctx->saved_data["shape"] = x.sizes().vec();
+    return linear_forward(x2, weight, has_bias ? bias : at::Tensor())
+        .view(output_shape(x, weight.size(0)));
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x2 = saved[0];
+    const at::Tensor& weight = saved[1];
+    const int64_t m = x2.size(0), k = x2.size(1), n = weight.size(0);
+    const at::Tensor g = grads[0].reshape({m, n}).contiguous();
+    at::Tensor grad_x, grad_w, grad_b;
+    if (ctx->needs_input_grad(0)) {
+      grad_x = at::empty({m, k}, x2.options());
+      if (m > 0 && k > 0 && n > 0)
+        product('N', 'N', m, k, n, g, n, weight, k, 0.0f, grad_x);
+      else
+        grad_x.zero_();
+      grad_x = grad_x.view(ctx->saved_data["shape"].toIntVector());
+    }
+    if (ctx->needs_input_grad(1)) {
+      grad_w = at::empty({n, k}, weight.options());
+      if (m > 0 && k > 0 && n > 0)
+        product('T', 'N', n, k, m, g, n, x2, k, 0.0f, grad_w);
+      else
+        grad_w.zero_();
+    }
+    if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) grad_b = g.sum(0);
+    return {grad_x, grad_w, grad_b, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  const auto is_cpu_float = [](const at::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
+  };
+  return onednn() && x.defined() && weight.defined() && is_cpu_float(x) && is_cpu_float(weight) &&
+         x.dim() >= 1 && weight.dim() == 2 && weight.is_contiguous() &&
+         x.size(-1) == weight.size(1) &&
+         (!bias.defined() || (is_cpu_float(bias) && bias.dim() == 1 && bias.is_contiguous() &&
+                              bias.size(0) == weight.size(0))) &&
+         !autocast_on(x.device());
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!linear_applies(x, weight, bias)) return at::linear(x, weight, bias);
+  const bool grad = at::GradMode::is_enabled() &&
+                    (x.requires_grad() || weight.requires_grad() ||
+                     (bias.defined() && bias.requires_grad()));
+  if (grad)
+    return Linear::apply(x, weight, bias.defined() ? bias : at::empty({0}, weight.options()),
+                         bias.defined());
+  const at::Tensor x2 = x.reshape({-1, x.size(-1)}).contiguous();
+  return linear_forward(x2, weight, bias).view(output_shape(x, weight.size(0)));
+}
+
+}  // namespace garden::nlp

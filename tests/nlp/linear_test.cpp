@@ -1,0 +1,115 @@
+// nlp::linear: x W^T + b with Garden's GEMM, forward and backward
+// (garden/nlp/kernels.h).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "garden/core/gemm.h"
+#include "garden/core/precision.h"
+#include "garden/nlp/kernels.h"
+
+namespace garden::nlp {
+namespace {
+
+struct Result {
+  at::Tensor y, dx, dw, db;
+};
+
+Result run(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& grad,
+           bool library) {
+  at::Tensor xl = x.detach().clone().requires_grad_();
+  at::Tensor wl = w.detach().clone().requires_grad_();
+  at::Tensor bl = b.defined() ? b.detach().clone().requires_grad_() : at::Tensor();
+  const at::Tensor y = library ? at::linear(xl, wl, bl) : nlp::linear(xl, wl, bl);
+  y.backward(grad);
+  return {y.detach(), xl.grad(), wl.grad(), bl.defined() ? bl.grad() : at::Tensor()};
+}
+
+double max_error(const at::Tensor& got, const at::Tensor& want) {
+  return (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
+}
+
+// Forward and all three gradients against at::linear in double, with and
+// without a bias, for [rows, K], [B, T, K] and an input that is a
+// transposed view (made contiguous inside).
+TEST(LinearTest, ForwardAndGradientsMatchTheDefinitionInDouble) {
+  torch::manual_seed(11);
+  const at::Tensor w = torch::randn({70, 129});
+  const at::Tensor b = torch::randn({70});
+  for (const bool bias : {true, false}) {
+    for (const auto& x : {torch::randn({37, 129}), torch::randn({3, 11, 129}),
+                          torch::randn({129, 19}).t()}) {
+      const at::Tensor bb = bias ? b : at::Tensor();
+      std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+      shape.back() = 70;
+      const at::Tensor grad = torch::randn(shape);
+      EXPECT_TRUE(linear_applies(x, w, bb) ==
+                  (gemm_library().rfind("oneDNN", 0) == 0));
+      const Result got = run(x, w, bb, grad, false);
+      const Result want = run(x.to(at::kDouble), w.to(at::kDouble),
+                              bias ? b.to(at::kDouble) : at::Tensor(), grad.to(at::kDouble), true);
+      EXPECT_EQ(got.y.sizes(), want.y.sizes());
+      EXPECT_EQ(got.dx.sizes(), x.sizes());
+      EXPECT_LT(max_error(got.y, want.y), 1e-4) << bias << x.sizes();
+      EXPECT_LT(max_error(got.dx, want.dx), 1e-4) << bias << x.sizes();
+      EXPECT_LT(max_error(got.dw, want.dw), 1e-3) << bias << x.sizes();
+      if (bias) {
+        EXPECT_LT(max_error(got.db, want.db), 1e-4) << x.sizes();
+      }
+      // Without gradients, the same forward.
+      torch::NoGradGuard no_grad;
+      EXPECT_TRUE(nlp::linear(x, w, bb).equal(got.y));
+    }
+  }
+}
+
+// Only the gradients asked for are computed: a frozen input, a frozen
+// weight; and an empty batch gives empty outputs and zero weight gradients.
+TEST(LinearTest, GradientsOnlyWhereAskedAndEmptyBatches) {
+  torch::manual_seed(12);
+  const at::Tensor x = torch::randn({5, 16});
+  at::Tensor w = torch::randn({8, 16}).requires_grad_();
+  nlp::linear(x, w, at::Tensor()).sum().backward();
+  EXPECT_LT(max_error(w.grad(), at::ones({5, 8}).t().mm(x)), 1e-5);
+  at::Tensor xl = x.clone().requires_grad_();
+  const at::Tensor frozen = torch::randn({8, 16});
+  nlp::linear(xl, frozen, at::Tensor()).sum().backward();
+  EXPECT_LT(max_error(xl.grad(), at::ones({5, 8}).mm(frozen)), 1e-5);
+
+  at::Tensor empty = torch::randn({0, 16}).requires_grad_();
+  at::Tensor w2 = torch::randn({8, 16}).requires_grad_();
+  at::Tensor b2 = torch::randn({8}).requires_grad_();
+  const at::Tensor y = nlp::linear(empty, w2, b2);
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{0, 8}));
+  y.sum().backward();
+  EXPECT_TRUE(w2.grad().equal(at::zeros({8, 16})));
+  EXPECT_TRUE(b2.grad().equal(at::zeros({8})));
+}
+
+// What Garden's GEMM does not take is at::linear, bit for bit: double,
+// bfloat16, a transposed (non-contiguous) weight, and under CPU autocast.
+TEST(LinearTest, OtherTensorsAreAtLinear) {
+  torch::manual_seed(13);
+  const at::Tensor x = torch::randn({6, 32});
+  const at::Tensor w = torch::randn({24, 32});
+  const at::Tensor b = torch::randn({24});
+  const at::Tensor xd = x.to(at::kDouble), wd = w.to(at::kDouble), bd = b.to(at::kDouble);
+  EXPECT_FALSE(linear_applies(xd, wd, bd));
+  EXPECT_TRUE(nlp::linear(xd, wd, bd).equal(at::linear(xd, wd, bd)));
+  const at::Tensor xh = x.to(at::kBFloat16), wh = w.to(at::kBFloat16);
+  EXPECT_FALSE(linear_applies(xh, wh, at::Tensor()));
+  EXPECT_TRUE(nlp::linear(xh, wh, at::Tensor()).equal(at::linear(xh, wh, at::Tensor())));
+  const at::Tensor wt = torch::randn({32, 24}).t();
+  EXPECT_FALSE(linear_applies(x, wt, b));
+  EXPECT_TRUE(nlp::linear(x, wt, b).equal(at::linear(x, wt, b)));
+  EXPECT_FALSE(linear_applies(x, w, torch::randn({23})));
+  {
+    const AutocastGuard autocast(std::string("bfloat16"), c10::Device("cpu"));
+    EXPECT_FALSE(linear_applies(x, w, b));
+    const at::Tensor y = nlp::linear(x, w, b);
+    EXPECT_EQ(y.scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(y.equal(at::linear(x, w, b)));
+  }
+}
+
+}  // namespace
+}  // namespace garden::nlp
