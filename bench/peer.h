@@ -79,8 +79,7 @@ inline double peak_rss_mib(int who) {
 inline double gemm_ceiling_gflops(at::ScalarType dtype = at::kFloat) {
   const at::Tensor a = at::randn({1024, 1024}).to(dtype), b = at::randn({1024, 1024}).to(dtype);
   at::Tensor c = at::mm(a, b);
-  const bool garden_gemm =
-      dtype == at::kFloat && garden::gemm_library().rfind("oneDNN", 0) == 0;
+  const bool garden_gemm = dtype == at::kFloat && garden::gemm_library().rfind("oneDNN", 0) == 0;
   double best = 0;
   for (int round = 0; round < 5; ++round) {
     for (int library = 0; library < (garden_gemm ? 2 : 1); ++library) {

@@ -160,9 +160,9 @@ void print_environment() {
   std::cout << "# LibTorch " << TORCH_VERSION << ", " << at::get_num_threads()
             << " LibTorch intra-op threads by default, CUDA devices: "
             << static_cast<int>(torch::cuda::device_count()) << "\n# Garden's kernels: on "
-            << parallel_for_threads() << " of them\n# matrix products of Garden's layers: "
-            << gemm_library() << " (GARDEN_GEMM=onednn|blas)\n# malloc: " << malloc_setting()
-            << "\n";
+            << parallel_for_threads()
+            << " of them\n# matrix products of Garden's layers: " << gemm_library()
+            << " (GARDEN_GEMM=onednn|blas)\n# malloc: " << malloc_setting() << "\n";
 }
 
 // At most this many lines from `garden lr`: a range that would print more is

@@ -29,14 +29,12 @@ using BlasSgemm = void (*)(const char*, const char*, const int*, const int*, con
 
 struct Gemm {
   DnnlSgemm dnnl = nullptr;
-  BlasSgemm blas = nullptr;
   std::string name;
 };
 
 const Gemm& gemm() {
   static const Gemm chosen = [] {
     Gemm g;
-    g.blas = reinterpret_cast<BlasSgemm>(dlsym(RTLD_DEFAULT, "sgemm_"));
     const char* env = std::getenv("GARDEN_GEMM");
     const std::string wanted = env ? env : "";
     if (!wanted.empty() && wanted != "onednn" && wanted != "blas")
@@ -50,7 +48,7 @@ const Gemm& gemm() {
                  std::to_string(v->patch) + " sgemm";
       }
     } else {
-      g.name = g.blas ? "BLAS" : "none";
+      g.name = dlsym(RTLD_DEFAULT, "sgemm_") ? "BLAS" : "none";
     }
     return g;
   }();
@@ -61,22 +59,28 @@ const Gemm& gemm() {
 
 const std::string& gemm_library() { return gemm().name; }
 
-bool sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-           int64_t ldc) {
+bool sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   const Gemm& g = gemm();
   // oneDNN divides the product over this thread's OpenMP threads: give the
   // thread LibTorch's count first, as at::parallel_for does (a thread that
   // has not run one yet has the process's default).
   at::internal::lazy_init_num_threads();
   if (g.dnnl) return g.dnnl(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == 0;
-  if (!g.blas) return false;
+  return blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+bool blas_sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc) {
+  static const auto blas = reinterpret_cast<BlasSgemm>(dlsym(RTLD_DEFAULT, "sgemm_"));
+  if (!blas) return false;
   for (int64_t v : {m, n, k, lda, ldb, ldc})
     if (v > INT_MAX) return false;
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
   const int mi = static_cast<int>(n), ni = static_cast<int>(m), ki = static_cast<int>(k);
   const int la = static_cast<int>(ldb), lb = static_cast<int>(lda), lc = static_cast<int>(ldc);
-  g.blas(&trans_b, &trans_a, &mi, &ni, &ki, &alpha, b, &la, a, &lb, &beta, c, &lc);
+  blas(&trans_b, &trans_a, &mi, &ni, &ki, &alpha, b, &la, a, &lb, &beta, c, &lc);
   return true;
 }
 

@@ -164,10 +164,11 @@ Batch ElectraPretrainerImpl::forward(const Batch& inputs) {
   const int64_t batch = positions.size(0), predictions = positions.size(1);
   at::Tensor gathered =
       sequence.gather(1, positions.to(at::kLong).unsqueeze(-1).expand({-1, -1, sequence.size(2)}));
-  at::Tensor h = layer_norm(activate(nlp::linear(gathered, mlm_dense->weight, mlm_dense->bias), gelu), mlm_norm);
+  at::Tensor h = layer_norm(
+      activate(nlp::linear(gathered, mlm_dense->weight, mlm_dense->bias), gelu), mlm_norm);
   // One addmm over the flattened positions.
   at::Tensor lm_outputs = nlp::linear(h.reshape({batch * predictions, h.size(2)}),
-                                     generator->word_embeddings->weight, mlm_bias)
+                                      generator->word_embeddings->weight, mlm_bias)
                               .view({batch, predictions, -1});
   out["lm_outputs"] = lm_outputs;
   out["sentence_outputs"] = generator_classification->forward(sequence);
@@ -187,9 +188,10 @@ Batch ElectraPretrainerImpl::forward(const Batch& inputs) {
 
 at::Tensor ElectraPretrainerImpl::discriminator_logits(const at::Tensor& sequence) {
   const bool gelu = options_.generator.hidden_activation == "gelu";
-  return discriminator_head->forward(activate(nlp::linear(sequence, discriminator_projection->weight,
-                                                         discriminator_projection->bias),
-                                             gelu))
+  return discriminator_head
+      ->forward(activate(
+          nlp::linear(sequence, discriminator_projection->weight, discriminator_projection->bias),
+          gelu))
       .squeeze(-1);
 }
 

@@ -16,8 +16,8 @@ bool onednn() {
 
 void product(char ta, char tb, int64_t m, int64_t n, int64_t k, const at::Tensor& a, int64_t lda,
              const at::Tensor& b, int64_t ldb, float beta, at::Tensor& c) {
-  TORCH_CHECK(sgemm(ta, tb, m, n, k, 1.0f, a.data_ptr<float>(), lda, b.data_ptr<float>(), ldb,
-                    beta, c.data_ptr<float>(), n),
+  TORCH_CHECK(sgemm(ta, tb, m, n, k, 1.0f, a.data_ptr<float>(), lda, b.data_ptr<float>(), ldb, beta,
+                    c.data_ptr<float>(), n),
               "nlp::linear: ", gemm_library(), " failed on a [", m, ", ", k, "] x [", k, ", ", n,
               "] product");
 }
@@ -25,7 +25,8 @@ void product(char ta, char tb, int64_t m, int64_t n, int64_t k, const at::Tensor
 // rows x [K] -> rows x [N]: out = x W^T (+ b).
 at::Tensor linear_forward(const at::Tensor& x2, const at::Tensor& weight, const at::Tensor& bias) {
   const int64_t m = x2.size(0), k = x2.size(1), n = weight.size(0);
-  at::Tensor out = bias.defined() ? bias.expand({m, n}).contiguous() : at::empty({m, n}, x2.options());
+  at::Tensor out =
+      bias.defined() ? bias.expand({m, n}).contiguous() : at::empty({m, n}, x2.options());
   if (m > 0 && k > 0) {
     product('N', 'T', m, n, k, x2, k, weight, k, bias.defined() ? 1.0f : 0.0f, out);
   } else if (!bias.defined()) {
@@ -97,9 +98,8 @@ bool linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Ten
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!linear_applies(x, weight, bias)) return at::linear(x, weight, bias);
-  const bool grad = at::GradMode::is_enabled() &&
-                    (x.requires_grad() || weight.requires_grad() ||
-                     (bias.defined() && bias.requires_grad()));
+  const bool grad = at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() ||
+                                                   (bias.defined() && bias.requires_grad()));
   if (grad)
     return Linear::apply(x, weight, bias.defined() ? bias : at::empty({0}, weight.options()),
                          bias.defined());

@@ -580,10 +580,9 @@ TEST(CliEnv, NamesTheLibraryOfGardensProductsAndRefusesAnUnknownOne) {
   const Result blas = run_garden({"env"}, dir.path());
   setenv("GARDEN_GEMM", "mkl", 1);
   const Result bad = run_garden({"env"}, dir.path());
-  const Result bad_train = run_garden(
-      {"train", "--experiment=tabular/iris", "--mode=train",
-       "--model_dir=" + (dir / "model").string()},
-      dir.path());
+  const Result bad_train = run_garden({"train", "--experiment=tabular/iris", "--mode=train",
+                                       "--model_dir=" + (dir / "model").string()},
+                                      dir.path());
   unsetenv("GARDEN_GEMM");
   ASSERT_EQ(blas.status, 0) << blas;
   EXPECT_TRUE(contains(blas.out, "# matrix products of Garden's layers: BLAS (")) << blas;

@@ -19,34 +19,38 @@ TEST(GemmTest, RunsOnOneDnnWhereLibTorchLoadedIt) {
 }
 
 // Each of the four transpositions, row-major with padded leading dimensions
-// and beta 0 and 1, against the product in double.
+// and beta 0 and 1, against the product in double: sgemm (oneDNN here) and
+// the BLAS's.
 TEST(GemmTest, EveryTranspositionMatchesTheProductInDouble) {
   ASSERT_NE(gemm_library(), "none");
-  torch::manual_seed(3);
-  const int64_t m = 37, n = 70, k = 129, pad = 5;
-  for (const char ta : {'N', 'T'}) {
-    for (const char tb : {'N', 'T'}) {
-      for (const float beta : {0.0f, 1.0f}) {
-        // op(A) is [m, k], op(B) [k, n]; stored as the transpose where 'T'.
-        const at::Tensor a_stored = torch::randn(ta == 'N' ? std::vector<int64_t>{m, k + pad}
-                                                           : std::vector<int64_t>{k, m + pad});
-        const at::Tensor b_stored = torch::randn(tb == 'N' ? std::vector<int64_t>{k, n + pad}
-                                                           : std::vector<int64_t>{n, k + pad});
-        const at::Tensor a = ta == 'N' ? a_stored.narrow(1, 0, k) : a_stored.narrow(1, 0, m).t();
-        const at::Tensor b = tb == 'N' ? b_stored.narrow(1, 0, n) : b_stored.narrow(1, 0, k).t();
-        at::Tensor c_stored = torch::randn({m, n + pad});
-        const at::Tensor c0 = c_stored.clone();
-        ASSERT_TRUE(sgemm(ta, tb, m, n, k, 0.5f, a_stored.data_ptr<float>(), a_stored.size(1),
-                          b_stored.data_ptr<float>(), b_stored.size(1), beta,
-                          c_stored.data_ptr<float>(), c_stored.size(1)));
-        const at::Tensor want =
-            0.5 * at::mm(a.to(at::kDouble), b.to(at::kDouble)) +
-            beta * c0.narrow(1, 0, n).to(at::kDouble);
-        EXPECT_LT((c_stored.narrow(1, 0, n).to(at::kDouble) - want).abs().max().item<double>(),
-                  1e-4)
-            << ta << tb << beta;
-        // The padding columns are not written.
-        EXPECT_TRUE(c_stored.narrow(1, n, pad).equal(c0.narrow(1, n, pad))) << ta << tb << beta;
+  for (const bool blas : {false, true}) {
+    SCOPED_TRACE(blas ? "blas_sgemm" : "sgemm");
+    const auto product = blas ? &blas_sgemm : &sgemm;
+    torch::manual_seed(3);
+    const int64_t m = 37, n = 70, k = 129, pad = 5;
+    for (const char ta : {'N', 'T'}) {
+      for (const char tb : {'N', 'T'}) {
+        for (const float beta : {0.0f, 1.0f}) {
+          // op(A) is [m, k], op(B) [k, n]; stored as the transpose where 'T'.
+          const at::Tensor a_stored = torch::randn(ta == 'N' ? std::vector<int64_t>{m, k + pad}
+                                                             : std::vector<int64_t>{k, m + pad});
+          const at::Tensor b_stored = torch::randn(tb == 'N' ? std::vector<int64_t>{k, n + pad}
+                                                             : std::vector<int64_t>{n, k + pad});
+          const at::Tensor a = ta == 'N' ? a_stored.narrow(1, 0, k) : a_stored.narrow(1, 0, m).t();
+          const at::Tensor b = tb == 'N' ? b_stored.narrow(1, 0, n) : b_stored.narrow(1, 0, k).t();
+          at::Tensor c_stored = torch::randn({m, n + pad});
+          const at::Tensor c0 = c_stored.clone();
+          ASSERT_TRUE(product(ta, tb, m, n, k, 0.5f, a_stored.data_ptr<float>(), a_stored.size(1),
+                              b_stored.data_ptr<float>(), b_stored.size(1), beta,
+                              c_stored.data_ptr<float>(), c_stored.size(1)));
+          const at::Tensor want = 0.5 * at::mm(a.to(at::kDouble), b.to(at::kDouble)) +
+                                  beta * c0.narrow(1, 0, n).to(at::kDouble);
+          EXPECT_LT((c_stored.narrow(1, 0, n).to(at::kDouble) - want).abs().max().item<double>(),
+                    1e-4)
+              << ta << tb << beta;
+          // The padding columns are not written.
+          EXPECT_TRUE(c_stored.narrow(1, n, pad).equal(c0.narrow(1, n, pad))) << ta << tb << beta;
+        }
       }
     }
   }

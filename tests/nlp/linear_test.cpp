@@ -36,14 +36,13 @@ TEST(LinearTest, ForwardAndGradientsMatchTheDefinitionInDouble) {
   const at::Tensor w = torch::randn({70, 129});
   const at::Tensor b = torch::randn({70});
   for (const bool bias : {true, false}) {
-    for (const auto& x : {torch::randn({37, 129}), torch::randn({3, 11, 129}),
-                          torch::randn({129, 19}).t()}) {
+    for (const auto& x :
+         {torch::randn({37, 129}), torch::randn({3, 11, 129}), torch::randn({129, 19}).t()}) {
       const at::Tensor bb = bias ? b : at::Tensor();
       std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
       shape.back() = 70;
       const at::Tensor grad = torch::randn(shape);
-      EXPECT_TRUE(linear_applies(x, w, bb) ==
-                  (gemm_library().rfind("oneDNN", 0) == 0));
+      EXPECT_TRUE(linear_applies(x, w, bb) == (gemm_library().rfind("oneDNN", 0) == 0));
       const Result got = run(x, w, bb, grad, false);
       const Result want = run(x.to(at::kDouble), w.to(at::kDouble),
                               bias ? b.to(at::kDouble) : at::Tensor(), grad.to(at::kDouble), true);

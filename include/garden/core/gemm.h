@@ -24,8 +24,13 @@ const std::string& gemm_library();
 // Row-major C[m, n] = alpha * op(A) op(B) + beta * C, op by 'N' or 'T', with
 // leading dimensions lda, ldb, ldc (elements between rows as stored). Returns
 // false, computing nothing, when no library is available.
-bool sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-           int64_t ldc);
+bool sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// The same product on the BLAS LibTorch loaded (its Fortran sgemm_), which
+// sgemm uses without oneDNN; false without a BLAS or past int's range.
+bool blas_sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc);
 
 }  // namespace garden
