@@ -63,9 +63,12 @@ inline void print_step_profile(const std::function<void()>& step, std::size_t to
           step_us += us;
         else
           stack.back().child_us += us;
-        // mm(a [m, k], b [k, n]); addmm(bias, a, b).
+        // mm(a [m, k], b [k, n]); addmm(bias, a, b); garden::mm, nlp::linear's
+        // products on Garden's GEMM, recorded as mm.
         const auto shapes = open.push->shapes();
-        const std::size_t a = name == "aten::mm" ? 0 : name == "aten::addmm" ? 1 : shapes.size();
+        const std::size_t a = name == "aten::mm" || name == "garden::mm" ? 0
+                              : name == "aten::addmm"                    ? 1
+                                                                         : shapes.size();
         if (a + 1 < shapes.size() && shapes[a].size() == 2 && shapes[a + 1].size() == 2) {
           const auto& x = shapes[a];
           const auto& y = shapes[a + 1];

@@ -1,5 +1,6 @@
 // nlp::linear: x W^T + b with Garden's GEMM (core/gemm.h) on float32 CPU
 // tensors, forward and backward; at::linear elsewhere.
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
 #include "garden/core/gemm.h"
@@ -14,8 +15,17 @@ bool onednn() {
   return on;
 }
 
+// op(t) as a [rows, cols] view, for the profiler's record of the shapes.
+at::Tensor operand(const at::Tensor& t, char trans, int64_t rows, int64_t cols) {
+  return trans == 'N' ? t.view({rows, cols}) : t.view({cols, rows}).t();
+}
+
 void product(char ta, char tb, int64_t m, int64_t n, int64_t k, const at::Tensor& a, int64_t lda,
              const at::Tensor& b, int64_t ldb, float beta, at::Tensor& c) {
+  // An operator event like aten::mm's (its operands' shapes only evaluated
+  // under a profiler that asks for them): bench/profile.h counts its FLOPs.
+  RECORD_FUNCTION("garden::mm",
+                  std::vector<c10::IValue>({operand(a, ta, m, k), operand(b, tb, k, n)}));
   TORCH_CHECK(sgemm(ta, tb, m, n, k, 1.0f, a.data_ptr<float>(), lda, b.data_ptr<float>(), ldb, beta,
                     c.data_ptr<float>(), n),
               "nlp::linear: ", gemm_library(), " failed on a [", m, ", ", k, "] x [", k, ", ", n,
