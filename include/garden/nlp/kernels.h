@@ -39,8 +39,8 @@ at::Tensor relu_dropout(const at::Tensor& x, double p, bool training);
 // differentiable in all three, not twice). Where linear_applies (float32
 // strided CPU tensors, a contiguous weight and bias, no autocast, and
 // Garden's GEMM is oneDNN: core/gemm.h), the products of the forward and the
-// backward go to that GEMM, which on this project's machines ran them about
-// twice as fast as LibTorch's BLAS; otherwise at::linear.
+// backward go to that GEMM, which on this project's AMD EPYC machine ran
+// them about twice as fast as LibTorch's OpenBLAS; otherwise at::linear.
 bool linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
