@@ -2,8 +2,14 @@
 // the forward's mask, and reproducibility from LibTorch's seed.
 #include <gtest/gtest.h>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
 
 #include "garden/nlp/transformer.h"
 
@@ -52,6 +58,55 @@ TEST(Dropout, TheSeedReproducesTheMaskWhateverTheThreadCount) {
   at::set_num_threads(threads);
   EXPECT_TRUE(torch::equal(a, b));
   EXPECT_FALSE(torch::equal(a, a_next));  // each call draws a new seed
+}
+
+// The mask by its recipe (src/nlp/dropout_bits.h), computed here on its
+// own: element i keeps its value when half i % 2 (low first) of
+// splitmix64(seed + (i / 2) * golden_gamma) is at least p * 2^32, with the
+// seed the next 64-bit draw of LibTorch's default generator. float32 runs a
+// vectorized kernel in chunks of 1,024 elements: sizes off the chunks and
+// odd, one and two threads, dropout and relu then dropout (negatives, zeros
+// and a NaN among the inputs), and the kept values x / (1 - p) to the bit.
+TEST(Dropout, Float32MasksFollowTheRecipeElementByElement) {
+  const auto splitmix64 = [](uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  const int threads = at::get_num_threads();
+  for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{1024}, int64_t{3001}, int64_t{70001}})
+    for (const int t : {1, 2})
+      for (const bool relu : {false, true}) {
+        at::set_num_threads(t);
+        torch::manual_seed(11);
+        at::Tensor x = torch::randn({n});
+        x[0] = relu ? 0.0f : 1.5f;
+        if (n > 5) x[5] = std::numeric_limits<float>::quiet_NaN();
+        torch::manual_seed(n + t);
+        const uint64_t seed =
+            at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator())
+                ->random64();
+        torch::manual_seed(n + t);
+        const double p = 0.3;
+        const at::Tensor y = relu ? nlp::relu_dropout(x, p, true) : nlp::dropout(x, p, true);
+        const auto threshold = static_cast<uint32_t>(p * 4294967296.0 + 0.5);
+        const float scale = static_cast<float>(1.0 / (1.0 - p));
+        const float* px = x.data_ptr<float>();
+        const float* py = y.data_ptr<float>();
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const uint64_t r =
+              splitmix64(seed + static_cast<uint64_t>(i / 2) * 0x9e3779b97f4a7c15ULL);
+          const auto bits = static_cast<uint32_t>(i % 2 ? r >> 32 : r);
+          const bool keep = bits >= threshold && (!relu || px[i] > 0.0f);
+          const float want = px[i] * (static_cast<float>(keep) * scale);
+          if (std::memcmp(&want, &py[i], sizeof(float)) != 0 &&
+              !(std::isnan(want) && std::isnan(py[i])))
+            ++wrong;
+        }
+        EXPECT_EQ(wrong, 0) << "n " << n << ", threads " << t << (relu ? ", relu" : "");
+      }
+  at::set_num_threads(threads);
 }
 
 TEST(Dropout, ReluDropoutIsDropoutOfRelu) {
