@@ -48,16 +48,12 @@ namespace {
 
 constexpr int64_t kDropoutGrain = 32768;  // element pairs per parallel task
 
-// keep[i] = bits(i) >= threshold; y[i] = x[i] * keep[i] * scale (branch-free).
-// With Relu, also keep[i] = 0 where x[i] <= 0: relu then dropout in one pass.
-// bfloat16 elements are computed in float (at::opmath_type) and rounded once,
-// to nearest even, as a float result converted with .to(kBFloat16) would be.
 // float32 elements [2 begin, min(2 end, n)): each chunk's random words
 // first, one splitmix64 per pair in a loop that vectorizes (64-bit
 // multiplies: AVX-512 DQ has them), then its elements in another. The same
-// bits and products as the loop below, so the same mask and values to the
-// bit; the scalar loop took 6.5 % of a translation tiny step
-// (perf, `translation_bench --threads 2`).
+// bits and products as the loop of dropout_forward_kernel below, so the same
+// mask and values to the bit; that scalar loop took 6.5 % of a translation
+// tiny step (perf, `translation_bench --threads 2`).
 template <bool Relu>
 __attribute__((always_inline)) inline void dropout_pairs_loop(
     const float* __restrict x, float* __restrict y, uint8_t* __restrict keep, int64_t n,
@@ -108,6 +104,10 @@ void dropout_pairs_portable(const float* x, float* y, uint8_t* keep, int64_t n, 
   dropout_pairs_loop<Relu>(x, y, keep, n, begin, end, seed, threshold, scale);
 }
 
+// keep[i] = bits(i) >= threshold; y[i] = x[i] * keep[i] * scale (branch-free).
+// With Relu, also keep[i] = 0 where x[i] <= 0: relu then dropout in one pass.
+// bfloat16 elements are computed in float (at::opmath_type) and rounded once,
+// to nearest even, as a float result converted with .to(kBFloat16) would be.
 template <typename T, bool Relu>
 void dropout_forward_kernel(const T* x, T* y, uint8_t* keep, int64_t n, uint64_t seed,
                             uint32_t threshold, at::opmath_type<T> scale) {
