@@ -134,11 +134,7 @@ __attribute__((always_inline)) inline void keep_row(const Geometry& g, uint64_t 
                                                     float* __restrict keep) {
   const uint64_t pair0 = first >> 1;
   const int64_t pairs = static_cast<int64_t>(((first + static_cast<uint64_t>(n) + 1) >> 1) - pair0);
-  const uint64_t start = g.seed + pair0 * kGoldenGamma;
-  for (int64_t j = 0; j < pairs; ++j) {
-    const uint64_t r = splitmix64(start + static_cast<uint64_t>(j) * kGoldenGamma);
-    std::memcpy(bits + 2 * j, &r, sizeof(r));  // low half first (dropout_bits.h)
-  }
+  draw_pair_bits(g.seed + pair0 * kGoldenGamma, pairs, bits);
   const uint32_t* __restrict own = bits + (first & 1);
   const uint32_t threshold = g.threshold;
   const float scale = g.scale;

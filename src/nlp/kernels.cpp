@@ -62,11 +62,7 @@ __attribute__((always_inline)) inline void dropout_pairs_loop(
   alignas(64) uint32_t bits[2 * kChunk];
   for (int64_t c = begin; c < end; c += kChunk) {
     const int64_t pairs = std::min(kChunk, end - c);
-    const uint64_t start = seed + static_cast<uint64_t>(c) * kGoldenGamma;
-    for (int64_t j = 0; j < pairs; ++j) {
-      const uint64_t r = splitmix64(start + static_cast<uint64_t>(j) * kGoldenGamma);
-      std::memcpy(bits + 2 * j, &r, sizeof(r));  // low half first (dropout_bits.h)
-    }
+    draw_pair_bits(seed + static_cast<uint64_t>(c) * kGoldenGamma, pairs, bits);
     const int64_t first = 2 * c, count = std::min(2 * pairs, n - first);
     const float* __restrict in = x + first;
     float* __restrict out = y + first;
