@@ -82,6 +82,8 @@ Options parse(int argc, char** argv) {
       garden_bench::parse_step_options(argc, argv, defaults, {"tiny", "small"}, kUsage);
   if (o.device != "cpu")
     garden_bench::usage("electra_bench runs on the CPU: --device is translation_bench's", kUsage);
+  if (o.cuda_graph)
+    garden_bench::usage("electra_bench runs on the CPU: --cuda-graph is translation_bench's", kUsage);
   if (o.length < 3) usage("--length must be at least 3 ([CLS], a piece, [SEP])");
   if (o.length > 512) usage("--length must be at most 512 (the position table)");
   return o;

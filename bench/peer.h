@@ -139,6 +139,9 @@ struct StepOptions {
   // peer takes the same two flags).
   std::string device = "cpu";
   std::string amp = "none";
+  // --cuda-graph: Garden's step captured as a CUDA graph and replayed
+  // (translation_bench on CUDA; the peer runs eagerly as before).
+  bool cuda_graph = false;
 };
 
 // The dtype of the step's products: bfloat16 under --amp bf16 (autocast),
@@ -164,6 +167,10 @@ inline StepOptions parse_step_options(int argc, char** argv, StepOptions o,
     }
     if (flag == "--smoke") {
       o.smoke = true;
+      continue;
+    }
+    if (flag == "--cuda-graph") {
+      o.cuda_graph = true;
       continue;
     }
     if (i + 1 >= argc) fail(flag + " needs a value");
@@ -245,6 +252,7 @@ inline nlohmann::json smoke_summary(const std::string& bench, const StepOptions&
           {"length", o.length},
           {"device", o.device},
           {"amp", o.amp},
+          {"cuda_graph", o.cuda_graph},
           {"garden_params", garden_params},
           {"garden_step_ms", rounded(garden_ms, 1)},
           {"garden_tokens_per_s", rounded(tokens / garden_ms * 1000.0, 1)}};
@@ -279,6 +287,7 @@ inline nlohmann::json step_summary(const std::string& bench, const StepOptions& 
       {"garden_peak_rss_mib", rounded(peak_rss_mib(RUSAGE_SELF), 1)},
       {"device", o.device},
       {"amp", o.amp},
+      {"cuda_graph", o.cuda_graph},
   };
   if (peer_ms.empty()) {  // --peer none
     summary["peer"] = "none";

@@ -4,7 +4,8 @@
 //
 //   translation_bench [--preset tiny|base] [--threads 1] [--steps 5] [--warmup 2] [--batch 64]
 //                     [--length 32] [--rounds 3] [--peer PATH|none] [--peer_malloc glibc|garden]
-//                     [--device cpu|cuda|cuda:N] [--amp none|bf16] [--profile] [--smoke]
+//                     [--device cpu|cuda|cuda:N] [--amp none|bf16] [--cuda-graph] [--profile]
+//                     [--smoke]
 //
 // The model is the peer's `tiny` preset: shared embedding (V 8000, d 256),
 // 3 + 3 pre-layer-norm layers, 4 heads, feed-forward 1024 with ReLU, biases,
@@ -17,6 +18,11 @@
 // --amp bf16 both under bfloat16 autocast (forward and loss). Each step
 // ends with the loss read to the host on both sides (the peer's
 // loss.item()), so a GPU step's time includes its kernels.
+//
+// --cuda-graph (CUDA): Garden's step runs through garden::StepGraphs, captured
+// as a CUDA graph after two eager steps and replayed, with the optimizer's
+// numbers read on the device (Optimizer::set_capturable); the peer runs
+// eagerly as before.
 //
 // --peer none: Garden's side alone, the same rounds and summary without the
 // peer's figures (for comparing Garden with itself: settings, builds).
@@ -53,6 +59,7 @@
 #include <vector>
 
 #include "garden/config/optimization.h"
+#include "garden/core/cuda_graph.h"
 #include "garden/core/precision.h"
 #include "garden/core/runtime.h"
 #include "garden/nlp/losses.h"
@@ -93,7 +100,7 @@ const char* const kUsage =
     "translation_bench [--preset tiny|base] [--threads N] [--steps S] [--warmup W] [--batch B] "
     "[--length T] [--rounds "
     "R] [--peer PATH|none] [--peer_malloc glibc|garden] [--device cpu|cuda|cuda:N] [--amp none|bf16] "
-    "[--profile] [--smoke]";
+    "[--cuda-graph] [--profile] [--smoke]";
 
 Options parse(int argc, char** argv) {
   Options defaults;
@@ -111,6 +118,10 @@ Options parse(int argc, char** argv) {
   } catch (const c10::Error&) {
     garden_bench::usage("--device must be cpu, cuda or cuda:N, got '" + o.device + "'", kUsage);
   }
+  if (o.cuda_graph && o.device.rfind("cuda", 0) != 0)
+    garden_bench::usage("--cuda-graph needs --device cuda or cuda:N", kUsage);
+  if (o.cuda_graph && o.profile)
+    garden_bench::usage("--profile times the phases of an eager step: leave out --cuda-graph", kUsage);
   return o;
 }
 
@@ -177,6 +188,10 @@ class GardenStep {
 
     src_ = torch::randint(1, vocab_, {o.batch, o.length}, torch::kLong).to(device_);
     tgt_ = torch::randint(1, vocab_, {o.batch, o.length}, torch::kLong).to(device_);
+    if (o.cuda_graph) {
+      optimizer_->set_capturable(true);
+      graphs_ = std::make_unique<garden::StepGraphs>(device_);
+    }
   }
 
   int64_t parameter_count() const {
@@ -186,11 +201,14 @@ class GardenStep {
   }
 
   double step() {
-    optimizer_->zero_grad();
-    at::Tensor loss = forward_loss();
-    loss.backward();
-    optimizer_->step();
-    return loss.item<double>();
+    if (!graphs_) return eager_step(src_, tgt_).item<double>();
+    optimizer_->prepare_step();
+    const garden::StepGraphs::Result result =
+        graphs_->run({src_, tgt_}, [this](const std::vector<at::Tensor>& in) {
+          return std::vector<at::Tensor>{eager_step(in[0], in[1])};
+        });
+    if (result.replayed) optimizer_->count_replayed_step();
+    return result.outputs[0].item<double>();
   }
 
   // The same step, each phase timed: {forward, loss, backward, optimizer} in ms.
@@ -233,10 +251,18 @@ class GardenStep {
 
  private:
   // Forward and loss, under autocast with --amp bf16.
-  at::Tensor forward_loss() {
-    const garden::AutocastGuard autocast(amp_, device_);
-    at::Tensor logits = model_->forward(src_, tgt_);
-    return garden::nlp::padded_cross_entropy_loss(logits, tgt_, kSmoothing).mean();
+  // One step on `src` and `tgt`; returns the loss (detached).
+  at::Tensor eager_step(const at::Tensor& src, const at::Tensor& tgt) {
+    optimizer_->zero_grad();
+    at::Tensor loss;
+    {
+      const garden::AutocastGuard autocast(amp_, device_);
+      at::Tensor logits = model_->forward(src, tgt);
+      loss = garden::nlp::padded_cross_entropy_loss(logits, tgt, kSmoothing).mean();
+    }
+    loss.backward();
+    optimizer_->step();
+    return loss.detach();
   }
 
   int64_t vocab_;
@@ -244,6 +270,7 @@ class GardenStep {
   std::optional<std::string> amp_;
   garden::nlp::Seq2SeqTransformer model_{nullptr};
   std::unique_ptr<garden::optim::Optimizer> optimizer_;
+  std::unique_ptr<garden::StepGraphs> graphs_;  // --cuda-graph
   at::Tensor src_, tgt_;
 };
 

@@ -120,6 +120,9 @@ void RuntimeConfig::visit(Visitor& v) {
   v("use_tpu_mp_strategy", use_tpu_mp_strategy,
     "Accepted for Model Garden compatibility; Garden has no TPU support.");
   v("device", device, "LibTorch device: cpu, cuda or cuda:N.");
+  v("cuda_graphs", cuda_graphs,
+    "Capture the training step as a CUDA graph per batch shape and replay it (runtime.device "
+    "cuda, one process, optimizer adam or adamw).");
   v("intra_op_parallelism_threads", intra_op_parallelism_threads,
     "Threads inside one op; 0: every core this process may run on (LibTorch's default when "
     "OMP_NUM_THREADS is set; one without OMP_WAIT_POLICY=PASSIVE, which garden sets).");

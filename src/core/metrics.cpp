@@ -58,7 +58,8 @@ at::Tensor& Metric::variable(std::size_t index, const c10::Device& device) {
 double Metric::value(std::size_t index) const { return variables_.at(index).value.item<double>(); }
 
 void Metric::reset() {
-  for (auto& v : variables_) v.value = at::full({}, v.initial_value, v.value.options());
+  // In place: a step captured as a CUDA graph keeps adding to these tensors.
+  for (auto& v : variables_) v.value.fill_(v.initial_value);
 }
 
 void Metric::update(const Batch& labels, const Batch& outputs) {

@@ -7,6 +7,7 @@
 #include "garden/base/logging.h"
 #include "garden/config/yaml_io.h"
 #include "garden/core/actions.h"
+#include "garden/core/cuda_graph.h"
 #include "garden/core/parameter_server.h"
 #include "garden/distribute/gradient_sync.h"
 #include "garden/distribute/input.h"
@@ -73,6 +74,7 @@ Trainer::Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr
       if (!optimizer_->transform_gradients(pending_push_)) pending_push_.clear();
     });
   }
+  if (config_->runtime.cuda_graphs && optimizer_ && train) enable_cuda_graphs();
   // The config the run resolved travels in every checkpoint (the config
   // itself does not change after it is locked).
   params_yaml_ = config::to_yaml_string(const_cast<config::ExperimentConfig&>(*config_));
@@ -374,8 +376,92 @@ Logs Trainer::run_task_step(const Batch& inputs) {
   return merge_part_logs(part_logs);
 }
 
+void Trainer::enable_cuda_graphs() {
+  const auto refuse = [](const std::string& why) {
+    throw config::ConfigError("runtime.cuda_graphs: " + why);
+  };
+  if (!device_.is_cuda())
+    refuse("needs runtime.device=cuda (this run's device is '" + device_.str() + "')");
+  if (group_ || servers_)
+    refuse("a multi-worker step (its gradient all-reduce) is not captured; train with one process");
+  if (config_->trainer.gradient_accumulation_steps != 1)
+    refuse("trainer.gradient_accumulation_steps must be 1 (a step of several parts is not captured)");
+  try {
+    optimizer_->set_capturable(true);
+    graphs_ = std::make_unique<StepGraphs>(device_);
+  } catch (const config::ConfigError&) {
+    throw;
+  } catch (const Error& error) {
+    refuse(error.what());
+  }
+}
+
+namespace {
+// The step's log tensors in order (an Average's values and counts); a
+// number computed on the host cannot change when a graph replays.
+void flatten_logs(const Logs& logs, std::vector<at::Tensor>& out) {
+  for (const auto& [key, value] : logs) {
+    if (const auto* tensor = std::get_if<at::Tensor>(&value)) {
+      out.push_back(*tensor);
+    } else if (const auto* average = std::get_if<Average>(&value)) {
+      for (const auto& term : average->terms) {
+        out.push_back(term.value);
+        out.push_back(term.count);
+      }
+    } else if (is_scalar(value)) {
+      throw Error("runtime.cuda_graphs: the task's training step logs '" + key +
+                  "' as a number computed on the host, which a replayed graph cannot update");
+    }
+  }
+}
+
+Logs unflatten_logs(Logs logs, const std::vector<at::Tensor>& tensors) {
+  std::size_t at = 0;
+  for (auto& [key, value] : logs) {
+    if (auto* tensor = std::get_if<at::Tensor>(&value)) {
+      *tensor = tensors.at(at++);
+    } else if (auto* average = std::get_if<Average>(&value)) {
+      for (auto& term : average->terms) {
+        term.value = tensors.at(at++);
+        term.count = tensors.at(at++);
+      }
+    }
+  }
+  return logs;
+}
+}  // namespace
+
+Logs Trainer::run_graphed_step(const Batch& inputs) {
+  optimizer_->prepare_step();
+  std::string shape;
+  std::vector<at::Tensor> tensors;
+  for (const auto& [key, tensor] : inputs) {
+    shape += key + c10::str(tensor.sizes()) + c10::toString(tensor.scalar_type()) + ";";
+    tensors.push_back(tensor);
+  }
+  Logs logs;
+  const StepGraphs::Result result =
+      graphs_->run(tensors, [&](const std::vector<at::Tensor>& static_inputs) {
+        Batch batch;
+        std::size_t i = 0;
+        for (const auto& [key, tensor] : inputs) batch[key] = static_inputs[i++];
+        logs = run_task_step(batch);
+        std::vector<at::Tensor> outputs;
+        flatten_logs(logs, outputs);
+        return outputs;
+      });
+  if (!result.replayed) {
+    // Run eagerly or captured: the step's own logs, kept as the layout of
+    // the graph's outputs.
+    graph_logs_[shape] = logs;
+    return logs;
+  }
+  optimizer_->count_replayed_step();
+  return unflatten_logs(graph_logs_.at(shape), result.outputs);
+}
+
 void Trainer::train_step(const Batch& inputs) {
-  const Logs logs = run_task_step(inputs);
+  const Logs logs = graphs_ ? run_graphed_step(inputs) : run_task_step(inputs);
   if (logs.find(task_->loss()) == logs.end())
     throw Error("task train_step returned no '" + std::string(task_->loss()) + "'");
   keep_step_scalars(logs);

@@ -8,6 +8,7 @@
 
 #include "adam_pass.h"
 #include "garden/base/error.h"
+#include "garden/base/torch_features.h"
 
 namespace garden::optim {
 
@@ -98,6 +99,27 @@ void Optimizer::clip(std::vector<at::Tensor>& gradients) const {
   }
   if (clip_.global_clipnorm && *clip_.global_clipnorm > 0)
     clip_by_global_norm(gradients, *clip_.global_clipnorm);
+}
+
+void Optimizer::set_capturable(bool on) {
+  if (on) {
+    std::string why = capture_refusal();
+    if (why.empty() && loss_scaler_) why = "a loss scaler (float16) reads the gradients' finiteness";
+    if (why.empty() && ema_) why = "an exponential moving average updates with the step count";
+    if (why.empty() && !transformers_.empty())
+      why = "gradient transformers (differential privacy) draw their noise on the host";
+#if !GARDEN_HAS_FOREACH_TENSOR_FACTOR
+    if (why.empty()) why = "LibTorch " TORCH_VERSION " has no multi-tensor ops with a tensor factor (2.1)";
+#endif
+    if (!why.empty()) throw Error("this optimizer's step cannot be captured: " + why);
+  }
+  capturable_ = on;
+}
+
+void Optimizer::prepare_step() {
+  if (!capturable_) return;
+  torch::NoGradGuard no_grad;
+  write_step_scalars(learning_rate());
 }
 
 void Optimizer::step() {
@@ -254,6 +276,10 @@ class Adam : public Optimizer {
   // order as adam_update's, parameter by parameter.
   void update_all(const std::vector<std::size_t>& indices, const std::vector<at::Tensor>& gradients,
                   double lr) override {
+    if (capturable()) {
+      capturable_update(indices, gradients);
+      return;
+    }
     struct Group {
       std::vector<at::Tensor> params, grads, m, v;
       std::map<double, std::vector<at::Tensor>> decaying;  // by decay
@@ -289,6 +315,76 @@ class Adam : public Optimizer {
       at::_foreach_add_(denominators, epsilon_);
       at::_foreach_addcdiv_(g.params, g.m, denominators, -lr_t);
     }
+  }
+
+  std::string capture_refusal() const override {
+    return amsgrad_ ? "amsgrad's maximum is kept per parameter" : "";
+  }
+
+  // Per device and dtype of the parameters: {-bias-corrected rate, rate},
+  // filled in place (a kernel each, no copy from the host).
+  void write_step_scalars(double lr) override {
+    const double lr_t = corrected_rate(lr);
+    for (const auto& parameter : parameters()) {
+      const at::Tensor& p = parameter.tensor;
+      at::Tensor& scalars = step_scalars_[{p.device().str(), static_cast<int>(p.scalar_type())}];
+      if (!scalars.defined())
+        scalars = at::empty({2}, p.options()
+                                     .dtype(p.scalar_type() == at::kDouble ? at::kDouble : at::kFloat)
+                                     .requires_grad(false));
+    }
+    for (auto& [key, scalars] : step_scalars_) {
+      scalars.select(0, 0).fill_(-lr_t);
+      scalars.select(0, 1).fill_(lr);
+    }
+  }
+
+  // The update of update_all with the numbers that change from step to step
+  // read from step_scalars_: p -= rate * (lr * p) where it decays, then
+  // Adam's m, v and p += (m / (sqrt(v) + eps)) * (-lr_t). All parameters
+  // take LibTorch's multi-tensor ops (the CPU's too).
+  void capturable_update(const std::vector<std::size_t>& indices,
+                         const std::vector<at::Tensor>& gradients) {
+#if GARDEN_HAS_FOREACH_TENSOR_FACTOR
+    struct Group {
+      std::vector<at::Tensor> params, grads, m, v;
+      std::map<double, std::vector<at::Tensor>> decaying;  // by rate (decay at lr = 1)
+    };
+    std::map<std::pair<std::string, int>, Group> groups;
+    for (const std::size_t i : indices) {
+      const at::Tensor& param = parameters()[i].tensor;
+      Group& group = groups[{param.device().str(), static_cast<int>(param.scalar_type())}];
+      group.params.push_back(param);
+      group.grads.push_back(gradients[i]);
+      group.m.push_back(slot(i, "m"));
+      group.v.push_back(slot(i, "v"));
+      if (const double rate = decay(i, 1.0); rate > 0) group.decaying[rate].push_back(param);
+    }
+    for (auto& [key, g] : groups) {
+      const auto found = step_scalars_.find(key);
+      if (found == step_scalars_.end())
+        throw Error("a capturable optimizer step ran without prepare_step() before it");
+      const at::Tensor step_size = found->second.select(0, 0);
+      const at::Tensor rate = found->second.select(0, 1);
+      for (auto& [decay_rate, tensors] : g.decaying) {
+        const std::vector<at::Tensor> scaled = at::_foreach_mul(tensors, rate);
+        at::_foreach_add_(tensors, scaled, -decay_rate);
+      }
+      at::_foreach_mul_(g.m, beta_1_);
+      at::_foreach_add_(g.m, g.grads, 1.0 - beta_1_);
+      at::_foreach_mul_(g.v, beta_2_);
+      at::_foreach_addcmul_(g.v, g.grads, g.grads, 1.0 - beta_2_);
+      std::vector<at::Tensor> updates = at::_foreach_sqrt(g.v);
+      at::_foreach_add_(updates, epsilon_);
+      updates = at::_foreach_div(g.m, updates);
+      at::_foreach_mul_(updates, step_size);
+      at::_foreach_add_(g.params, updates);
+    }
+#else
+    (void)indices;
+    (void)gradients;
+    throw Error("capturable optimizer steps need LibTorch 2.1 or later");
+#endif
   }
 
   // AdamWeightDecay's lr * rate for parameter i where it decays; 0 else.
@@ -337,6 +433,7 @@ class Adam : public Optimizer {
  private:
   double beta_1_, beta_2_, epsilon_;
   bool amsgrad_;
+  std::map<std::pair<std::string, int>, at::Tensor> step_scalars_;
 };
 
 // Model Garden's AdamWeightDecay: decoupled decay p -= lr * rate * p on the

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "device_util.h"
+#include "garden/base/error.h"
+#include "garden/base/torch_features.h"
 #include "garden/optim/lr_schedule.h"
 #include "garden/optim/optimizer.h"
 
@@ -141,12 +143,15 @@ std::vector<at::Tensor> adamw_steps(const std::vector<at::Tensor>& start,
                                     const std::vector<at::Tensor>& grads,
                                     const std::vector<std::string>& names,
                                     const std::function<at::Tensor(const at::Tensor&)>& make,
-                                    const c10::Device& device = c10::Device("cpu")) {
+                                    const c10::Device& device = c10::Device("cpu"),
+                                    bool capturable = false) {
   std::vector<garden::optim::NamedParameter> params;
   for (std::size_t i = 0; i < start.size(); ++i)
     params.push_back({names[i], make(start[i].to(device)).requires_grad_()});
   auto optimizer = garden::optim::make_optimizer(adamw_config(), params);
+  if (capturable) optimizer->set_capturable(true);
   for (std::size_t step = 0; step < 3; ++step) {
+    optimizer->prepare_step();
     optimizer->zero_grad();
     for (std::size_t i = 0; i < params.size(); ++i)
       params[i].tensor.mutable_grad() = grads[step * start.size() + i].to(device);
@@ -209,6 +214,24 @@ TEST_P(OptimizerDeviceTest, AdamWeightDecayMatchesTheFormula) {
         << c.names[i] << " on " << device;
 }
 
+// Capturable (for CUDA graphs): the rate, the bias correction and the decay
+// read from device tensors that prepare_step() writes; the same formula.
+TEST_P(OptimizerDeviceTest, CapturableAdamWeightDecayMatchesTheFormula) {
+  const c10::Device device(GetParam());
+  if (const auto why = garden_test::unavailable(device); !why.empty()) GTEST_SKIP() << why;
+#if !GARDEN_HAS_FOREACH_TENSOR_FACTOR
+  GTEST_SKIP() << "LibTorch " TORCH_VERSION " has no multi-tensor ops with a tensor factor (2.1)";
+#endif
+  const AdamCase c;
+  const auto out = adamw_steps(
+      c.start, c.grads, c.names, [](const at::Tensor& t) { return t.clone(); }, device,
+      /*capturable=*/true);
+  for (std::size_t i = 0; i < c.start.size(); ++i)
+    EXPECT_TRUE(torch::allclose(
+        out[i], adamw_formula(c.start[i], c.grads, i, c.start.size(), i != 1), 1e-6, 1e-6))
+        << c.names[i] << " on " << device;
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, OptimizerDeviceTest, ::testing::Values("cpu", "cuda"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
@@ -225,6 +248,50 @@ TEST(OptimizerTest, Float32AdamRaisesTheParameterVersion) {
   optimizer->step();
   EXPECT_GT(params[0].tensor._version(), before);
   EXPECT_THROW(loss.backward(), c10::Error);
+}
+
+std::string capture_refusal(garden::optim::Optimizer& optimizer) {
+  try {
+    optimizer.set_capturable(true);
+  } catch (const garden::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(OptimizerTest, OnlyAdamWithoutWrappersCanBeCaptured) {
+  std::vector<garden::optim::NamedParameter> params = {{"w", torch::ones({3}).requires_grad_()}};
+  const std::string prefix = "this optimizer's step cannot be captured: ";
+  for (const char* type : {"sgd", "lamb", "rmsprop", "adagrad"}) {
+    auto optimizer = garden::optim::make_optimizer(constant(type, 0.1), params);
+    EXPECT_EQ(capture_refusal(*optimizer), prefix + "its update passes numbers to the kernels")
+        << type;
+    EXPECT_FALSE(optimizer->capturable());
+  }
+  auto amsgrad = constant("adam", 0.1);
+  amsgrad.optimizer.adam.amsgrad = true;
+  EXPECT_EQ(capture_refusal(*garden::optim::make_optimizer(amsgrad, params)),
+            prefix + "amsgrad's maximum is kept per parameter");
+  auto scaled = garden::optim::make_optimizer(constant("adam", 0.1), params);
+  scaled->set_loss_scaler(std::make_unique<garden::optim::LossScaler>(
+      garden::optim::LossScaler::from_config(std::nullopt)));
+  EXPECT_NE(capture_refusal(*scaled).find("loss scaler"), std::string::npos);
+  auto noisy = garden::optim::make_optimizer(constant("sgd", 0.1), params,
+                                             garden::config::DifferentialPrivacyConfig{});
+  EXPECT_NE(capture_refusal(*noisy).find(prefix), std::string::npos);
+  auto adam = garden::optim::make_optimizer(constant("adam", 0.1), params);
+#if GARDEN_HAS_FOREACH_TENSOR_FACTOR
+  EXPECT_EQ(capture_refusal(*adam), "");
+  EXPECT_TRUE(adam->capturable());
+  // Its numbers come from prepare_step(): a step without one is refused.
+  params[0].tensor.mutable_grad() = torch::ones({3});
+  EXPECT_THROW(adam->step(), garden::Error);
+  adam->prepare_step();
+  adam->step();
+  EXPECT_TRUE(torch::allclose(params[0].tensor.detach(), torch::full({3}, 0.9), 1e-6, 1e-6));
+#else
+  EXPECT_NE(capture_refusal(*adam).find("2.1"), std::string::npos);
+#endif
 }
 
 TEST(OptimizerTest, GlobalClipnormScalesAllGradientsTogether) {

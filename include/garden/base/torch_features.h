@@ -20,3 +20,7 @@
 // c10d::TCPStoreOptions::useLibUV (2.2; true by default from 2.4, which
 // fails on a LibTorch built without libuv, as Debian's 2.14 is).
 #define GARDEN_HAS_TCPSTORE_LIBUV GARDEN_TORCH_AT_LEAST(2, 2)
+// Multi-tensor ops that take their factor as a device tensor
+// (_foreach_mul(list, tensor), 2.1): an optimizer step that reads its
+// learning rate on the device, for CUDA graphs.
+#define GARDEN_HAS_FOREACH_TENSOR_FACTOR GARDEN_TORCH_AT_LEAST(2, 1)

@@ -82,6 +82,7 @@ struct RuntimeConfig : Config {
   bool use_tpu_mp_strategy = false;
   // LibTorch-specific settings.
   std::string device = "cpu";
+  bool cuda_graphs = false;
   int64_t intra_op_parallelism_threads = 0;
   int64_t inter_op_parallelism_threads = 0;
   std::optional<int64_t> seed;

@@ -53,7 +53,8 @@ class Metric {
   // outputs; a missing input is an error naming the metric and the key.
   void update(const Batch& labels, const Batch& outputs);
   virtual double result() const = 0;
-  // Every variable back to its initial value.
+  // Every variable back to its initial value, in place (a step captured as
+  // a CUDA graph goes on updating the same tensors).
   void reset();
 
   // The state (Keras's metric.variables).

@@ -26,6 +26,7 @@ namespace garden {
 
 class Trainer;
 class ParameterServers;
+class StepGraphs;
 
 // Called after each evaluation with its logs (best-checkpoint export).
 class CheckpointExporter {
@@ -210,6 +211,14 @@ class Trainer {
   // The task's step over `inputs` (in accumulation parts when asked), its
   // logs merged.
   Logs run_task_step(const Batch& inputs);
+  // runtime.cuda_graphs: checks that this run's step can be captured and
+  // sets up the graphs; the step then runs through them.
+  void enable_cuda_graphs();
+  Logs run_graphed_step(const Batch& inputs);
+  std::unique_ptr<StepGraphs> graphs_;
+  // The logs of a captured step per batch shape: their tensors are the
+  // graph's outputs, in order.
+  std::map<std::string, Logs> graph_logs_;
   void wait_for_async_steps(int64_t num_steps);
   std::vector<std::map<std::string, std::vector<std::array<double, 3>>>> loop_steps_;
   // A training step's scalar logs until the loop ends: their tensors in one

@@ -76,6 +76,24 @@ class Optimizer {
     return loss_scaler_ ? loss_scaler_->scale(loss) : loss;
   }
 
+  // For a step captured as a CUDA graph (core/cuda_graph.h): the numbers
+  // that change from step to step (the learning rate, Adam's bias
+  // correction, the weight decay) are read from device tensors that
+  // prepare_step() writes before each step, instead of being passed to the
+  // kernels as numbers. Adam and AdamWeightDecay can (not with amsgrad), on
+  // LibTorch 2.1 or later; for the others, and with a loss scaler, an EMA or
+  // gradient transformers (they read the host or draw on it), this throws
+  // garden::Error naming what stops it.
+  void set_capturable(bool on);
+  bool capturable() const { return capturable_; }
+  // Capturable: writes the numbers of the next step (at iterations()) to
+  // the parameters' devices. Call it before every step, eager or replayed;
+  // not capturable, it does nothing.
+  void prepare_step();
+  // Capturable: counts a step that a graph replayed (the host code that
+  // counts the iterations ran only when it was captured).
+  void count_replayed_step() { ++iterations_; }
+
   // The rate the next step() uses: the schedule at iterations().
   double learning_rate() const { return (*schedule_)(iterations_); }
   int64_t iterations() const { return iterations_; }
@@ -103,6 +121,11 @@ class Optimizer {
   // An entry may still alias its parameter's .grad: replace it (clone)
   // rather than modify it in place.
   virtual void before_clipping(std::vector<at::Tensor>& gradients) { (void)gradients; }
+  // Capturable steps: why this optimizer cannot take its numbers from
+  // device tensors ("" when it can), and writing them for a step at
+  // learning rate `lr` (called by prepare_step()).
+  virtual std::string capture_refusal() const { return "its update passes numbers to the kernels"; }
+  virtual void write_step_scalars(double lr) { (void)lr; }
   // Per-parameter state, created on first use filled with initial_value,
   // like the parameter.
   at::Tensor& slot(std::size_t index, const std::string& name, double initial_value = 0.0);
@@ -119,6 +142,7 @@ class Optimizer {
   ClipOptions clip_;
   std::vector<GradientTransformer> transformers_;
   int64_t iterations_ = 0;
+  bool capturable_ = false;
   std::vector<std::map<std::string, at::Tensor>> slots_;
   std::unique_ptr<LossScaler> loss_scaler_;
   std::unique_ptr<ExponentialMovingAverage> ema_;
