@@ -765,13 +765,8 @@ at::Tensor fused_attention(const at::Tensor& q_proj, const at::Tensor& kv_proj, 
   if (training && !(dropout >= 0 && dropout < 1))
     throw std::invalid_argument("fused_attention: dropout must be in [0, 1)");
   const at::Tensor none = at::empty({0}, q_proj.options());
-  // GCC 13 warns falsely (-Warray-bounds) inside the std::vector<bool>::reserve that
-  // LibTorch 2.x's Function::apply inlines here; nothing of Garden's is out of bounds.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Warray-bounds"
   return FusedAttention::apply(q_proj, kv_proj.defined() ? kv_proj : none, heads,
                                mask.defined() ? mask : none, dropout, training);
-#pragma GCC diagnostic pop
 }
 
 namespace {

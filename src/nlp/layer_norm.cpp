@@ -280,11 +280,7 @@ at::Tensor layer_norm(const at::Tensor& given, const at::Tensor& weight, const a
     return normalize_rows(contiguous, weight.contiguous(), bias.contiguous(), eps, stats.data(),
                           stats.data() + rows);
   }
-  // As in fused_attention: GCC 13's false -Warray-bounds in LibTorch 2.x's Function::apply.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Warray-bounds"
   return LayerNormFunction::apply(x, weight, bias, eps);
-#pragma GCC diagnostic pop
 }
 
 at::Tensor layer_norm(const at::Tensor& x, torch::nn::LayerNorm& norm) {
