@@ -10,9 +10,8 @@
 #include "garden/base/error.h"
 #include "garden/base/torch_features.h"
 
-// GARDEN_WITH_CUDA comes from CMake when LibTorch has CUDA; the graph API
-// needs 2.1 (the default generator registered with every capture).
-#if defined(GARDEN_WITH_CUDA) && GARDEN_TORCH_AT_LEAST(2, 1)
+// GARDEN_WITH_CUDA comes from CMake when LibTorch has CUDA.
+#if defined(GARDEN_WITH_CUDA) && GARDEN_HAS_CUDA_GRAPHS
 #define GARDEN_CUDA_GRAPHS 1
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>

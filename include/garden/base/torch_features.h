@@ -24,3 +24,6 @@
 // (_foreach_mul(list, tensor), 2.1): an optimizer step that reads its
 // learning rate on the device, for CUDA graphs.
 #define GARDEN_HAS_FOREACH_TENSOR_FACTOR GARDEN_TORCH_AT_LEAST(2, 1)
+// CUDA graphs of a training step (core/cuda_graph.h): at::cuda::CUDAGraph
+// with the default generator registered with every capture (2.1).
+#define GARDEN_HAS_CUDA_GRAPHS GARDEN_TORCH_AT_LEAST(2, 1)
