@@ -184,7 +184,13 @@ void Optimizer::load_state(const std::map<std::string, at::Tensor>& tensors,
   torch::NoGradGuard no_grad;
   std::map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < parameters_.size(); ++i) index[parameters_[i].name] = i;
-  for (auto& slots : slots_) slots.clear();
+  // A slot that exists keeps its tensor, filled in place: a step captured
+  // as a CUDA graph goes on updating the tensors it was captured with (a
+  // restore in the middle of a run: NaN recovery). Capturable, a slot the
+  // state lacks goes back to zeros in place (Adam's m and v start at 0);
+  // otherwise it is dropped and made again on first use.
+  std::vector<std::map<std::string, at::Tensor>> previous = std::move(slots_);
+  slots_.assign(parameters_.size(), {});
   std::map<std::string, at::Tensor> averages;
   for (const auto& [key, tensor] : tensors) {
     if (key.rfind("ema/", 0) == 0) {
@@ -200,10 +206,23 @@ void Optimizer::load_state(const std::map<std::string, at::Tensor>& tensors,
     if (tensor.sizes() != target.sizes())
       throw Error("optimizer state '" + key + "' has shape " + c10::str(tensor.sizes()) +
                   ", the parameter has " + c10::str(target.sizes()));
+    const std::string name = key.substr(slash + 1);
+    auto& kept = previous[it->second];
+    const auto same = kept.find(name);
+    if (same != kept.end() && same->second.scalar_type() == target.scalar_type() &&
+        same->second.device() == target.device()) {
+      same->second.copy_(tensor);
+      slots_[it->second][name] = same->second;
+      kept.erase(same);
+      continue;
+    }
     // A copy: the optimizer must own its state, never alias the caller's.
-    slots_[it->second][key.substr(slash + 1)] =
+    slots_[it->second][name] =
         tensor.to(target.device(), target.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
   }
+  if (capturable_)
+    for (std::size_t i = 0; i < previous.size(); ++i)
+      for (auto& [name, tensor] : previous[i]) slots_[i][name] = tensor.zero_();
   iterations_ = meta.value("iterations", int64_t{0});
   if (ema_ && !averages.empty()) ema_->load_state(averages);
   if (loss_scaler_ && meta.contains("loss_scale")) loss_scaler_->restore(meta.at("loss_scale"));

@@ -359,6 +359,37 @@ TEST(OptimizerTest, StateRoundTripContinuesIdentically) {
   EXPECT_THROW(second->load_state(slots, first->state_meta()), std::exception);
 }
 
+// A restore in the middle of a run (NaN recovery) fills the slots that exist
+// in place: a step captured as a CUDA graph keeps updating those tensors.
+TEST(OptimizerTest, LoadStateFillsExistingSlotsInPlace) {
+  auto config = constant("adam", 0.01);
+  std::vector<garden::optim::NamedParameter> a{{"w", torch::ones({3}).requires_grad_()}};
+  auto optimizer = garden::optim::make_optimizer(config, a);
+  a[0].tensor.mutable_grad() = torch::full({3}, 0.5f);
+  optimizer->step();
+  const auto saved = optimizer->state_tensors();  // after one step
+  std::map<std::string, at::Tensor> slots;
+  for (const auto& [name, tensor] : saved) slots[name] = tensor.clone();
+  std::map<std::string, const void*> where;
+  for (const auto& [name, tensor] : saved) where[name] = tensor.data_ptr();
+  optimizer->step();
+  optimizer->load_state(slots, {{"iterations", 1}});
+  for (const auto& [name, tensor] : optimizer->state_tensors()) {
+    EXPECT_EQ(tensor.data_ptr(), where.at(name)) << name;
+    EXPECT_TRUE(torch::equal(tensor, slots.at(name))) << name;
+    EXPECT_FALSE(tensor.is_same(slots.at(name))) << name << " aliases the caller's tensor";
+  }
+#if GARDEN_HAS_FOREACH_TENSOR_FACTOR
+  // Capturable, a slot the state lacks is zeroed where it is.
+  optimizer->set_capturable(true);
+  optimizer->load_state({}, {{"iterations", 0}});
+  for (const auto& [name, tensor] : optimizer->state_tensors()) {
+    EXPECT_EQ(tensor.data_ptr(), where.at(name)) << name;
+    EXPECT_EQ(tensor.abs().sum().item<double>(), 0.0) << name;
+  }
+#endif
+}
+
 // ---- vector parameters: norms and per-gradient clipping need more than one element
 
 using Vector = std::vector<double>;
