@@ -299,11 +299,7 @@ class Adam : public Optimizer {
       capturable_update(indices, gradients);
       return;
     }
-    struct Group {
-      std::vector<at::Tensor> params, grads, m, v;
-      std::map<double, std::vector<at::Tensor>> decaying;  // by decay
-    };
-    std::map<std::pair<std::string, int>, Group> groups;
+    std::map<GroupKey, Group> groups;
     for (const std::size_t i : indices) {
       at::Tensor param = parameters()[i].tensor;  // a handle: updated in place
       const at::Tensor& grad = gradients[i];
@@ -313,25 +309,13 @@ class Adam : public Optimizer {
         adam_update(i, param, grad, lr, decay(i, lr));
         continue;
       }
-      Group& group = groups[{param.device().str(), static_cast<int>(param.scalar_type())}];
-      group.params.push_back(param);
-      group.grads.push_back(grad);
-      group.m.push_back(m);
-      group.v.push_back(v);
-      if (const double d = decay(i, lr); d > 0) {
-        group.decaying[d].push_back(param);
-      }
+      add_to_group(groups, i, grad, lr);
     }
     const double lr_t = corrected_rate(lr);
     for (auto& [key, g] : groups) {
       // p -= decay * p, per decay (AdamWeightDecay's: one for all).
       for (auto& [decay, tensors] : g.decaying) at::_foreach_add_(tensors, tensors, -decay);
-      at::_foreach_mul_(g.m, beta_1_);
-      at::_foreach_add_(g.m, g.grads, 1.0 - beta_1_);
-      at::_foreach_mul_(g.v, beta_2_);
-      at::_foreach_addcmul_(g.v, g.grads, g.grads, 1.0 - beta_2_);
-      std::vector<at::Tensor> denominators = at::_foreach_sqrt(g.v);
-      at::_foreach_add_(denominators, epsilon_);
+      const std::vector<at::Tensor> denominators = moments(g);
       at::_foreach_addcdiv_(g.params, g.m, denominators, -lr_t);
     }
   }
@@ -365,20 +349,8 @@ class Adam : public Optimizer {
   void capturable_update(const std::vector<std::size_t>& indices,
                          const std::vector<at::Tensor>& gradients) {
 #if GARDEN_HAS_FOREACH_TENSOR_FACTOR
-    struct Group {
-      std::vector<at::Tensor> params, grads, m, v;
-      std::map<double, std::vector<at::Tensor>> decaying;  // by rate (decay at lr = 1)
-    };
-    std::map<std::pair<std::string, int>, Group> groups;
-    for (const std::size_t i : indices) {
-      const at::Tensor& param = parameters()[i].tensor;
-      Group& group = groups[{param.device().str(), static_cast<int>(param.scalar_type())}];
-      group.params.push_back(param);
-      group.grads.push_back(gradients[i]);
-      group.m.push_back(slot(i, "m"));
-      group.v.push_back(slot(i, "v"));
-      if (const double rate = decay(i, 1.0); rate > 0) group.decaying[rate].push_back(param);
-    }
+    std::map<GroupKey, Group> groups;
+    for (const std::size_t i : indices) add_to_group(groups, i, gradients[i], 1.0);
     for (auto& [key, g] : groups) {
       const auto found = step_scalars_.find(key);
       if (found == step_scalars_.end())
@@ -389,13 +361,7 @@ class Adam : public Optimizer {
         const std::vector<at::Tensor> scaled = at::_foreach_mul(tensors, rate);
         at::_foreach_add_(tensors, scaled, -decay_rate);
       }
-      at::_foreach_mul_(g.m, beta_1_);
-      at::_foreach_add_(g.m, g.grads, 1.0 - beta_1_);
-      at::_foreach_mul_(g.v, beta_2_);
-      at::_foreach_addcmul_(g.v, g.grads, g.grads, 1.0 - beta_2_);
-      std::vector<at::Tensor> updates = at::_foreach_sqrt(g.v);
-      at::_foreach_add_(updates, epsilon_);
-      updates = at::_foreach_div(g.m, updates);
+      std::vector<at::Tensor> updates = at::_foreach_div(g.m, moments(g));
       at::_foreach_mul_(updates, step_size);
       at::_foreach_add_(g.params, updates);
     }
@@ -404,6 +370,35 @@ class Adam : public Optimizer {
     (void)gradients;
     throw Error("capturable optimizer steps need LibTorch 2.1 or later");
 #endif
+  }
+
+  // The parameters one multi-tensor update takes together: those of one
+  // device and dtype, and among them the decaying ones by their decay.
+  using GroupKey = std::pair<std::string, int>;
+  struct Group {
+    std::vector<at::Tensor> params, grads, m, v;
+    std::map<double, std::vector<at::Tensor>> decaying;
+  };
+  // Adds parameter i (gradient `grad`, decay at rate `lr`) to its group.
+  void add_to_group(std::map<GroupKey, Group>& groups, std::size_t i, const at::Tensor& grad,
+                    double lr) {
+    const at::Tensor& param = parameters()[i].tensor;
+    Group& group = groups[{param.device().str(), static_cast<int>(param.scalar_type())}];
+    group.params.push_back(param);
+    group.grads.push_back(grad);
+    group.m.push_back(slot(i, "m"));
+    group.v.push_back(slot(i, "v"));
+    if (const double d = decay(i, lr); d > 0) group.decaying[d].push_back(param);
+  }
+  // Keras's m and v of a group, in place; returns sqrt(v) + epsilon.
+  std::vector<at::Tensor> moments(Group& g) const {
+    at::_foreach_mul_(g.m, beta_1_);
+    at::_foreach_add_(g.m, g.grads, 1.0 - beta_1_);
+    at::_foreach_mul_(g.v, beta_2_);
+    at::_foreach_addcmul_(g.v, g.grads, g.grads, 1.0 - beta_2_);
+    std::vector<at::Tensor> denominators = at::_foreach_sqrt(g.v);
+    at::_foreach_add_(denominators, epsilon_);
+    return denominators;
   }
 
   // AdamWeightDecay's lr * rate for parameter i where it decays; 0 else.
