@@ -135,7 +135,9 @@ StepGraphs::Result StepGraphs::run(const std::vector<at::Tensor>& inputs, const 
 
 #else  // no CUDA graphs in this build
 
-struct StepGraphs::Impl {};
+struct StepGraphs::Impl {
+  int64_t graphs = 0, replays = 0;
+};
 
 bool StepGraphs::available() { return false; }
 
@@ -163,20 +165,7 @@ StepGraphs::Result StepGraphs::run(const std::vector<at::Tensor>& inputs, const 
 
 StepGraphs::~StepGraphs() = default;
 
-int64_t StepGraphs::graphs() const {
-#if GARDEN_CUDA_GRAPHS
-  return impl_->graphs;
-#else
-  return 0;
-#endif
-}
-
-int64_t StepGraphs::replays() const {
-#if GARDEN_CUDA_GRAPHS
-  return impl_->replays;
-#else
-  return 0;
-#endif
-}
+int64_t StepGraphs::graphs() const { return impl_->graphs; }
+int64_t StepGraphs::replays() const { return impl_->replays; }
 
 }  // namespace garden
