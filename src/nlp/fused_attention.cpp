@@ -297,154 +297,273 @@ __attribute__((always_inline)) inline void softmax_padded_row(float* __restrict 
   divide_by_sum(x, n, padded, sums, m);
 }
 
+// softmax_padded_row of kRows rows at once (x[r] holds `padded` floats, its
+// first n the row; mask[r] is row r's mask or null), each row's steps
+// interleaved with the others' in the same loops: one row's maximum,
+// exponentials, sum and division are a chain each waiting on the one
+// before, which a lone decoding query runs with the core mostly idle. Every
+// row's numbers are softmax_padded_row's, to the bit.
+template <int kRows>
+__attribute__((always_inline)) inline void softmax_padded_rows(
+    float (*__restrict x)[kSmallProductMaxDim + kLanes], int64_t n, int64_t padded,
+    const float* const* mask, int64_t mask_stride) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (int r = 0; r < kRows; ++r) {
+    if (mask[r]) {
+      if (mask_stride == 1) {
+        for (int64_t s = 0; s < n; ++s) x[r][s] += mask[r][s];
+      } else {
+        for (int64_t s = 0; s < n; ++s) x[r][s] += mask[r][s * mask_stride];
+      }
+    }
+    for (int64_t s = n; s < padded; ++s) x[r][s] = -kInf;
+  }
+  float m[kRows];
+  {
+    Lanes16 top[kRows], y;
+    for (int r = 0; r < kRows; ++r) top[r] = -kInf - Lanes16{};
+    for (int64_t s = 0; s < padded; s += kLanes)
+      for (int r = 0; r < kRows; ++r) {
+        std::memcpy(&y, x[r] + s, sizeof(y));
+        top[r] = y > top[r] ? y : top[r];
+      }
+    for (int r = 0; r < kRows; ++r) {
+      Lanes16 t = top[r];
+      y = __builtin_shufflevector(t, t, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+      t = y > t ? y : t;
+      y = __builtin_shufflevector(t, t, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
+      t = y > t ? y : t;
+      y = __builtin_shufflevector(t, t, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+      t = y > t ? y : t;
+      m[r] = t[1] > t[0] ? t[1] : t[0];
+    }
+  }
+  float sums[kRows][kLanes] = {};
+  for (int64_t s = 0; s < padded; s += kLanes)
+    for (int r = 0; r < kRows; ++r)
+      for (int l = 0; l < kLanes; ++l) {
+        const float e = exp_nonpositive(x[r][s + l] - m[r]);
+        x[r][s + l] = e;
+        sums[r][l] += e;
+      }
+  for (int r = 0; r < kRows; ++r) divide_by_sum(x[r], n, padded, sums[r], m[r]);
+}
+
+// Where key and value s of example b start in k and v, head 0 (head h adds
+// h * kv_head): position s of batch row b, or of the row the index names.
+// Past S, to the end of the last block of 16, position 0 again: the scores
+// read there are replaced by -inf. One example's offsets serve all its heads.
+__attribute__((always_inline)) inline void position_offsets(const Geometry& g, int64_t b,
+                                                            int64_t* __restrict at) {
+  const int64_t S = g.kv_len, padded = (S + kLanes - 1) / kLanes * kLanes;
+  if (g.kv_rows) {
+    const int64_t* __restrict rows = g.kv_rows + b * g.kv_rows_stride;
+    for (int64_t s = 0; s < S; ++s) at[s] = rows[s] * g.kv_batch + s * g.kv_row;
+  } else {
+    for (int64_t s = 0; s < S; ++s) at[s] = b * g.kv_batch + s * g.kv_row;
+  }
+  for (int64_t s = S; s < padded; ++s) at[s] = at[0];
+}
+
 // a[j] += the products of q[from, from + 16 kChunks) with the same floats
-// of key[j], j < 16, sixteen at a time in order: the chunks of q stay in
-// registers and each key's address is read once.
+// of key j (at k + at[j]), j < 16, sixteen at a time in order: the chunks of
+// q stay in registers and each key's offset is read once.
 template <int kChunks>
-__attribute__((always_inline)) inline void dot16(const float* q, const float* const* key,
-                                                 int64_t from, Lanes16 (&a)[kLanes]) {
+__attribute__((always_inline)) inline void dot16(const float* q, const float* k,
+                                                 const int64_t* at, int64_t from,
+                                                 Lanes16 (&a)[kLanes]) {
   Lanes16 x[kChunks];
   for (int c = 0; c < kChunks; ++c) std::memcpy(&x[c], q + from + c * kLanes, sizeof(x[c]));
 #pragma GCC unroll 16
   for (int j = 0; j < kLanes; ++j) {
-    const float* p = key[j] + from;
+    const float* p = k + at[j] + from;
     for (int c = 0; c < kChunks; ++c) multiply_add(a[j], x[c], p + c * kLanes);
   }
 }
 
-// With kSixteenKeys (the AVX-512 build, whose 32 registers hold sixteen
-// running sums), a query's dot products go sixteen keys at a time and are
-// folded by lane_sums16 straight into a vector of scores; the other builds
-// take four keys at a time (lane_sums4). Both give each score the same bits.
+// One query's scores alpha q . key s into scores[0, S) (and, with
+// kSixteenKeys, values for the padding up to the next 16, to be replaced),
+// keys at k + at[s]. With kSixteenKeys (the AVX-512 build, whose 32
+// registers hold sixteen running sums), the dot products go sixteen keys at a
+// time and are folded by lane_sums16 straight into a vector of scores; the
+// other builds take four keys at a time (lane_sums4). Both give each score
+// the same bits.
+template <bool kSixteenKeys>
+__attribute__((always_inline)) inline void query_scores(const Geometry& g,
+                                                        const float* __restrict q, const float* k,
+                                                        const int64_t* at, float* scores) {
+  const int64_t S = g.kv_len, Dh = g.head_size;
+  const int64_t whole = Dh / kLanes * kLanes;
+  if constexpr (kSixteenKeys) {
+    for (int64_t s = 0; s < S; s += kLanes) {
+      Lanes16 a[kLanes] = {};
+      int64_t i = 0;
+      for (; i + 4 * kLanes <= whole; i += 4 * kLanes) dot16<4>(q, k, at + s, i, a);
+      switch ((whole - i) / kLanes) {
+        case 3:
+          dot16<3>(q, k, at + s, i, a);
+          break;
+        case 2:
+          dot16<2>(q, k, at + s, i, a);
+          break;
+        case 1:
+          dot16<1>(q, k, at + s, i, a);
+          break;
+        default:
+          break;
+      }
+      // The scalar tail of each dot product (Dh mod 16), as lane_sums4's.
+      Lanes16 tail{};
+      if (whole < Dh)
+        for (int j = 0; j < kLanes; ++j) {
+          const float* key = k + at[s + j];
+          float sum = 0;
+          for (int64_t i = whole; i < Dh; ++i) sum += q[i] * key[i];
+          tail[j] = sum;
+        }
+      Lanes16 sums;
+      lane_sums16(a, tail, sums);
+      sums *= g.alpha;
+      std::memcpy(scores + s, &sums, sizeof(sums));
+    }
+  } else {
+    int64_t s = 0;
+    for (; s + 4 <= S; s += 4) {
+      const float *k0 = k + at[s], *k1 = k + at[s + 1], *k2 = k + at[s + 2], *k3 = k + at[s + 3];
+      Lanes16 a0{}, a1{}, a2{}, a3{};
+      for (int64_t i = 0; i < whole; i += kLanes) {
+        Lanes16 x;
+        std::memcpy(&x, q + i, sizeof(x));
+        multiply_add(a0, x, k0 + i);
+        multiply_add(a1, x, k1 + i);
+        multiply_add(a2, x, k2 + i);
+        multiply_add(a3, x, k3 + i);
+      }
+      float tail[4] = {0, 0, 0, 0}, sum[4];
+      for (int64_t i = whole; i < Dh; ++i) {
+        tail[0] += q[i] * k0[i];
+        tail[1] += q[i] * k1[i];
+        tail[2] += q[i] * k2[i];
+        tail[3] += q[i] * k3[i];
+      }
+      lane_sums4(a0, a1, a2, a3, tail, sum);
+      for (int j = 0; j < 4; ++j) scores[s + j] = g.alpha * sum[j];
+    }
+    for (; s < S; ++s) {
+      const float* key = k + at[s];
+      Lanes16 a{};
+      for (int64_t i = 0; i < whole; i += kLanes) {
+        Lanes16 x;
+        std::memcpy(&x, q + i, sizeof(x));
+        multiply_add(a, x, key + i);
+      }
+      float tail = 0;
+      for (int64_t i = whole; i < Dh; ++i) tail += q[i] * key[i];
+      scores[s] = g.alpha * lane_sum(a, tail);
+    }
+  }
+}
+
+// c[0, Dh) = sum over s < S of p[s] value s (at v + at[s]): 32 outputs at a
+// time in four running sums each, one per position mod 4 (summed at the
+// end): one sum would wait on its own multiply-add at every position.
+__attribute__((always_inline)) inline void weighted_values(const Geometry& g,
+                                                           const float* __restrict p,
+                                                           const float* v, const int64_t* at,
+                                                           float* __restrict c) {
+  const int64_t S = g.kv_len, Dh = g.head_size;
+  int64_t j = 0;
+  for (; j + 2 * kLanes <= Dh; j += 2 * kLanes) {
+    Lanes16 c0[4] = {}, c1[4] = {};
+    int64_t r = 0;
+    for (; r + 4 <= S; r += 4)
+      for (int u = 0; u < 4; ++u) {
+        const float* value = v + at[r + u] + j;
+        multiply_add(c0[u], p[r + u], value);
+        multiply_add(c1[u], p[r + u], value + kLanes);
+      }
+    for (int u = 0; r < S; ++r, ++u) {
+      const float* value = v + at[r] + j;
+      multiply_add(c0[u], p[r], value);
+      multiply_add(c1[u], p[r], value + kLanes);
+    }
+    const Lanes16 sum0 = (c0[0] + c0[1]) + (c0[2] + c0[3]);
+    const Lanes16 sum1 = (c1[0] + c1[1]) + (c1[2] + c1[3]);
+    std::memcpy(c + j, &sum0, sizeof(sum0));
+    std::memcpy(c + j + kLanes, &sum1, sizeof(sum1));
+  }
+  for (; j + kLanes <= Dh; j += kLanes) {
+    Lanes16 c0[4] = {};
+    int64_t r = 0;
+    for (; r + 4 <= S; r += 4)
+      for (int u = 0; u < 4; ++u) multiply_add(c0[u], p[r + u], v + at[r + u] + j);
+    for (int u = 0; r < S; ++r, ++u) multiply_add(c0[u], p[r], v + at[r] + j);
+    const Lanes16 sum0 = (c0[0] + c0[1]) + (c0[2] + c0[3]);
+    std::memcpy(c + j, &sum0, sizeof(sum0));
+  }
+  for (; j < Dh; ++j) {
+    float sum = 0;
+    for (int64_t r = 0; r < S; ++r) sum += p[r] * v[at[r] + j];
+    c[j] = sum;
+  }
+}
+
+// Head (b, h) for a few queries (a decoding step's) without dropout, probs
+// [T, S] and out as below. Per query: its scores (query_scores), the
+// softmax, and the values' weighted sum. The register-blocked products below
+// are built for training's many rows, and a lone dot product waits on its
+// own sum.
 template <bool kSixteenKeys>
 __attribute__((always_inline)) inline void few_queries_head(const Geometry& g, int64_t b, int64_t h,
                                                             float* probs, float* out) {
-  const int64_t T = g.q_len, S = g.kv_len, Dh = g.head_size, row = g.kv_row;
-  const int64_t whole = Dh / kLanes * kLanes;
+  const int64_t T = g.q_len, S = g.kv_len, Dh = g.head_size;
   const int64_t padded = (S + kLanes - 1) / kLanes * kLanes;
-  // Key s and value s of this head: position s of example b's row, or of
-  // the row the index names. Past S, to the end of the last block of 16,
-  // the keys are key 0 again: their scores are replaced by -inf.
-  const float* key[kSmallProductMaxDim + kLanes];
-  const float* value[kSmallProductMaxDim];
-  {
-    const float* const k = g.k + h * g.kv_head;
-    const float* const v = g.v + h * g.kv_head;
-    const int64_t* rows = g.kv_rows ? g.kv_rows + b * g.kv_rows_stride : nullptr;
-    for (int64_t s = 0; s < S; ++s) {
-      const int64_t at = (rows ? rows[s] : b) * g.kv_batch + s * row;
-      key[s] = k + at;
-      value[s] = v + at;
-    }
-    for (int64_t s = S; s < padded; ++s) key[s] = key[0];
-  }
-  // One query's scores, then its probabilities.
+  int64_t at[kSmallProductMaxDim + kLanes];
+  position_offsets(g, b, at);
+  const float* k = g.k + h * g.kv_head;
+  const float* v = g.v + h * g.kv_head;
   alignas(64) float scores[kSmallProductMaxDim + kLanes];
   for (int64_t t = 0; t < T; ++t) {
-    const float* __restrict q = g.q + b * g.q_batch + h * g.q_head + t * g.q_row;
-    if constexpr (kSixteenKeys) {
-      for (int64_t s = 0; s < S; s += kLanes) {
-        Lanes16 a[kLanes] = {};
-        int64_t i = 0;
-        for (; i + 4 * kLanes <= whole; i += 4 * kLanes) dot16<4>(q, key + s, i, a);
-        switch ((whole - i) / kLanes) {
-          case 3:
-            dot16<3>(q, key + s, i, a);
-            break;
-          case 2:
-            dot16<2>(q, key + s, i, a);
-            break;
-          case 1:
-            dot16<1>(q, key + s, i, a);
-            break;
-          default:
-            break;
-        }
-        // The scalar tail of each dot product (Dh mod 16), as lane_sums4's.
-        Lanes16 tail{};
-        if (whole < Dh)
-          for (int j = 0; j < kLanes; ++j) {
-            float sum = 0;
-            for (int64_t i = whole; i < Dh; ++i) sum += q[i] * key[s + j][i];
-            tail[j] = sum;
-          }
-        Lanes16 sums;
-        lane_sums16(a, tail, sums);
-        sums *= g.alpha;
-        std::memcpy(scores + s, &sums, sizeof(sums));
-      }
-    } else {
-      int64_t s = 0;
-      for (; s + 4 <= S; s += 4) {
-        const float *k0 = key[s], *k1 = key[s + 1], *k2 = key[s + 2], *k3 = key[s + 3];
-        Lanes16 a0{}, a1{}, a2{}, a3{};
-        for (int64_t i = 0; i < whole; i += kLanes) {
-          Lanes16 x;
-          std::memcpy(&x, q + i, sizeof(x));
-          multiply_add(a0, x, k0 + i);
-          multiply_add(a1, x, k1 + i);
-          multiply_add(a2, x, k2 + i);
-          multiply_add(a3, x, k3 + i);
-        }
-        float tail[4] = {0, 0, 0, 0}, sum[4];
-        for (int64_t i = whole; i < Dh; ++i) {
-          tail[0] += q[i] * k0[i];
-          tail[1] += q[i] * k1[i];
-          tail[2] += q[i] * k2[i];
-          tail[3] += q[i] * k3[i];
-        }
-        lane_sums4(a0, a1, a2, a3, tail, sum);
-        for (int j = 0; j < 4; ++j) scores[s + j] = g.alpha * sum[j];
-      }
-      for (; s < S; ++s) {
-        Lanes16 a{};
-        for (int64_t i = 0; i < whole; i += kLanes) {
-          Lanes16 x;
-          std::memcpy(&x, q + i, sizeof(x));
-          multiply_add(a, x, key[s] + i);
-        }
-        float tail = 0;
-        for (int64_t i = whole; i < Dh; ++i) tail += q[i] * key[s][i];
-        scores[s] = g.alpha * lane_sum(a, tail);
-      }
-    }
+    query_scores<kSixteenKeys>(g, g.q + b * g.q_batch + h * g.q_head + t * g.q_row, k, at, scores);
     softmax_padded_row(scores, S, padded, mask_row(g, b, h, t), g.mask_stride[3]);
     if (!g.probs_unused) std::memcpy(probs + t * S, scores, static_cast<size_t>(S) * sizeof(float));
-    float* __restrict c = out + (b * T + t) * g.hidden + h * Dh;
-    int64_t j = 0;
-    // The weighted sums over the positions in four running sums each, one
-    // per position mod 4 (summed at the end): one sum would wait on its own
-    // multiply-add at every position.
-    for (; j + 2 * kLanes <= Dh; j += 2 * kLanes) {
-      Lanes16 c0[4] = {}, c1[4] = {};
-      int64_t r = 0;
-      for (; r + 4 <= S; r += 4)
-        for (int u = 0; u < 4; ++u) {
-          multiply_add(c0[u], scores[r + u], value[r + u] + j);
-          multiply_add(c1[u], scores[r + u], value[r + u] + j + kLanes);
-        }
-      for (int u = 0; r < S; ++r, ++u) {
-        multiply_add(c0[u], scores[r], value[r] + j);
-        multiply_add(c1[u], scores[r], value[r] + j + kLanes);
-      }
-      const Lanes16 sum0 = (c0[0] + c0[1]) + (c0[2] + c0[3]);
-      const Lanes16 sum1 = (c1[0] + c1[1]) + (c1[2] + c1[3]);
-      std::memcpy(c + j, &sum0, sizeof(sum0));
-      std::memcpy(c + j + kLanes, &sum1, sizeof(sum1));
+    weighted_values(g, scores, v, at, out + (b * T + t) * g.hidden + h * Dh);
+  }
+}
+
+// Every head of example b for a few queries without dropout (head_attention:
+// the probabilities are not kept): the positions' offsets found once for all
+// heads, and the queries' softmaxes kSoftmaxGroup at a time in one loop, so
+// that their chains of dependent steps (maximum, exponential, sum,
+// division) run side by side. Each query's numbers are few_queries_head's.
+constexpr int kSoftmaxGroup = 4;
+
+template <bool kSixteenKeys>
+__attribute__((always_inline)) inline void few_queries_example(const Geometry& g, int64_t b,
+                                                               float* out) {
+  const int64_t T = g.q_len, S = g.kv_len, Dh = g.head_size;
+  const int64_t padded = (S + kLanes - 1) / kLanes * kLanes;
+  int64_t at[kSmallProductMaxDim + kLanes];
+  position_offsets(g, b, at);
+  alignas(64) float scores[kSoftmaxGroup][kSmallProductMaxDim + kLanes];
+  const int64_t queries = g.heads * T;
+  for (int64_t first = 0; first < queries; first += kSoftmaxGroup) {
+    const int n = static_cast<int>(std::min<int64_t>(kSoftmaxGroup, queries - first));
+    const float* mask[kSoftmaxGroup] = {};
+    for (int i = 0; i < n; ++i) {
+      const int64_t h = (first + i) / T, t = (first + i) % T;
+      query_scores<kSixteenKeys>(g, g.q + b * g.q_batch + h * g.q_head + t * g.q_row,
+                                 g.k + h * g.kv_head, at, scores[i]);
+      mask[i] = mask_row(g, b, h, t);
     }
-    for (; j + kLanes <= Dh; j += kLanes) {
-      Lanes16 c0[4] = {};
-      int64_t r = 0;
-      for (; r + 4 <= S; r += 4)
-        for (int u = 0; u < 4; ++u) multiply_add(c0[u], scores[r + u], value[r + u] + j);
-      for (int u = 0; r < S; ++r, ++u) multiply_add(c0[u], scores[r], value[r] + j);
-      const Lanes16 sum0 = (c0[0] + c0[1]) + (c0[2] + c0[3]);
-      std::memcpy(c + j, &sum0, sizeof(sum0));
+    if (n == kSoftmaxGroup) {
+      softmax_padded_rows<kSoftmaxGroup>(scores, S, padded, mask, g.mask_stride[3]);
+    } else {
+      for (int i = 0; i < n; ++i) softmax_padded_row(scores[i], S, padded, mask[i], g.mask_stride[3]);
     }
-    for (; j < Dh; ++j) {
-      float sum = 0;
-      for (int64_t r = 0; r < S; ++r) sum += scores[r] * value[r][j];
-      c[j] = sum;
+    for (int i = 0; i < n; ++i) {
+      const int64_t h = (first + i) / T, t = (first + i) % T;
+      weighted_values(g, scores[i], g.v + h * g.kv_head, at, out + (b * T + t) * g.hidden + h * Dh);
     }
   }
 }
@@ -557,6 +676,8 @@ using ForwardHead = void (*)(const Geometry&, int64_t, int64_t, float*, float*, 
                              float*, float*);
 using BackwardHead = void (*)(const Geometry&, const Gradients&, int64_t, int64_t, const float*,
                               const float*, float*, KeepScratch&, float*);
+// Every head of one example for a few queries (head_attention).
+using ForwardExample = void (*)(const Geometry&, int64_t, float*);
 
 __attribute__((target("avx512f,avx512dq"))) void forward_head_avx512(const Geometry& g, int64_t b,
                                                                      int64_t h, float* probs,
@@ -574,6 +695,17 @@ __attribute__((target("avx2,fma"))) void forward_head_avx2(const Geometry& g, in
 void forward_head_portable(const Geometry& g, int64_t b, int64_t h, float* probs, float* dropped,
                            KeepScratch& mask, float* pack, float* out) {
   forward_head<false>(g, b, h, probs, dropped, mask, pack, out);
+}
+__attribute__((target("avx512f,avx512dq"))) void forward_example_avx512(const Geometry& g,
+                                                                        int64_t b, float* out) {
+  few_queries_example<true>(g, b, out);
+}
+__attribute__((target("avx2,fma"))) void forward_example_avx2(const Geometry& g, int64_t b,
+                                                              float* out) {
+  few_queries_example<false>(g, b, out);
+}
+void forward_example_portable(const Geometry& g, int64_t b, float* out) {
+  few_queries_example<false>(g, b, out);
 }
 __attribute__((target("avx512f,avx512dq"))) void backward_head_avx512(
     const Geometry& g, const Gradients& d, int64_t b, int64_t h, const float* probs,
@@ -801,8 +933,8 @@ bool head_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::
 
 namespace {
 
-at::Tensor head_attention_through(ForwardHead head, const at::Tensor& q, const at::Tensor& k,
-                                  const at::Tensor& v, const at::Tensor& mask,
+at::Tensor head_attention_through(ForwardHead head, ForwardExample example, const at::Tensor& q,
+                                  const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                                   const at::Tensor& rows) {
   if (!head_attention_applies(q, k, v, mask, rows))
     throw std::invalid_argument(
@@ -854,16 +986,23 @@ at::Tensor head_attention_through(ForwardHead head, const at::Tensor& q, const a
   g.mask = expanded.defined() ? expanded.data_ptr<float>() : nullptr;
   for (int i = 0; i < 4; ++i) g.mask_stride[i] = expanded.defined() ? expanded.stride(i) : 0;
   at::Tensor out = at::empty({g.batch, g.q_len, g.hidden}, q.options());
-  // A decoding step's head is a few thousand flops: heads go to threads in
-  // groups of about 64 K multiply-adds.
+  // A decoding step's head is a few thousand flops: heads (or examples) go
+  // to threads in groups of about 64 K multiply-adds.
   const int64_t work = g.q_len * g.kv_len * g.head_size;
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, work));
   float* result = out.data_ptr<float>();
+  if (g.q_len <= kFewQueries) {
+    const int64_t example_work = work * g.heads;
+    const int64_t grain =
+        std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, example_work));
+    at::parallel_for(0, g.batch, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) example(g, b, result);
+    });
+    return out;
+  }
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, work));
   at::parallel_for(0, g.batch * g.heads, grain, [&](int64_t begin, int64_t end) {
-    // (The few-queries loops need no packed operand.)
-    std::vector<float> pack(static_cast<size_t>(g.q_len <= kFewQueries ? 0 : pack_floats(g)));
-    // (Nor scratch probabilities: g.probs_unused.)
-    std::vector<float> probs(static_cast<size_t>(g.q_len <= kFewQueries ? 0 : g.q_len * g.kv_len));
+    std::vector<float> pack(static_cast<size_t>(pack_floats(g)));
+    std::vector<float> probs(static_cast<size_t>(g.q_len * g.kv_len));
     KeepScratch unused(0);
     for (int64_t i = begin; i < end; ++i)
       head(g, i / g.heads, i % g.heads, probs.data(), nullptr, unused, pack.data(), result);
@@ -877,7 +1016,9 @@ at::Tensor head_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
                           const at::Tensor& mask, const at::Tensor& rows) {
   static const ForwardHead head =
       widest_kernel<ForwardHead>(forward_head_avx512, forward_head_avx2, forward_head_portable);
-  return head_attention_through(head, q, k, v, mask, rows);
+  static const ForwardExample example = widest_kernel<ForwardExample>(
+      forward_example_avx512, forward_example_avx2, forward_example_portable);
+  return head_attention_through(head, example, q, k, v, mask, rows);
 }
 
 bool kernel_build_runs(KernelBuild build) {
@@ -900,7 +1041,10 @@ at::Tensor head_attention_with_build(KernelBuild build, const at::Tensor& q, con
   const ForwardHead head = build == KernelBuild::kAvx512 ? forward_head_avx512
                            : build == KernelBuild::kAvx2 ? forward_head_avx2
                                                          : forward_head_portable;
-  return head_attention_through(head, q, k, v, mask, rows);
+  const ForwardExample example = build == KernelBuild::kAvx512 ? forward_example_avx512
+                                 : build == KernelBuild::kAvx2 ? forward_example_avx2
+                                                               : forward_example_portable;
+  return head_attention_through(head, example, q, k, v, mask, rows);
 }
 
 }  // namespace garden::nlp

@@ -325,6 +325,35 @@ TEST(HeadAttention, StridedQueriesAndCacheMatchTheDefinition) {
   }
 }
 
+// head_attention takes an example's heads together and runs their queries'
+// softmaxes four at a time; fused_attention's forward (evaluation, a few
+// queries) takes one head and one query at a time. Each query's numbers
+// must be the same: whole groups of four, a group's remainder (3 heads x 2
+// queries is one group and two alone), masked and not.
+TEST(HeadAttention, QueriesInGroupsGiveTheBitsOfOneQueryAtATime) {
+  torch::manual_seed(16);
+  torch::NoGradGuard no_grad;
+  for (const int64_t heads : {1, 2, 3, 4, 5}) {
+    for (const int64_t queries : {1, 2, 3}) {
+      for (const int64_t length : {5, 16, 21}) {
+        SCOPED_TRACE(testing::Message() << "H " << heads << " T " << queries << " S " << length);
+        const int64_t batch = 3, hidden = heads * 32;
+        const at::Tensor q_proj = torch::randn({batch, queries, hidden}).mul_(2.0);
+        const at::Tensor kv_proj = torch::randn({batch, length, 2 * hidden});
+        const at::Tensor mask = padding_mask(torch::randint(0, 3, {batch, length}));
+        const at::Tensor q = heads_of(q_proj, 1, heads)[0];
+        const auto kv = heads_of(kv_proj, 2, heads);
+        for (const bool masked : {false, true}) {
+          const at::Tensor m = masked ? mask : at::Tensor();
+          const at::Tensor one_at_a_time =
+              fused_attention(q_proj, kv_proj, heads, m, 0.0, /*training=*/false);
+          EXPECT_TRUE(head_attention(q, kv[0], kv[1], m).equal(one_at_a_time)) << masked;
+        }
+      }
+    }
+  }
+}
+
 TEST(HeadAttention, SameBitsForAnyThreadCountAndANanStaysInItsHead) {
   torch::manual_seed(12);
   const at::Tensor q = torch::randn({6, 4, 2, 32});
