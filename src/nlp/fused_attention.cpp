@@ -255,68 +255,48 @@ __attribute__((always_inline)) inline void lane_sums16(const Lanes16 (&a)[kLanes
          tail;
 }
 
-// softmax_row for a row padded to a whole number of 16-lane blocks (x
-// holds `padded` floats; its first n are the row): the padding is -inf, so
-// each of its exponentials adds 0 to its lane's sum, and the largest value
-// is found by vector maxima. softmax_row leaves its last n mod 16 elements
-// to scalar loops, whose exponentials GCC may round differently from the
-// vector loop's (by a unit in the last place), and finds the maximum of its
-// 16 lanes by 15 dependent scalar maxima; here every element goes through
-// the vector loop.
-__attribute__((always_inline)) inline void softmax_padded_row(float* __restrict x, int64_t n,
-                                                              int64_t padded, const float* mask,
-                                                              int64_t mask_stride) {
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  if (mask) {
-    if (mask_stride == 1) {
-      for (int64_t s = 0; s < n; ++s) x[s] += mask[s];
-    } else {
-      for (int64_t s = 0; s < n; ++s) x[s] += mask[s * mask_stride];
-    }
-  }
-  for (int64_t s = n; s < padded; ++s) x[s] = -kInf;
-  Lanes16 top = -kInf - Lanes16{}, y;
-  for (int64_t s = 0; s < padded; s += kLanes) {
-    std::memcpy(&y, x + s, sizeof(y));
-    top = y > top ? y : top;
-  }
-  y = __builtin_shufflevector(top, top, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+// The largest of 16 lanes: halves against halves by vector maxima. (By
+// reference: a 64-byte vector by value changes the portable build's ABI.)
+__attribute__((always_inline)) inline float largest_lane(const Lanes16& lanes) {
+  Lanes16 top = lanes;
+  Lanes16 y =
+      __builtin_shufflevector(top, top, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
   top = y > top ? y : top;
   y = __builtin_shufflevector(top, top, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
   top = y > top ? y : top;
   y = __builtin_shufflevector(top, top, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
   top = y > top ? y : top;
-  const float m = top[1] > top[0] ? top[1] : top[0];
-  float sums[kLanes] = {};
-  for (int64_t s = 0; s < padded; s += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      const float e = exp_nonpositive(x[s + l] - m);
-      x[s + l] = e;
-      sums[l] += e;
-    }
-  divide_by_sum(x, n, padded, sums, m);
+  return top[1] > top[0] ? top[1] : top[0];
 }
 
-// softmax_padded_row of kRows rows at once (x[r] holds `padded` floats, its
-// first n the row; mask[r] is row r's mask or null), each row's steps
-// interleaved with the others' in the same loops: one row's maximum,
-// exponentials, sum and division are a chain each waiting on the one
-// before, which a lone decoding query runs with the core mostly idle. Every
-// row's numbers are softmax_padded_row's, to the bit.
+// softmax_row for rows padded to a whole number of 16-lane blocks, kRows
+// rows at once (x[r] holds `padded` floats, its first n the row; mask[r] is
+// row r's mask or null): the padding is -inf, so each of its exponentials
+// adds 0 to its lane's sum, and the largest value is found by vector maxima.
+// softmax_row leaves its last n mod 16 elements to scalar loops, whose
+// exponentials GCC may round differently from the vector loop's (by a unit
+// in the last place), and finds the maximum of its 16 lanes by 15 dependent
+// scalar maxima; here every element goes through the vector loop. Each
+// row's steps are interleaved with the other rows' in the same loops: one
+// row's maximum, exponentials, sum and division are a chain each waiting on
+// the one before, which a lone decoding query runs with the core mostly
+// idle. Every row's numbers are the same however many rows go together.
 template <int kRows>
-__attribute__((always_inline)) inline void softmax_padded_rows(
-    float (*__restrict x)[kSmallProductMaxDim + kLanes], int64_t n, int64_t padded,
-    const float* const* mask, int64_t mask_stride) {
+__attribute__((always_inline)) inline void softmax_padded_rows(float* const* x, int64_t n,
+                                                               int64_t padded,
+                                                               const float* const* mask,
+                                                               int64_t mask_stride) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   for (int r = 0; r < kRows; ++r) {
+    float* __restrict row = x[r];
     if (mask[r]) {
       if (mask_stride == 1) {
-        for (int64_t s = 0; s < n; ++s) x[r][s] += mask[r][s];
+        for (int64_t s = 0; s < n; ++s) row[s] += mask[r][s];
       } else {
-        for (int64_t s = 0; s < n; ++s) x[r][s] += mask[r][s * mask_stride];
+        for (int64_t s = 0; s < n; ++s) row[s] += mask[r][s * mask_stride];
       }
     }
-    for (int64_t s = n; s < padded; ++s) x[r][s] = -kInf;
+    for (int64_t s = n; s < padded; ++s) row[s] = -kInf;
   }
   float m[kRows];
   {
@@ -327,26 +307,25 @@ __attribute__((always_inline)) inline void softmax_padded_rows(
         std::memcpy(&y, x[r] + s, sizeof(y));
         top[r] = y > top[r] ? y : top[r];
       }
-    for (int r = 0; r < kRows; ++r) {
-      Lanes16 t = top[r];
-      y = __builtin_shufflevector(t, t, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
-      t = y > t ? y : t;
-      y = __builtin_shufflevector(t, t, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
-      t = y > t ? y : t;
-      y = __builtin_shufflevector(t, t, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-      t = y > t ? y : t;
-      m[r] = t[1] > t[0] ? t[1] : t[0];
-    }
+    for (int r = 0; r < kRows; ++r) m[r] = largest_lane(top[r]);
   }
   float sums[kRows][kLanes] = {};
   for (int64_t s = 0; s < padded; s += kLanes)
-    for (int r = 0; r < kRows; ++r)
+    for (int r = 0; r < kRows; ++r) {
+      float* __restrict row = x[r];
       for (int l = 0; l < kLanes; ++l) {
-        const float e = exp_nonpositive(x[r][s + l] - m[r]);
-        x[r][s + l] = e;
+        const float e = exp_nonpositive(row[s + l] - m[r]);
+        row[s + l] = e;
         sums[r][l] += e;
       }
+    }
   for (int r = 0; r < kRows; ++r) divide_by_sum(x[r], n, padded, sums[r], m[r]);
+}
+
+__attribute__((always_inline)) inline void softmax_padded_row(float* x, int64_t n, int64_t padded,
+                                                              const float* mask,
+                                                              int64_t mask_stride) {
+  softmax_padded_rows<1>(&x, n, padded, &mask, mask_stride);
 }
 
 // Where key and value s of example b start in k and v, head 0 (head h adds
@@ -536,7 +515,7 @@ __attribute__((always_inline)) inline void few_queries_head(const Geometry& g, i
 // heads, and the queries' softmaxes kSoftmaxGroup at a time in one loop, so
 // that their chains of dependent steps (maximum, exponential, sum,
 // division) run side by side. Each query's numbers are few_queries_head's.
-constexpr int kSoftmaxGroup = 4;
+constexpr int kSoftmaxGroup = 4;  // (few_queries_example names its four rows)
 
 template <bool kSixteenKeys>
 __attribute__((always_inline)) inline void few_queries_example(const Geometry& g, int64_t b,
@@ -557,7 +536,8 @@ __attribute__((always_inline)) inline void few_queries_example(const Geometry& g
       mask[i] = mask_row(g, b, h, t);
     }
     if (n == kSoftmaxGroup) {
-      softmax_padded_rows<kSoftmaxGroup>(scores, S, padded, mask, g.mask_stride[3]);
+      float* const rows[kSoftmaxGroup] = {scores[0], scores[1], scores[2], scores[3]};
+      softmax_padded_rows<kSoftmaxGroup>(rows, S, padded, mask, g.mask_stride[3]);
     } else {
       for (int i = 0; i < n; ++i) softmax_padded_row(scores[i], S, padded, mask[i], g.mask_stride[3]);
     }

@@ -227,6 +227,31 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) inline __m512 dequant
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(centered), _mm512_mul_ps(x_scale, w_scales), bias);
 }
 
+// The weight sums, scales, bias and store masks of a tile's first output
+// blocks (at most N, none past t.outputs), loaded once for all its rows.
+template <int N>
+struct BlockConstants {
+  __m512i w_sums[N];
+  __m512 w_scales[N], bias[N];
+  __mmask16 keep[N];
+  int valid;
+};
+
+template <int N>
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline void load_blocks(
+    const Tile& t, int blocks, BlockConstants<N>& c) {
+  c.valid = 0;
+#pragma GCC unroll 4
+  for (int j = 0; j < N; ++j) {
+    if (j >= blocks || j * kBlock >= t.outputs) break;
+    c.w_sums[j] = _mm512_loadu_si512(t.w_sums + j * kBlock);
+    c.w_scales[j] = _mm512_loadu_ps(t.w_scales + j * kBlock);
+    c.bias[j] = _mm512_loadu_ps(t.bias + j * kBlock);
+    c.keep[j] = lanes(t.outputs - j * kBlock);
+    c.valid = j + 1;
+  }
+}
+
 template <int Rows, int Blocks>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_tile(const Tile& t) {
   __m512i sums[Rows][Blocks];
@@ -251,18 +276,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_tile(const Tile
   // all the rows, and everything the stores read held in locals: y's floats
   // may alias the scales and bias, so read through t they were loaded again
   // after every store (about a third of the tile's time at 128 inputs).
-  const int valid = static_cast<int>(std::min<int64_t>(Blocks, (t.outputs + kBlock - 1) / kBlock));
-  __m512i w_sums[Blocks];
-  __m512 w_scales[Blocks], bias[Blocks];
-  __mmask16 keep[Blocks];
-#pragma GCC unroll 4
-  for (int j = 0; j < Blocks; ++j) {
-    if (j >= valid) break;
-    w_sums[j] = _mm512_loadu_si512(t.w_sums + j * kBlock);
-    w_scales[j] = _mm512_loadu_ps(t.w_scales + j * kBlock);
-    bias[j] = _mm512_loadu_ps(t.bias + j * kBlock);
-    keep[j] = lanes(t.outputs - j * kBlock);
-  }
+  BlockConstants<Blocks> c;
+  load_blocks(t, Blocks, c);
   float* const y = t.y;
   const int64_t y_stride = t.y_stride;
   const bool relu = t.relu;
@@ -277,11 +292,11 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_tile(const Tile
   for (int i = 0; i < Rows; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < Blocks; ++j) {
-      if (j >= valid) break;
-      __m512 out =
-          dequantize16(sums[i][j], zero_points[i], w_sums[j], x_scales[i], w_scales[j], bias[j]);
+      if (j >= c.valid) break;
+      __m512 out = dequantize16(sums[i][j], zero_points[i], c.w_sums[j], x_scales[i],
+                                c.w_scales[j], c.bias[j]);
       if (relu) out = relu16(out);
-      _mm512_mask_storeu_ps(y + i * y_stride + j * kBlock, keep[j], out);
+      _mm512_mask_storeu_ps(y + i * y_stride + j * kBlock, c.keep[j], out);
     }
 }
 
@@ -348,26 +363,18 @@ constexpr SumsFn kAmxSums[2][2] = {{amx_sums<1, 1>, amx_sums<1, 2>},
 // bias loaded once for all the rows.
 __attribute__((target("avx512f,avx512bw"))) void dequantize_sums(const Tile& t, const int32_t* sums,
                                                                  int rows, int blocks) {
-  __m512i w_sums[2];
-  __m512 w_scales[2], bias[2];
-  __mmask16 keep[2];
-  int valid = 0;
-  for (; valid < blocks && valid < 2 && valid * kBlock < t.outputs; ++valid) {
-    w_sums[valid] = _mm512_loadu_si512(t.w_sums + valid * kBlock);
-    w_scales[valid] = _mm512_loadu_ps(t.w_scales + valid * kBlock);
-    bias[valid] = _mm512_loadu_ps(t.bias + valid * kBlock);
-    keep[valid] = lanes(t.outputs - valid * kBlock);
-  }
+  BlockConstants<2> c;
+  load_blocks(t, blocks, c);
   float* const y = t.y;
   const int64_t y_stride = t.y_stride;
   for (int i = 0; i < rows; ++i) {
     const __m512i zero_point = _mm512_set1_epi32(t.x_zero_points[i]);
     const __m512 x_scale = _mm512_set1_ps(t.x_scales[i]);
-    for (int j = 0; j < valid; ++j) {
+    for (int j = 0; j < c.valid; ++j) {
       __m512 out = dequantize16(_mm512_loadu_si512(sums + i * 32 + j * kBlock), zero_point,
-                                w_sums[j], x_scale, w_scales[j], bias[j]);
+                                c.w_sums[j], x_scale, c.w_scales[j], c.bias[j]);
       if (t.relu) out = relu16(out);
-      _mm512_mask_storeu_ps(y + i * y_stride + j * kBlock, keep[j], out);
+      _mm512_mask_storeu_ps(y + i * y_stride + j * kBlock, c.keep[j], out);
     }
   }
 }
