@@ -56,6 +56,7 @@
 #include "garden/core/precision.h"
 #include "garden/core/runtime.h"
 #include "garden/nlp/electra_pretrainer.h"
+#include "garden/nlp/losses.h"
 #include "garden/optim/optimizer.h"
 #include "peer.h"
 #include "profile.h"
@@ -189,12 +190,12 @@ class GardenStep {
     return n;
   }
 
-  // MLM + 50 * RTD from the model's outputs.
+  // MLM + 50 * RTD from the model's outputs, the MLM part as
+  // ElectraPretrainTask::build_losses computes it.
   at::Tensor loss(const garden::Batch& out) const {
-    const at::Tensor& lm = out.at("lm_outputs");  // [B, P, V]
-    at::Tensor nll =
-        at::cross_entropy_loss(lm.reshape({-1, lm.size(2)}),
-                               inputs_.at("masked_lm_ids").reshape({-1}), {}, at::Reduction::None);
+    const at::Tensor lm = out.at("lm_outputs").to(at::kFloat);  // [B, P, V]
+    at::Tensor nll = garden::nlp::sparse_cross_entropy_rows(
+        lm.reshape({-1, lm.size(2)}), inputs_.at("masked_lm_ids").reshape({-1}));
     at::Tensor w = weights_.reshape({-1});
     at::Tensor mlm = (nll * w).sum() / w.sum().clamp_min(1e-9);
     at::Tensor mask = inputs_.at("input_mask").to(at::kFloat);

@@ -240,6 +240,21 @@ at::Tensor smoothed_cross_entropy_rows(const at::Tensor& logits, const at::Tenso
   return LibrarySmoothedCrossEntropy::apply(logits, ids, confidence, low_confidence);
 }
 
+at::Tensor sparse_cross_entropy_rows(const at::Tensor& given_logits, const at::Tensor& ids) {
+  const at::Tensor logits = widened_on_cpu(given_logits);
+  if (logits.dim() != 2 || ids.dim() != 1 || ids.size(0) != logits.size(0) ||
+      !at::isIntegralType(ids.scalar_type(), /*includeBool=*/false))
+    throw Error("sparse_cross_entropy_rows: expected logits [N, V] and integer ids [N]");
+  const int64_t vocab = logits.size(1);
+  const at::Tensor label_ids = ids.to(torch::kLong);
+  if (label_ids.numel() > 0 &&
+      (label_ids.min().item<int64_t>() < 0 || label_ids.max().item<int64_t>() >= vocab))
+    throw Error("sparse_cross_entropy_rows: ids must lie in [0, " + std::to_string(vocab) + ")");
+  if (!has_fused_kernel(logits))
+    return at::cross_entropy_loss(logits, label_ids, {}, at::Reduction::None);
+  return SmoothedCrossEntropy::apply(logits, label_ids, 1.0, 0.0);
+}
+
 PaddedCrossEntropy padded_cross_entropy_loss(const at::Tensor& given_logits,
                                              const at::Tensor& labels, double smoothing,
                                              int64_t pad_id) {

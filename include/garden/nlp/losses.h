@@ -41,4 +41,16 @@ PaddedCrossEntropy padded_cross_entropy_loss(const at::Tensor& logits, const at:
 at::Tensor smoothed_cross_entropy_rows(const at::Tensor& logits, const at::Tensor& ids,
                                        double confidence, double low_confidence);
 
+// -log softmax(logits)[id] for each row of logits [N, V] (ids [N], integer,
+// in [0, V)): the cross-entropy of sparse labels, as at::cross_entropy_loss
+// without reduction gives it (Keras's sparse_categorical_crossentropy from
+// logits). On the CPU in float32 or float64 (bfloat16 widened to float32,
+// its gradient returned in bfloat16) it is the fused kernel of
+// padded_cross_entropy_loss, without smoothing: two passes over each row
+// forward and one in place backward, where LibTorch's log_softmax, its
+// backward and the gather took six (its backward alone was 27 ms of an
+// ELECTRA-small step's 550). Elsewhere LibTorch's operations. An id outside
+// [0, V) is an Error naming the range. Differentiable once.
+at::Tensor sparse_cross_entropy_rows(const at::Tensor& logits, const at::Tensor& ids);
+
 }  // namespace garden::nlp
