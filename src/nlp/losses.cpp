@@ -226,6 +226,13 @@ struct LibrarySmoothedCrossEntropy : public torch::autograd::Function<LibrarySmo
   }
 };
 
+// The fused kernel indexes rows by the ids unchecked: one Error, "WHAT must
+// lie in [0, V)", for any outside.
+void check_ids(const at::Tensor& ids, int64_t vocab, const std::string& what) {
+  if (ids.numel() > 0 && (ids.min().item<int64_t>() < 0 || ids.max().item<int64_t>() >= vocab))
+    throw Error(what + " must lie in [0, " + std::to_string(vocab) + ")");
+}
+
 bool has_fused_kernel(const at::Tensor& logits) {
   return logits.device().is_cpu() &&
          (logits.scalar_type() == at::kFloat || logits.scalar_type() == at::kDouble);
@@ -245,13 +252,11 @@ at::Tensor sparse_cross_entropy_rows(const at::Tensor& given_logits, const at::T
   if (logits.dim() != 2 || ids.dim() != 1 || ids.size(0) != logits.size(0) ||
       !at::isIntegralType(ids.scalar_type(), /*includeBool=*/false))
     throw Error("sparse_cross_entropy_rows: expected logits [N, V] and integer ids [N]");
-  const int64_t vocab = logits.size(1);
   const at::Tensor label_ids = ids.to(torch::kLong);
-  if (label_ids.numel() > 0 &&
-      (label_ids.min().item<int64_t>() < 0 || label_ids.max().item<int64_t>() >= vocab))
-    throw Error("sparse_cross_entropy_rows: ids must lie in [0, " + std::to_string(vocab) + ")");
+  // LibTorch's kernel checks its ids on the device, without a host read.
   if (!has_fused_kernel(logits))
     return at::cross_entropy_loss(logits, label_ids, {}, at::Reduction::None);
+  check_ids(label_ids, logits.size(1), "sparse_cross_entropy_rows: ids");
   return SmoothedCrossEntropy::apply(logits, label_ids, 1.0, 0.0);
 }
 
@@ -281,11 +286,7 @@ PaddedCrossEntropy padded_cross_entropy_loss(const at::Tensor& given_logits,
   at::Tensor xentropy;
   if (has_fused_kernel(logits)) {
     const at::Tensor flat_ids = label_ids.reshape({-1});
-    if (flat_ids.numel() > 0 &&
-        (flat_ids.min().item<int64_t>() < 0 || flat_ids.max().item<int64_t>() >= vocab)) {
-      throw Error("padded_cross_entropy_loss: labels must lie in [0, " + std::to_string(vocab) +
-                  ")");
-    }
+    check_ids(flat_ids, vocab, "padded_cross_entropy_loss: labels");
     xentropy = SmoothedCrossEntropy::apply(logits.reshape({-1, vocab}), flat_ids, confidence,
                                            low_confidence)
                    .view(labels.sizes());
