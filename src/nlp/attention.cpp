@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "garden/base/torch_features.h"
+#include "garden/core/precision.h"
 #include "garden/nlp/kernels.h"
 #include "widen.h"
 
@@ -42,6 +43,16 @@ at::Tensor DenseImpl::forward_relu(const at::Tensor& x) {
     return nlp::linear(x, weight, bias).relu_();
   }
   return at::relu(nlp::linear(x, weight, bias));
+}
+
+at::Tensor DenseImpl::forward_deferring_bias(const at::Tensor& x, at::Tensor* bias_out) {
+  const bool defer = bias_out != nullptr && bias.defined() &&
+                     !(int8_ && !at::GradMode::is_enabled()) && x.device().is_cpu() &&
+                     x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
+                     bias.scalar_type() == at::kFloat && !autocast_on(x.device());
+  if (!defer) return forward(x);
+  *bias_out = bias;
+  return nlp::linear(x, weight, {});
 }
 
 void DenseImpl::use_int8(bool on) {
@@ -189,7 +200,7 @@ at::Tensor MultiHeadAttentionImpl::attend(const at::Tensor& q, const at::Tensor&
 }
 
 at::Tensor MultiHeadAttentionImpl::forward(const at::Tensor& query_in, const at::Tensor& memory,
-                                           const at::Tensor& mask) {
+                                           const at::Tensor& mask, at::Tensor* output_bias) {
   // On the CPU in float32 (training's and evaluation's shapes), the heads are
   // read in place from the projections by one fused operation
   // (nlp::fused_attention); otherwise split into views and attended. Under
@@ -202,15 +213,17 @@ at::Tensor MultiHeadAttentionImpl::forward(const at::Tensor& query_in, const at:
     const at::Tensor q = widened_on_cpu(query->forward(query_in));
     const at::Tensor kv_proj = widened_on_cpu(kv->forward(memory));
     if (fused_attention_applies(q, kv_proj, options_.num_heads, mask))
-      return output->forward(
-          fused_attention(q, kv_proj, options_.num_heads, mask, dropout, is_training()));
+      return output->forward_deferring_bias(
+          fused_attention(q, kv_proj, options_.num_heads, mask, dropout, is_training()),
+          output_bias);
     auto heads = split_heads(kv_proj, 2);
     return attend(split_heads(q, 1)[0], heads[0], heads[1], mask);
   }
   const at::Tensor qkv_proj = widened_on_cpu(qkv->forward(query_in));
   if (fused_attention_applies(qkv_proj, {}, options_.num_heads, mask))
-    return output->forward(
-        fused_attention(qkv_proj, {}, options_.num_heads, mask, dropout, is_training()));
+    return output->forward_deferring_bias(
+        fused_attention(qkv_proj, {}, options_.num_heads, mask, dropout, is_training()),
+        output_bias);
   auto heads = split_heads(qkv_proj, 3);
   return attend(heads[0], heads[1], heads[2], mask);
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 
 namespace garden::nlp {
 
@@ -44,11 +45,24 @@ void write_step(at::Tensor& buffer, int64_t step, const at::Tensor& rows,
 }
 
 // One residual sublayer: pre-LN is x + drop(f(LN(x))), post-LN is LN(x + drop(f(x))).
+// An f that takes an at::Tensor* may leave its output projection's bias out
+// and store it there: then the bias, dropout and the residual are one pass
+// (nlp::bias_dropout_add).
 template <typename F>
 at::Tensor residual(const at::Tensor& x, torch::nn::LayerNorm& norm, bool norm_first,
                     double dropout_rate, bool training, F&& f) {
-  if (norm_first) return x + nlp::dropout(f(layer_norm(x, norm)), dropout_rate, training);
-  return layer_norm(x + nlp::dropout(f(x), dropout_rate, training), norm);
+  if constexpr (std::is_invocable_v<F, const at::Tensor&, at::Tensor*>) {
+    at::Tensor bias;
+    if (norm_first) {
+      const at::Tensor y = f(layer_norm(x, norm), &bias);
+      return nlp::bias_dropout_add(y, bias, x, dropout_rate, training);
+    }
+    const at::Tensor y = f(x, &bias);
+    return layer_norm(nlp::bias_dropout_add(y, bias, x, dropout_rate, training), norm);
+  } else {
+    if (norm_first) return x + nlp::dropout(f(layer_norm(x, norm)), dropout_rate, training);
+    return layer_norm(x + nlp::dropout(f(x), dropout_rate, training), norm);
+  }
 }
 
 torch::nn::LayerNorm make_norm(int64_t width, double epsilon) {
@@ -85,10 +99,10 @@ FeedForwardImpl::FeedForwardImpl(const TransformerBlockOptions& options)
       "output", make_dense(options.intermediate_size, options.hidden_size, options.use_bias));
 }
 
-at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
+at::Tensor FeedForwardImpl::forward(const at::Tensor& x, at::Tensor* output_bias) {
   // Inference: ReLU with the product (dropout is off), with no pass of its own in int8.
   if (!gelu_ && (!is_training() || dropout_ == 0.0) && !at::GradMode::is_enabled())
-    return output->forward(intermediate->forward_relu(x));
+    return output->forward_deferring_bias(intermediate->forward_relu(x), output_bias);
   at::Tensor h;
   if (gelu_) {
     const at::Tensor& weight = intermediate->weight;
@@ -103,7 +117,7 @@ at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
   } else {
     h = nlp::relu_dropout(intermediate->forward(x), dropout_, is_training());
   }
-  return output->forward(h);
+  return output->forward_deferring_bias(h, output_bias);
 }
 
 namespace {
@@ -132,11 +146,13 @@ TransformerEncoderBlockImpl::TransformerEncoderBlockImpl(const TransformerBlockO
 at::Tensor TransformerEncoderBlockImpl::forward(const at::Tensor& x, const at::Tensor& mask) {
   const bool pre = options_.norm_first, training = is_training();
   const double p = options_.dropout_rate;
-  at::Tensor h = residual(x, self_attention_norm, pre, p, training, [&](const at::Tensor& in) {
-    return self_attention->forward(in, {}, mask);
+  at::Tensor h = residual(x, self_attention_norm, pre, p, training,
+                          [&](const at::Tensor& in, at::Tensor* bias) {
+                            return self_attention->forward(in, {}, mask, bias);
+                          });
+  return residual(h, output_norm, pre, p, training, [&](const at::Tensor& in, at::Tensor* bias) {
+    return feed_forward->forward(in, bias);
   });
-  return residual(h, output_norm, pre, p, training,
-                  [&](const at::Tensor& in) { return feed_forward->forward(in); });
 }
 
 TransformerDecoderBlockImpl::TransformerDecoderBlockImpl(const TransformerBlockOptions& options)
@@ -159,14 +175,17 @@ at::Tensor TransformerDecoderBlockImpl::forward(const at::Tensor& x, const at::T
                                                 const at::Tensor& cross_mask) {
   const bool pre = options_.norm_first, training = is_training();
   const double p = options_.dropout_rate;
-  at::Tensor h = residual(x, self_attention_norm, pre, p, training, [&](const at::Tensor& in) {
-    return self_attention->forward(in, {}, self_mask);
+  at::Tensor h = residual(x, self_attention_norm, pre, p, training,
+                          [&](const at::Tensor& in, at::Tensor* bias) {
+                            return self_attention->forward(in, {}, self_mask, bias);
+                          });
+  h = residual(h, cross_attention_norm, pre, p, training,
+               [&](const at::Tensor& in, at::Tensor* bias) {
+                 return cross_attention->forward(in, memory, cross_mask, bias);
+               });
+  return residual(h, output_norm, pre, p, training, [&](const at::Tensor& in, at::Tensor* bias) {
+    return feed_forward->forward(in, bias);
   });
-  h = residual(h, cross_attention_norm, pre, p, training, [&](const at::Tensor& in) {
-    return cross_attention->forward(in, memory, cross_mask);
-  });
-  return residual(h, output_norm, pre, p, training,
-                  [&](const at::Tensor& in) { return feed_forward->forward(in); });
 }
 
 at::Tensor TransformerDecoderBlockImpl::forward_step(const at::Tensor& x, int64_t step,

@@ -10,7 +10,10 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
+#include "garden/nlp/kernels.h"
 #include "garden/nlp/transformer.h"
 
 namespace {
@@ -144,6 +147,136 @@ TEST(Dropout, Bfloat16IsTheFloatComputationRoundedOnce) {
     ASSERT_EQ(half.grad().scalar_type(), torch::kBFloat16);
     EXPECT_TRUE(torch::equal(half.grad(), full.grad().to(torch::kBFloat16))) << "relu " << relu;
   }
+}
+
+// ---- nlp::bias_dropout_add: r + dropout(y + b) in one pass --------------------------
+
+struct Sublayer {
+  at::Tensor out, grad_y, grad_bias, grad_r;
+};
+
+// r + dropout(y + bias) with gradients for `grad`; fused by nlp::bias_dropout_add,
+// or as the separate operations (nlp::dropout draws the same mask from the seed).
+Sublayer sublayer(const at::Tensor& y, const at::Tensor& bias, const at::Tensor& r,
+                  const at::Tensor& grad, double p, bool training, bool fused, uint64_t seed) {
+  at::Tensor yl = y.clone().requires_grad_();
+  at::Tensor rl = r.clone().requires_grad_();
+  at::Tensor bl = bias.defined() ? bias.clone().requires_grad_() : at::Tensor();
+  torch::manual_seed(seed);
+  const at::Tensor out = fused ? nlp::bias_dropout_add(yl, bl, rl, p, training)
+                               : rl + nlp::dropout(bl.defined() ? yl + bl : yl, p, training);
+  out.backward(grad);
+  return {out.detach(), yl.grad(), bl.defined() ? bl.grad() : at::Tensor(), rl.grad()};
+}
+
+// The forward is the separate operations to the bit, the mask included (odd
+// widths put an element pair across two rows); y's and r's gradients too,
+// the bias gradient their column sums to float rounding.
+TEST(BiasDropoutAdd, IsTheSeparateOperationsToTheBit) {
+  torch::manual_seed(11);
+  for (const int64_t width : {1, 7, 33, 256}) {
+    for (const double p : {0.0, 0.1, 0.5}) {
+      for (const bool training : {true, false}) {
+        const at::Tensor y = torch::randn({2, 37, width});
+        const at::Tensor r = torch::randn({2, 37, width});
+        const at::Tensor bias = torch::randn({width});
+        const at::Tensor grad = torch::randn(y.sizes());
+        const Sublayer want = sublayer(y, bias, r, grad, p, training, false, 3);
+        const Sublayer got = sublayer(y, bias, r, grad, p, training, true, 3);
+        const std::string where = "width " + std::to_string(width) + " p " + std::to_string(p) +
+                                  (training ? " training" : " eval");
+        EXPECT_TRUE(got.out.equal(want.out)) << where;
+        EXPECT_TRUE(got.grad_y.equal(want.grad_y)) << where;
+        EXPECT_TRUE(got.grad_r.equal(want.grad_r)) << where;
+        EXPECT_TRUE(torch::allclose(got.grad_bias, want.grad_bias, 1e-5, 1e-5)) << where;
+        // The column sums of y's gradient in double, rounded once to float.
+        const at::Tensor sums = got.grad_y.to(torch::kDouble).sum(at::IntArrayRef{0, 1});
+        EXPECT_LE(((got.grad_bias.to(torch::kDouble) - sums).abs() / sums.abs().clamp_min(1e-30))
+                      .max()
+                      .item<double>(),
+                  std::ldexp(1.0, -24))
+            << where;
+        if (training && p > 0) {
+          const double dropped = (got.out == r).to(torch::kDouble).mean().item<double>();
+          EXPECT_NEAR(dropped, p, 0.12) << where;
+        }
+      }
+    }
+  }
+}
+
+// The gradient of the fused operation by central differences in double of
+// the definition, with the mask the fused forward kept (the function is
+// linear in y, b and r, so the differences are exact up to rounding).
+TEST(BiasDropoutAdd, GradientsMatchFiniteDifferences) {
+  torch::manual_seed(12);
+  const double p = 0.3;
+  const at::Tensor y = torch::randn({5, 9, 17});
+  const at::Tensor r = torch::randn({5, 9, 17});
+  const at::Tensor bias = torch::randn({17});
+  const at::Tensor weights = torch::randn(y.sizes());  // loss = sum(weights * out)
+  const Sublayer got = sublayer(y, bias, r, weights, p, true, true, 21);
+  const at::Tensor keep = (got.grad_y != 0).to(torch::kDouble);  // weights are never 0
+  const auto loss = [&](const at::Tensor& yd, const at::Tensor& bd, const at::Tensor& rd) {
+    return ((rd + keep * (yd + bd) / (1 - p)) * weights.to(torch::kDouble)).sum().item<double>();
+  };
+  const at::Tensor yd = y.to(torch::kDouble), bd = bias.to(torch::kDouble),
+                   rd = r.to(torch::kDouble);
+  const double h = 1e-3;
+  for (const int64_t i : {0, 100, 500, 764}) {
+    at::Tensor e = torch::zeros(y.numel(), torch::kDouble);
+    e[i] = h;
+    e = e.view(y.sizes());
+    const double dy = (loss(yd + e, bd, rd) - loss(yd - e, bd, rd)) / (2 * h);
+    const double dr = (loss(yd, bd, rd + e) - loss(yd, bd, rd - e)) / (2 * h);
+    EXPECT_NEAR(got.grad_y.view(-1)[i].item<double>(), dy, 1e-5) << i;
+    EXPECT_NEAR(got.grad_r.view(-1)[i].item<double>(), dr, 1e-5) << i;
+  }
+  for (const int64_t c : {0, 8, 16}) {
+    at::Tensor e = torch::zeros({17}, torch::kDouble);
+    e[c] = h;
+    const double db = (loss(yd, bd + e, rd) - loss(yd, bd - e, rd)) / (2 * h);
+    EXPECT_NEAR(got.grad_bias[c].item<double>(), db, 1e-4) << c;
+  }
+}
+
+// The bias gradient is summed in blocks of rows added in order: the same
+// bits with one thread and two; no bias, a double input or a mismatched bias
+// take the separate operations.
+TEST(BiasDropoutAdd, SameBitsAnyThreadsAndOtherInputsAreTheDefinition) {
+  torch::manual_seed(13);
+  const at::Tensor y = torch::randn({300, 96});
+  const at::Tensor r = torch::randn({300, 96});
+  const at::Tensor bias = torch::randn({96});
+  const at::Tensor grad = torch::randn(y.sizes());
+  const int threads = at::get_num_threads();
+  std::vector<Sublayer> runs;
+  for (const int n : {1, 2}) {
+    at::set_num_threads(n);
+    runs.push_back(sublayer(y, bias, r, grad, 0.2, true, true, 5));
+  }
+  at::set_num_threads(threads);
+  EXPECT_TRUE(runs[0].out.equal(runs[1].out));
+  EXPECT_TRUE(runs[0].grad_y.equal(runs[1].grad_y));
+  EXPECT_TRUE(runs[0].grad_bias.equal(runs[1].grad_bias));
+  {
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(5);
+    EXPECT_TRUE(nlp::bias_dropout_add(y, bias, r, 0.2, true).equal(runs[0].out));
+  }
+  const Sublayer none = sublayer(y, at::Tensor(), r, grad, 0.2, true, true, 6);
+  const Sublayer none_want = sublayer(y, at::Tensor(), r, grad, 0.2, true, false, 6);
+  EXPECT_TRUE(none.out.equal(none_want.out));
+  EXPECT_TRUE(none.grad_y.equal(none_want.grad_y));
+  const at::Tensor yd = y.to(torch::kDouble), rd = r.to(torch::kDouble),
+                   bd = bias.to(torch::kDouble);
+  const Sublayer twice = sublayer(yd, bd, rd, grad.to(torch::kDouble), 0.2, true, true, 7);
+  const Sublayer twice_want = sublayer(yd, bd, rd, grad.to(torch::kDouble), 0.2, true, false, 7);
+  EXPECT_TRUE(twice.out.equal(twice_want.out));
+  EXPECT_TRUE(twice.grad_bias.equal(twice_want.grad_bias));
+  EXPECT_FALSE(nlp::bias_dropout_add_applies(y, torch::randn({95}), r));
+  EXPECT_FALSE(nlp::bias_dropout_add_applies(y, bias, r.narrow(0, 0, 10)));
+  EXPECT_THROW(nlp::bias_dropout_add(y, torch::randn({95}), r, 0.2, true), c10::Error);
 }
 
 }  // namespace

@@ -356,6 +356,60 @@ TEST(TransformerTest, DecoderBlockMatchesStepByStepReference) {
   }
 }
 
+// In float32 on the CPU the output projections run without their biases,
+// which nlp::bias_dropout_add adds with dropout and the residual in one
+// pass: a training block (dropout 0, so no mask to replay) against a double
+// copy of it, whose layers take the unfused operations; output, input and
+// every parameter gradient, the biases random so that a lost one shows.
+TEST(TransformerTest, FusedBiasResidualBlocksMatchTheUnfusedInDouble) {
+  for (const bool norm_first : {true, false}) {
+    for (const bool decoder : {false, true}) {
+      SCOPED_TRACE(std::string(norm_first ? "pre-LN" : "post-LN") +
+                   (decoder ? " decoder" : " encoder"));
+      torch::manual_seed(17);
+      TransformerBlockOptions o = small_block(norm_first, decoder ? "relu" : "gelu");
+      o.dropout_rate = 0.0;
+      o.use_bias = true;
+      std::shared_ptr<torch::nn::Module> block, reference;
+      if (decoder) {
+        block = TransformerDecoderBlock(o).ptr();
+        reference = TransformerDecoderBlock(o).ptr();
+      } else {
+        block = TransformerEncoderBlock(o).ptr();
+        reference = TransformerEncoderBlock(o).ptr();
+      }
+      {
+        torch::NoGradGuard no_grad;
+        for (auto& item : block->named_parameters())
+          if (item.key().find("bias") != std::string::npos) item.value().normal_();
+        for (auto& item : reference->named_parameters())
+          item.value().copy_(block->named_parameters()[item.key()]);
+      }
+      reference->to(torch::kDouble);
+      const at::Tensor x = torch::randn({2, 5, o.hidden_size}, torch::requires_grad());
+      const at::Tensor memory = torch::randn({2, 3, o.hidden_size});
+      const at::Tensor xd = x.detach().to(torch::kDouble).requires_grad_();
+      const auto run = [&](torch::nn::Module& m, const at::Tensor& in, const at::Tensor& mem) {
+        if (auto* d = m.as<TransformerDecoderBlockImpl>())
+          return d->forward(in, mem, causal_mask(5, in.scalar_type()), {});
+        return m.as<TransformerEncoderBlockImpl>()->forward(in, {});
+      };
+      const at::Tensor y = run(*block, x, memory);
+      const at::Tensor want = run(*reference, xd, memory.to(torch::kDouble));
+      const at::Tensor grad = torch::randn(y.sizes());
+      y.backward(grad);
+      want.backward(grad.to(torch::kDouble));
+      expect_close(y.detach().to(torch::kDouble), want.detach(), 1e-5);
+      expect_close(x.grad().to(torch::kDouble), xd.grad(), 1e-5);
+      for (auto& item : block->named_parameters()) {
+        SCOPED_TRACE(item.key());
+        expect_close(item.value().grad().to(torch::kDouble),
+                     reference->named_parameters()[item.key()].grad(), 1e-4);
+      }
+    }
+  }
+}
+
 TEST(TransformerTest, BlockGradientsMatchFiniteDifferences) {
   torch::manual_seed(6);
   auto options = small_block(true, "gelu");

@@ -64,6 +64,11 @@ class DenseImpl : public torch::nn::Cloneable<DenseImpl> {
   // at::relu(forward(x)); without gradients in place, and in int8 as the
   // outputs are stored.
   at::Tensor forward_relu(const at::Tensor& x);
+  // forward(x) without the bias, which is stored in `*bias` for the caller
+  // to add in a fused pass (nlp::bias_dropout_add), where that pass runs
+  // (float32 on the CPU without autocast, not through the int8 copy);
+  // otherwise forward(x), `*bias` left undefined. A null `bias` is forward(x).
+  at::Tensor forward_deferring_bias(const at::Tensor& x, at::Tensor* bias);
   // On: quantizes the weights as they are now (throws garden::Error where
   // int8 cannot run: see check_int8_available); off: float again. A weight
   // changed later is not seen until use_int8(true) runs again.
@@ -100,9 +105,10 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
 
   // Self-attention: query [B, T, D], mask broadcastable to [B, H, T, T] or undefined.
   // Cross-attention: memory [B, S, D], mask broadcastable to [B, H, T, S].
-  // Returns [B, T, D].
+  // Returns [B, T, D]. With `output_bias`, the output projection may leave
+  // its bias out and store it there (Dense::forward_deferring_bias).
   at::Tensor forward(const at::Tensor& query, const at::Tensor& memory = {},
-                     const at::Tensor& mask = {});
+                     const at::Tensor& mask = {}, at::Tensor* output_bias = nullptr);
 
   // The pieces, for incremental decoding. All heads are [B, H, len, Dh].
   // Self-attention only: q, k, v of x [B, T, D].

@@ -1,5 +1,6 @@
 // CPU kernels of the Transformer's hot spots, each with a LibTorch fallback:
-// inverted dropout (fused with relu where asked), GELU's backward, the
+// inverted dropout (fused with relu, or with a sublayer's bias and residual,
+// where asked), GELU's backward, the
 // batched matrix products of attention (per head, on the views as they are),
 // training's whole attention from the projections in one operation,
 // ELECTRA's sampling from a softmax and beam search's candidates.
@@ -33,6 +34,17 @@ at::Tensor gelu(const at::Tensor& x);
 // number of threads); otherwise gelu(x + bias). Not twice differentiable.
 bool bias_gelu_applies(const at::Tensor& x, const at::Tensor& bias);
 at::Tensor bias_gelu(const at::Tensor& x, const at::Tensor& bias);
+// residual + dropout(y + bias, p) (bias [C] over y's last dimension, or
+// undefined; dropout only in training): the end of a Transformer sublayer,
+// whose output projection then runs without its bias. On the CPU in
+// float32 one pass forward, with the mask dropout() would draw for y + bias
+// and the same products, and one pass backward that also sums the bias
+// gradient (in double, the same bits with any number of threads); otherwise
+// the unfused operations. Not twice differentiable.
+bool bias_dropout_add_applies(const at::Tensor& y, const at::Tensor& bias,
+                              const at::Tensor& residual);
+at::Tensor bias_dropout_add(const at::Tensor& y, const at::Tensor& bias, const at::Tensor& residual,
+                            double p, bool training);
 // dropout(relu(x)) in one pass.
 at::Tensor relu_dropout(const at::Tensor& x, double p, bool training);
 // x W^T + b as at::linear (x [..., K], weight [N, K], bias [N] or undefined;

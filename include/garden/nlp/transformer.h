@@ -75,7 +75,9 @@ struct TransformerBlockOptions {
 class FeedForwardImpl : public torch::nn::Module {
  public:
   explicit FeedForwardImpl(const TransformerBlockOptions& options);
-  at::Tensor forward(const at::Tensor& x);
+  // With `output_bias`, the output layer may leave its bias out and store it
+  // there (Dense::forward_deferring_bias).
+  at::Tensor forward(const at::Tensor& x, at::Tensor* output_bias = nullptr);
   Dense intermediate{nullptr}, output{nullptr};
 
  private:
