@@ -1,0 +1,266 @@
+// nlp::bias_dropout_add: a Transformer sublayer's output bias, dropout and
+// residual in one pass; see include/garden/nlp/kernels.h.
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "dropout_bits.h"
+#include "garden/nlp/kernels.h"
+#include "vector_math.h"
+
+namespace garden::nlp {
+
+namespace {
+
+constexpr int64_t kGrain = 65536;   // elements per parallel task
+constexpr int64_t kBiasBlock = 64;  // rows per block of the bias gradient's sums
+
+// ---- bias, dropout and the residual ---------------------------------------------
+// A Transformer sublayer ends in r + dropout(y + b): its output projection's
+// bias, dropout and the residual. Unfused that is the bias broadcast-copied
+// into the product's output, a dropout pass, an add, and in backward a
+// dropout pass and a sum for the bias gradient. Here the product runs
+// without its bias, one pass forward computes r + keep * (y + b) * scale
+// (the mask's bits those FastDropout would draw for y + b, the same
+// products, so the same bits as the unfused ops), and one pass backward
+// writes keep * scale * g and sums it into the bias gradient (in double,
+// blocks of kBiasBlock rows added in block order: the same bits with any
+// number of threads). The residual's gradient is g itself. This file is
+// built without floating-point contraction (CMakeLists.txt): r + v * s as one
+// multiply-add would round differently from the separate product and sum.
+
+// Rows [row, row + rows) of width `width`: bits for the element pairs that
+// cover them, then the elements.
+template <bool Drop>
+__attribute__((always_inline)) inline void bias_dropout_add_rows(
+    const float* __restrict y, const float* __restrict bias, const float* __restrict r,
+    float* __restrict out, uint8_t* __restrict keep, uint32_t* __restrict bits, int64_t row,
+    int64_t rows, int64_t width, uint64_t seed, uint32_t threshold, float scale) {
+  for (int64_t i = row; i < row + rows; ++i) {
+    const int64_t first = i * width;
+    const float* __restrict yi = y + first;
+    const float* __restrict ri = r + first;
+    float* __restrict oi = out + first;
+    if constexpr (Drop) {
+      const int64_t pair = first / 2, pairs = (first + width + 1) / 2 - pair;
+      draw_pair_bits(seed + static_cast<uint64_t>(pair) * kGoldenGamma, pairs, bits);
+      const uint32_t* __restrict b = bits + (first - 2 * pair);
+      uint8_t* __restrict ki = keep + first;
+#pragma GCC ivdep
+      for (int64_t c = 0; c < width; ++c) {
+        const uint8_t k = b[c] >= threshold;
+        ki[c] = k;
+        oi[c] = ri[c] + (yi[c] + bias[c]) * (static_cast<float>(k) * scale);
+      }
+    } else {
+#pragma GCC ivdep
+      for (int64_t c = 0; c < width; ++c) oi[c] = ri[c] + (yi[c] + bias[c]);
+    }
+  }
+}
+
+using BiasDropoutAddRows = void (*)(const float*, const float*, const float*, float*, uint8_t*,
+                                    uint32_t*, int64_t, int64_t, int64_t, uint64_t, uint32_t,
+                                    float);
+
+template <bool Drop>
+__attribute__((target("avx512f,avx512dq"))) void bias_dropout_add_avx512(
+    const float* y, const float* bias, const float* r, float* out, uint8_t* keep, uint32_t* bits,
+    int64_t row, int64_t rows, int64_t width, uint64_t seed, uint32_t threshold, float scale) {
+  bias_dropout_add_rows<Drop>(y, bias, r, out, keep, bits, row, rows, width, seed, threshold,
+                              scale);
+}
+template <bool Drop>
+__attribute__((target("avx2,fma"))) void bias_dropout_add_avx2(
+    const float* y, const float* bias, const float* r, float* out, uint8_t* keep, uint32_t* bits,
+    int64_t row, int64_t rows, int64_t width, uint64_t seed, uint32_t threshold, float scale) {
+  bias_dropout_add_rows<Drop>(y, bias, r, out, keep, bits, row, rows, width, seed, threshold,
+                              scale);
+}
+template <bool Drop>
+void bias_dropout_add_portable(const float* y, const float* bias, const float* r, float* out,
+                               uint8_t* keep, uint32_t* bits, int64_t row, int64_t rows,
+                               int64_t width, uint64_t seed, uint32_t threshold, float scale) {
+  bias_dropout_add_rows<Drop>(y, bias, r, out, keep, bits, row, rows, width, seed, threshold,
+                              scale);
+}
+
+// Backward over rows: grad_y = g * keep * scale (g itself without dropout,
+// then grad_y is not written) and the bias gradient's sums in double.
+template <bool Drop>
+__attribute__((always_inline)) inline void bias_dropout_add_backward_rows(
+    const float* __restrict g, const uint8_t* __restrict keep, float* __restrict grad_y,
+    double* __restrict sums, int64_t rows, int64_t width, float scale) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* __restrict gi = g + i * width;
+    if constexpr (Drop) {
+      const uint8_t* __restrict ki = keep + i * width;
+      float* __restrict oi = grad_y + i * width;
+#pragma GCC ivdep
+      for (int64_t c = 0; c < width; ++c) {
+        const float d = gi[c] * (static_cast<float>(ki[c]) * scale);
+        oi[c] = d;
+        sums[c] += static_cast<double>(d);
+      }
+    } else {
+#pragma GCC ivdep
+      for (int64_t c = 0; c < width; ++c) sums[c] += static_cast<double>(gi[c]);
+    }
+  }
+}
+
+using BiasDropoutAddBackwardRows = void (*)(const float*, const uint8_t*, float*, double*, int64_t,
+                                            int64_t, float);
+
+template <bool Drop>
+__attribute__((target("avx512f,avx512dq"))) void bias_dropout_add_backward_avx512(
+    const float* g, const uint8_t* keep, float* grad_y, double* sums, int64_t rows, int64_t width,
+    float scale) {
+  bias_dropout_add_backward_rows<Drop>(g, keep, grad_y, sums, rows, width, scale);
+}
+template <bool Drop>
+__attribute__((target("avx2,fma"))) void bias_dropout_add_backward_avx2(const float* g,
+                                                                        const uint8_t* keep,
+                                                                        float* grad_y, double* sums,
+                                                                        int64_t rows, int64_t width,
+                                                                        float scale) {
+  bias_dropout_add_backward_rows<Drop>(g, keep, grad_y, sums, rows, width, scale);
+}
+template <bool Drop>
+void bias_dropout_add_backward_portable(const float* g, const uint8_t* keep, float* grad_y,
+                                        double* sums, int64_t rows, int64_t width, float scale) {
+  bias_dropout_add_backward_rows<Drop>(g, keep, grad_y, sums, rows, width, scale);
+}
+
+// y, r [rows, width] contiguous, bias [width]; p == 0 is the sum without a mask.
+std::pair<at::Tensor, at::Tensor> bias_dropout_add_forward(const at::Tensor& y,
+                                                           const at::Tensor& bias,
+                                                           const at::Tensor& r, double p) {
+  const bool drop = p > 0;
+  static const BiasDropoutAddRows kernels[2] = {
+      widest_kernel<BiasDropoutAddRows>(bias_dropout_add_avx512<false>,
+                                        bias_dropout_add_avx2<false>,
+                                        bias_dropout_add_portable<false>),
+      widest_kernel<BiasDropoutAddRows>(bias_dropout_add_avx512<true>, bias_dropout_add_avx2<true>,
+                                        bias_dropout_add_portable<true>)};
+  const int64_t width = y.size(-1), rows = y.numel() / std::max<int64_t>(width, 1);
+  at::Tensor out = at::empty_like(y);
+  at::Tensor keep = drop ? at::empty(y.sizes(), y.options().dtype(at::kByte)) : at::Tensor();
+  const uint32_t threshold = drop ? dropout_threshold(p) : 0;
+  const float scale = drop ? static_cast<float>(1.0 / (1.0 - p)) : 1.0f;
+  const uint64_t seed = drop ? draw_dropout_seed() : 0;
+  const float* py = y.data_ptr<float>();
+  const float* pb = bias.data_ptr<float>();
+  const float* pr = r.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  uint8_t* pk = drop ? keep.data_ptr<uint8_t>() : nullptr;
+  at::parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(width, 1)),
+                   [&](int64_t begin, int64_t end) {
+                     std::vector<uint32_t> bits(drop ? static_cast<std::size_t>(width + 2) : 0);
+                     kernels[drop](py, pb, pr, po, pk, bits.data(), begin, end - begin, width, seed,
+                                   threshold, scale);
+                   });
+  return {out, keep};
+}
+
+// The gradients of y (undefined without dropout: it is g) and of the bias.
+std::pair<at::Tensor, at::Tensor> bias_dropout_add_backward(const at::Tensor& g,
+                                                            const at::Tensor& keep, double scale,
+                                                            bool bias_grad) {
+  const bool drop = keep.defined();
+  static const BiasDropoutAddBackwardRows kernels[2] = {
+      widest_kernel<BiasDropoutAddBackwardRows>(bias_dropout_add_backward_avx512<false>,
+                                                bias_dropout_add_backward_avx2<false>,
+                                                bias_dropout_add_backward_portable<false>),
+      widest_kernel<BiasDropoutAddBackwardRows>(bias_dropout_add_backward_avx512<true>,
+                                                bias_dropout_add_backward_avx2<true>,
+                                                bias_dropout_add_backward_portable<true>)};
+  const int64_t width = g.size(-1), rows = g.numel() / std::max<int64_t>(width, 1);
+  if (!drop && !bias_grad) return {};
+  at::Tensor grad_y = drop ? at::empty_like(g) : at::Tensor();
+  const float* pg = g.data_ptr<float>();
+  const uint8_t* pk = drop ? keep.data_ptr<uint8_t>() : nullptr;
+  float* py = drop ? grad_y.data_ptr<float>() : nullptr;
+  if (!bias_grad) {
+    const float s = static_cast<float>(scale);
+    at::parallel_for(0, g.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) py[i] = pg[i] * (static_cast<float>(pk[i]) * s);
+    });
+    return {grad_y, at::Tensor()};
+  }
+  const int64_t blocks = (rows + kBiasBlock - 1) / kBiasBlock;
+  at::Tensor partial =
+      at::zeros({std::max<int64_t>(blocks, 1), width}, g.options().dtype(at::kDouble));
+  double* pp = partial.data_ptr<double>();
+  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t first = b * kBiasBlock, count = std::min(kBiasBlock, rows - first);
+      kernels[drop](pg + first * width, drop ? pk + first * width : nullptr,
+                    drop ? py + first * width : nullptr, pp + b * width, count, width,
+                    static_cast<float>(scale));
+    }
+  });
+  std::vector<double> sums(static_cast<std::size_t>(width), 0.0);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t c = 0; c < width; ++c) sums[static_cast<std::size_t>(c)] += pp[b * width + c];
+  at::Tensor grad_bias = at::empty({width}, g.options());
+  float* pgb = grad_bias.data_ptr<float>();
+  for (int64_t c = 0; c < width; ++c)
+    pgb[c] = static_cast<float>(sums[static_cast<std::size_t>(c)]);
+  return {grad_y, grad_bias};
+}
+
+// r + dropout(y + bias, p); a zero-size `bias` placeholder when there is none
+// (LibTorch 1.13's Function::apply takes no undefined tensor).
+struct BiasDropoutAdd : public torch::autograd::Function<BiasDropoutAdd> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& y,
+                            const at::Tensor& bias, const at::Tensor& r, double p) {
+    const at::Tensor b =
+        bias.numel() > 0 ? bias.contiguous() : at::zeros({y.size(-1)}, y.options());
+    auto [out, keep] = bias_dropout_add_forward(y.contiguous(), b, r.contiguous(), p);
+    ctx->save_for_backward({keep});
+    ctx->saved_data["scale"] = p > 0 ? 1.0 / (1.0 - p) : 1.0;
+    ctx->saved_data["bias"] = bias.numel() > 0;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor keep = ctx->get_saved_variables()[0];
+    const at::Tensor g = grads[0].contiguous();
+    const bool bias_grad = ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(1);
+    auto [grad_y, grad_bias] =
+        bias_dropout_add_backward(g, keep, ctx->saved_data["scale"].toDouble(), bias_grad);
+    return {keep.defined() ? grad_y : g, grad_bias, g, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool bias_dropout_add_applies(const at::Tensor& y, const at::Tensor& bias,
+                              const at::Tensor& residual) {
+  const auto cpu_float = [](const at::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
+  };
+  return y.defined() && residual.defined() && cpu_float(y) && cpu_float(residual) &&
+         y.sizes() == residual.sizes() && y.dim() >= 1 && y.numel() > 0 &&
+         (!bias.defined() || (cpu_float(bias) && bias.dim() == 1 && bias.size(0) == y.size(-1)));
+}
+
+at::Tensor bias_dropout_add(const at::Tensor& y, const at::Tensor& bias, const at::Tensor& residual,
+                            double p, bool training) {
+  const double rate = training ? p : 0.0;
+  if (!bias_dropout_add_applies(y, bias, residual) || !(rate < 1)) {
+    const at::Tensor biased = bias.defined() ? y + bias : y;
+    return residual + nlp::dropout(biased, p, training);
+  }
+  if (rate <= 0 && !bias.defined()) return residual + y;
+  return BiasDropoutAdd::apply(y, bias.defined() ? bias : at::empty({0}, y.options()), residual,
+                               rate);
+}
+
+}  // namespace garden::nlp
