@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "bias_sums.h"
 #include "dropout_bits.h"
 #include "garden/nlp/kernels.h"
 #include "vector_math.h"
@@ -16,8 +17,7 @@ namespace garden::nlp {
 
 namespace {
 
-constexpr int64_t kGrain = 65536;   // elements per parallel task
-constexpr int64_t kBiasBlock = 64;  // rows per block of the bias gradient's sums
+constexpr int64_t kGrain = 65536;  // elements per parallel task
 
 // ---- bias, dropout and the residual ---------------------------------------------
 // A Transformer sublayer ends in r + dropout(y + b): its output projection's
@@ -204,14 +204,7 @@ std::pair<at::Tensor, at::Tensor> bias_dropout_add_backward(const at::Tensor& g,
                     static_cast<float>(scale));
     }
   });
-  std::vector<double> sums(static_cast<std::size_t>(width), 0.0);
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t c = 0; c < width; ++c) sums[static_cast<std::size_t>(c)] += pp[b * width + c];
-  at::Tensor grad_bias = at::empty({width}, g.options());
-  float* pgb = grad_bias.data_ptr<float>();
-  for (int64_t c = 0; c < width; ++c)
-    pgb[c] = static_cast<float>(sums[static_cast<std::size_t>(c)]);
-  return {grad_y, grad_bias};
+  return {grad_y, bias_sums_in_block_order(partial, g.options())};
 }
 
 // r + dropout(y + bias, p); a zero-size `bias` placeholder when there is none

@@ -1,6 +1,7 @@
 // The Transformer's CPU kernels; see include/garden/nlp/kernels.h.
 #include "garden/nlp/kernels.h"
 
+#include "bias_sums.h"
 #include "dropout_bits.h"
 #include "small_gemm.h"
 #include "vector_math.h"
@@ -256,7 +257,6 @@ void gelu_backward_kernel(const float* x, const float* grad, float* out, int64_t
 // blocks of kBiasBlock, each block's bias-gradient sums in double into its
 // own row of `partial`, added in block order afterwards: the same bits with
 // any number of threads.
-constexpr int64_t kBiasBlock = 64;
 
 inline void bias_gelu_forward_loop(const float* __restrict x, const float* __restrict bias,
                                    float* __restrict y, int64_t rows, int64_t width) {
@@ -350,14 +350,7 @@ std::pair<at::Tensor, at::Tensor> bias_gelu_backward(const at::Tensor& x, const 
              width);
     }
   });
-  std::vector<double> sums(static_cast<std::size_t>(width), 0.0);
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t c = 0; c < width; ++c) sums[static_cast<std::size_t>(c)] += pp[b * width + c];
-  at::Tensor grad_bias = at::empty({width}, bias.options());
-  float* pgb = grad_bias.data_ptr<float>();
-  for (int64_t c = 0; c < width; ++c)
-    pgb[c] = static_cast<float>(sums[static_cast<std::size_t>(c)]);
-  return {grad_x, grad_bias};
+  return {grad_x, bias_sums_in_block_order(partial, bias.options())};
 }
 
 struct BiasGelu : public torch::autograd::Function<BiasGelu> {
