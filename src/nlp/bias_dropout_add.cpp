@@ -167,7 +167,8 @@ std::pair<at::Tensor, at::Tensor> bias_dropout_add_forward(const at::Tensor& y,
   return {out, keep};
 }
 
-// The gradients of y (undefined without dropout: it is g) and of the bias.
+// The gradients of y (undefined without dropout: it is g) and of the bias
+// (undefined unless `bias_grad`; with dropout its sums are formed anyway).
 std::pair<at::Tensor, at::Tensor> bias_dropout_add_backward(const at::Tensor& g,
                                                             const at::Tensor& keep, double scale,
                                                             bool bias_grad) {
@@ -185,13 +186,6 @@ std::pair<at::Tensor, at::Tensor> bias_dropout_add_backward(const at::Tensor& g,
   const float* pg = g.data_ptr<float>();
   const uint8_t* pk = drop ? keep.data_ptr<uint8_t>() : nullptr;
   float* py = drop ? grad_y.data_ptr<float>() : nullptr;
-  if (!bias_grad) {
-    const float s = static_cast<float>(scale);
-    at::parallel_for(0, g.numel(), kGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) py[i] = pg[i] * (static_cast<float>(pk[i]) * s);
-    });
-    return {grad_y, at::Tensor()};
-  }
   const int64_t blocks = (rows + kBiasBlock - 1) / kBiasBlock;
   at::Tensor partial =
       at::zeros({std::max<int64_t>(blocks, 1), width}, g.options().dtype(at::kDouble));
@@ -204,20 +198,17 @@ std::pair<at::Tensor, at::Tensor> bias_dropout_add_backward(const at::Tensor& g,
                     static_cast<float>(scale));
     }
   });
-  return {grad_y, bias_sums_in_block_order(partial, g.options())};
+  return {grad_y, bias_grad ? bias_sums_in_block_order(partial, g.options()) : at::Tensor()};
 }
 
-// r + dropout(y + bias, p); a zero-size `bias` placeholder when there is none
-// (LibTorch 1.13's Function::apply takes no undefined tensor).
+// r + dropout(y + bias, p).
 struct BiasDropoutAdd : public torch::autograd::Function<BiasDropoutAdd> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& y,
                             const at::Tensor& bias, const at::Tensor& r, double p) {
-    const at::Tensor b =
-        bias.numel() > 0 ? bias.contiguous() : at::zeros({y.size(-1)}, y.options());
-    auto [out, keep] = bias_dropout_add_forward(y.contiguous(), b, r.contiguous(), p);
+    auto [out, keep] =
+        bias_dropout_add_forward(y.contiguous(), bias.contiguous(), r.contiguous(), p);
     ctx->save_for_backward({keep});
     ctx->saved_data["scale"] = p > 0 ? 1.0 / (1.0 - p) : 1.0;
-    ctx->saved_data["bias"] = bias.numel() > 0;
     return out;
   }
 
@@ -225,7 +216,7 @@ struct BiasDropoutAdd : public torch::autograd::Function<BiasDropoutAdd> {
                                                  torch::autograd::variable_list grads) {
     const at::Tensor keep = ctx->get_saved_variables()[0];
     const at::Tensor g = grads[0].contiguous();
-    const bool bias_grad = ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(1);
+    const bool bias_grad = ctx->needs_input_grad(1);
     auto [grad_y, grad_bias] =
         bias_dropout_add_backward(g, keep, ctx->saved_data["scale"].toDouble(), bias_grad);
     return {keep.defined() ? grad_y : g, grad_bias, g, at::Tensor()};
@@ -240,20 +231,19 @@ bool bias_dropout_add_applies(const at::Tensor& y, const at::Tensor& bias,
     return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
   };
   return y.defined() && residual.defined() && cpu_float(y) && cpu_float(residual) &&
-         y.sizes() == residual.sizes() && y.dim() >= 1 && y.numel() > 0 &&
-         (!bias.defined() || (cpu_float(bias) && bias.dim() == 1 && bias.size(0) == y.size(-1)));
+         y.sizes() == residual.sizes() && y.dim() >= 1 && y.numel() > 0 && bias.defined() &&
+         cpu_float(bias) && bias.dim() == 1 && bias.size(0) == y.size(-1);
 }
 
 at::Tensor bias_dropout_add(const at::Tensor& y, const at::Tensor& bias, const at::Tensor& residual,
                             double p, bool training) {
   const double rate = training ? p : 0.0;
+  // Without a bias: dropout's own one-pass kernel and the add.
   if (!bias_dropout_add_applies(y, bias, residual) || !(rate < 1)) {
     const at::Tensor biased = bias.defined() ? y + bias : y;
     return residual + nlp::dropout(biased, p, training);
   }
-  if (rate <= 0 && !bias.defined()) return residual + y;
-  return BiasDropoutAdd::apply(y, bias.defined() ? bias : at::empty({0}, y.options()), residual,
-                               rate);
+  return BiasDropoutAdd::apply(y, bias, residual, rate);
 }
 
 }  // namespace garden::nlp

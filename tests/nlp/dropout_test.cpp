@@ -264,6 +264,13 @@ TEST(BiasDropoutAdd, SameBitsAnyThreadsAndOtherInputsAreTheDefinition) {
     torch::manual_seed(5);
     EXPECT_TRUE(nlp::bias_dropout_add(y, bias, r, 0.2, true).equal(runs[0].out));
   }
+  {
+    // A frozen bias: y's gradient alone, the same.
+    at::Tensor leaf = y.clone().requires_grad_();
+    torch::manual_seed(5);
+    nlp::bias_dropout_add(leaf, bias, r, 0.2, true).backward(grad);
+    EXPECT_TRUE(leaf.grad().equal(runs[0].grad_y));
+  }
   const Sublayer none = sublayer(y, at::Tensor(), r, grad, 0.2, true, true, 6);
   const Sublayer none_want = sublayer(y, at::Tensor(), r, grad, 0.2, true, false, 6);
   EXPECT_TRUE(none.out.equal(none_want.out));
