@@ -226,8 +226,13 @@ inline StepOptions parse_step_options(int argc, char** argv, StepOptions o,
 // warmup, batch and length, and returns its JSON line.
 inline nlohmann::json run_peer_script(const std::string& script, const StepOptions& o) {
   // --peer_malloc garden: the malloc settings Garden makes in its own process.
+  // GOMP_SPINCOUNT, which garden sets where its products run on oneDNN, is
+  // left out: the peer's products run on OpenBLAS, whose threads need the
+  // cores that spinning libgomp threads would hold (it runs with passive
+  // waits, as it always has).
   const std::string environment =
-      o.peer_malloc == "garden" ? "env MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 " : "";
+      std::string("env -u GOMP_SPINCOUNT ") +
+      (o.peer_malloc == "garden" ? "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 " : "");
   // The Python with PyTorch: Debian's python3-torch by default, another
   // (a GPU machine's, say) through PEER_PYTHON.
   const char* python = std::getenv("PEER_PYTHON");

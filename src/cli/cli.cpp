@@ -146,7 +146,8 @@ int run_train(const ExperimentFlags& flags, const std::string& mode, const std::
 void print_environment() {
   std::cout << "# what garden's computing commands (train, fx, serve, translate, predict) "
                "run with\n";
-  for (const char* name : {"OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT", "OPENBLAS_CORETYPE"})
+  for (const char* name :
+       {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT", "OPENBLAS_CORETYPE"})
     if (const char* value = std::getenv(name))
       std::cout << "export " << name << "=" << value << "\n";
   const std::string blas = loaded_blas_library();

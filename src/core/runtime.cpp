@@ -138,6 +138,26 @@ constexpr const char* kOpenBlasOwnChoice = "GARDEN_OPENBLAS_OWN_CHOICE";
 // then sleep; its default, 2^28 (about 0.1 s at 2 GHz), keeps them spinning
 // through the work between products.
 constexpr const char* kOpenBlasThreadTimeout = "14";
+// libgomp's spins before a waiting thread sleeps (each a pause instruction;
+// libgomp counts 100,000 as about a millisecond) when Garden's products run
+// on oneDNN, whose threads are libgomp's own: a step's parallel regions
+// follow each other within microseconds, and a thread that slept is woken
+// through the kernel for the next one. Set with OMP_WAIT_POLICY=PASSIVE,
+// whose own count is 0.
+constexpr const char* kGompSpinCount = "100000";
+// Set with it, so that the log and the step benchmarks' peers know garden
+// chose the count, not the user.
+constexpr const char* kGompSpinCountByGarden = "GARDEN_SET_GOMP_SPINCOUNT";
+
+// Whether Garden's own products run on oneDNN (libgomp's threads), not on
+// the BLAS: a bad GARDEN_GEMM is reported later, by apply_runtime.
+bool products_on_onednn() {
+  try {
+    return gemm_library().rfind("oneDNN", 0) == 0;
+  } catch (const Error&) {
+    return false;
+  }
+}
 }  // namespace
 
 std::string openblas_kernels() {
@@ -170,8 +190,15 @@ std::string openblas_kernels_to_force(const std::string& loaded, const std::stri
 void restart_with_fast_settings(char** argv, bool passive_openmp_waits) {
   std::vector<const char*> set;  // what this call set, undone if execv fails
   if (passive_openmp_waits && std::getenv("OMP_WAIT_POLICY") == nullptr &&
-      setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0)
+      setenv("OMP_WAIT_POLICY", "PASSIVE", 1) == 0) {
     set.push_back("OMP_WAIT_POLICY");
+    if (std::getenv("GOMP_SPINCOUNT") == nullptr && products_on_onednn() &&
+        setenv("GOMP_SPINCOUNT", kGompSpinCount, 1) == 0 &&
+        setenv(kGompSpinCountByGarden, "1", 1) == 0) {
+      set.push_back("GOMP_SPINCOUNT");
+      set.push_back(kGompSpinCountByGarden);
+    }
+  }
   // Empty when the BLAS is not OpenBLAS: then neither variable is set.
   const std::string own = openblas_kernels();
   if (passive_openmp_waits && !own.empty() && std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr &&
@@ -208,6 +235,15 @@ std::string openmp_wait_policy() {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   return policy ? policy : "";
 }
+
+std::string openmp_spin_setting() {
+  const char* count = std::getenv("GOMP_SPINCOUNT");
+  if (count == nullptr) return "";
+  return std::string("GOMP_SPINCOUNT=") + count +
+         (openmp_spin_set_by_garden() ? " (set by garden: Garden's products run on oneDNN)" : "");
+}
+
+bool openmp_spin_set_by_garden() { return std::getenv(kGompSpinCountByGarden) != nullptr; }
 
 void keep_freed_memory_in_the_heap() {
   for (const char* name : kMallocVariables)
@@ -279,10 +315,11 @@ void apply_runtime(const config::RuntimeConfig& runtime) {
          << ", OMP_WAIT_POLICY="
          << (!policy.empty() ? policy
              : threads > 1   ? "unset (OpenMP threads spin between parallel regions)"
-                             : "unset")
-         << ", OPENBLAS_THREAD_TIMEOUT="
+                             : "unset");
+    if (const std::string spin = openmp_spin_setting(); !spin.empty()) line << ", " << spin;
+    line << ", OPENBLAS_THREAD_TIMEOUT="
          << (std::getenv("OPENBLAS_THREAD_TIMEOUT") ? std::getenv("OPENBLAS_THREAD_TIMEOUT")
-                                                     : "unset")
+                                                    : "unset")
          << ", matrix products of Garden's layers: " << gemm << ", malloc: " << malloc_setting();
     if (const std::string blas = openblas_setting(); !blas.empty()) line << ", OpenBLAS: " << blas;
     log_to_file(LogLevel::kInfo, line.str());

@@ -452,9 +452,10 @@ TEST(CliTrain, StartsWithPassiveOpenMpAndAKeptHeapUnlessTheUserChose) {
   // it only at load) and OPENBLAS_THREAD_TIMEOUT=14 (OpenBLAS reads it at
   // load), sets malloc to keep freed memory, and logs what it runs with; what
   // the user set is kept.
-  const std::vector<std::string> names = {"OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT",
-                                          "GOTO_THREAD_TIMEOUT", "MALLOC_MMAP_MAX_",
-                                          "MALLOC_TRIM_THRESHOLD_", "OPENBLAS_CORETYPE"};
+  const std::vector<std::string> names = {
+      "OMP_WAIT_POLICY",  "GOMP_SPINCOUNT",          "GARDEN_SET_GOMP_SPINCOUNT",
+      "GARDEN_GEMM",      "OPENBLAS_THREAD_TIMEOUT", "GOTO_THREAD_TIMEOUT",
+      "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_",  "OPENBLAS_CORETYPE"};
   std::map<std::string, std::optional<std::string>> saved;
   for (const auto& name : names) {
     const char* value = std::getenv(name.c_str());
@@ -475,14 +476,26 @@ TEST(CliTrain, StartsWithPassiveOpenMpAndAKeptHeapUnlessTheUserChose) {
 #else
   constexpr bool kSanitizedMalloc = false;
 #endif
-  // OPENBLAS_THREAD_TIMEOUT is set only where the BLAS is OpenBLAS.
+  // OPENBLAS_THREAD_TIMEOUT is set only where the BLAS is OpenBLAS, and
+  // GOMP_SPINCOUNT only where Garden's products run on oneDNN (libgomp's
+  // threads) and the user chose no wait policy.
   const bool openblas = garden::loaded_blas_library().find("openblas") != std::string::npos;
+  const bool onednn = garden::gemm_library().rfind("oneDNN", 0) == 0;
+  const std::string timeout = std::string("OPENBLAS_THREAD_TIMEOUT=") + (openblas ? "14" : "unset");
   std::vector<Case> cases = {
       {{},
-       {std::string("threads: 1 LibTorch intra-op (Garden's kernels on 1), "
-                    "OMP_WAIT_POLICY=PASSIVE, OPENBLAS_THREAD_TIMEOUT=") +
-            (openblas ? "14" : "unset") + ", ",
+       {"threads: 1 LibTorch intra-op (Garden's kernels on 1), OMP_WAIT_POLICY=PASSIVE, " +
+            std::string(onednn ? "GOMP_SPINCOUNT=100000 (set by garden: Garden's products run on "
+                                 "oneDNN), "
+                               : "") +
+            timeout + ", ",
         kSanitizedMalloc ? "malloc: glibc's default" : "malloc: heap only, freed memory kept"}},
+      // The user's count is kept; passive waits chosen by the user, or
+      // products on the BLAS, get none.
+      {{{"GOMP_SPINCOUNT", "5000"}}, {"OMP_WAIT_POLICY=PASSIVE, GOMP_SPINCOUNT=5000, " + timeout}},
+      {{{"OMP_WAIT_POLICY", "PASSIVE"}}, {"OMP_WAIT_POLICY=PASSIVE, " + timeout}},
+      {{{"GARDEN_GEMM", "blas"}},
+       {"OMP_WAIT_POLICY=PASSIVE, " + timeout, "matrix products of Garden's layers: BLAS"}},
       {{{"OMP_WAIT_POLICY", "ACTIVE"},
         {"OPENBLAS_THREAD_TIMEOUT", "20"},
         {"MALLOC_MMAP_MAX_", "65536"}},
@@ -495,7 +508,8 @@ TEST(CliTrain, StartsWithPassiveOpenMpAndAKeptHeapUnlessTheUserChose) {
   if (garden::usable_cores() > 1)
     cases.push_back(
         {{{"OMP_WAIT_POLICY", "ACTIVE"}},
-         {"threads: 1 LibTorch intra-op (Garden's kernels on 1) (runtime.intra_op_parallelism_threads "
+         {"threads: 1 LibTorch intra-op (Garden's kernels on 1) "
+          "(runtime.intra_op_parallelism_threads "
           "0 is every core only with OMP_WAIT_POLICY=PASSIVE, which garden's commands set), "
           "OMP_WAIT_POLICY=ACTIVE"},
          "0"});

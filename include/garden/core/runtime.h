@@ -30,6 +30,13 @@ void finalize_config(config::ExperimentConfig& params,
 //   cores those threads took the cores OpenBLAS's own threads need for the
 //   next matrix product: two LibTorch threads were 1.5 to 2.5x slower than
 //   one (docs/PERFORMANCE.md).
+//   With it, GOMP_SPINCOUNT=100000 when Garden's own products run on oneDNN
+//   (gemm.h) and the user set neither variable: oneDNN's threads are
+//   libgomp's, a step's parallel regions (products and Garden's kernels)
+//   follow each other within microseconds, and a thread that slept is woken
+//   through the kernel each time; spinning about a millisecond first made the
+//   ELECTRA-small and translation steps 8 to 17 % faster (docs/PERFORMANCE.md,
+//   "OpenMP threads spin a millisecond"). With the BLAS, 0 as before.
 // - OPENBLAS_THREAD_TIMEOUT=14, also with `passive_openmp_waits`, when the
 //   loaded BLAS is OpenBLAS: OpenBLAS's
 //   own threads spin (sched_yield) for 2^28 TSC ticks, about 0.1 s, after
@@ -47,6 +54,12 @@ void restart_with_fast_settings(char** argv, bool passive_openmp_waits);
 // The OMP_WAIT_POLICY this process runs with ("" when unset, libgomp's
 // default, which spins).
 std::string openmp_wait_policy();
+// "GOMP_SPINCOUNT=N", with "(set by garden: ...)" when garden set it; ""
+// when unset.
+std::string openmp_spin_setting();
+// Whether garden set GOMP_SPINCOUNT (restart_with_fast_settings), not the
+// user.
+bool openmp_spin_set_by_garden();
 
 // Called first thing in main(): glibc's malloc serves blocks above 128 KiB
 // (up to 32 MiB as it adapts) with mmap, unmaps them when freed and trims
