@@ -34,8 +34,8 @@ void finalize_config(config::ExperimentConfig& params,
 //   (gemm.h) and the user set neither variable: oneDNN's threads are
 //   libgomp's, a step's parallel regions (products and Garden's kernels)
 //   follow each other within microseconds, and a thread that slept is woken
-//   through the kernel each time; spinning about a millisecond first made the
-//   ELECTRA-small and translation steps 8 to 17 % faster (docs/PERFORMANCE.md,
+//   through the kernel each time; spinning about a millisecond first made
+//   most alternated training steps 5 to 20 % faster (docs/PERFORMANCE.md,
 //   "OpenMP threads spin a millisecond"). With the BLAS, 0 as before.
 // - OPENBLAS_THREAD_TIMEOUT=14, also with `passive_openmp_waits`, when the
 //   loaded BLAS is OpenBLAS: OpenBLAS's
