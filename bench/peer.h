@@ -277,6 +277,8 @@ inline nlohmann::json step_summary(const std::string& bench, const StepOptions& 
       {"preset", o.preset},
       {"threads", o.threads},
       {"omp_wait_policy", garden::openmp_wait_policy()},
+      // Garden's side only: the peer runs without it (run_peer_script).
+      {"garden_gomp_spincount", std::getenv("GOMP_SPINCOUNT") ? std::getenv("GOMP_SPINCOUNT") : ""},
       {"garden_malloc", garden::malloc_setting()},
       {"openblas", garden::openblas_setting()},
       {"peer_malloc", o.peer_malloc},
