@@ -145,8 +145,8 @@ constexpr const char* kOpenBlasThreadTimeout = "14";
 // through the kernel for the next one. Set with OMP_WAIT_POLICY=PASSIVE,
 // whose own count is 0.
 constexpr const char* kGompSpinCount = "100000";
-// Set with it, so that the log and the step benchmarks' peers know garden
-// chose the count, not the user.
+// Set with it, so that the log can say garden chose the count, not the
+// user.
 constexpr const char* kGompSpinCountByGarden = "GARDEN_SET_GOMP_SPINCOUNT";
 
 // Whether Garden's own products run on oneDNN (libgomp's threads), not on
@@ -236,14 +236,18 @@ std::string openmp_wait_policy() {
   return policy ? policy : "";
 }
 
+namespace {
+// For train.log: "GOMP_SPINCOUNT=N", naming garden where it set it; "" when
+// unset.
 std::string openmp_spin_setting() {
   const char* count = std::getenv("GOMP_SPINCOUNT");
   if (count == nullptr) return "";
   return std::string("GOMP_SPINCOUNT=") + count +
-         (openmp_spin_set_by_garden() ? " (set by garden: Garden's products run on oneDNN)" : "");
+         (std::getenv(kGompSpinCountByGarden) != nullptr
+              ? " (set by garden: Garden's products run on oneDNN)"
+              : "");
 }
-
-bool openmp_spin_set_by_garden() { return std::getenv(kGompSpinCountByGarden) != nullptr; }
+}  // namespace
 
 void keep_freed_memory_in_the_heap() {
   for (const char* name : kMallocVariables)

@@ -54,12 +54,6 @@ void restart_with_fast_settings(char** argv, bool passive_openmp_waits);
 // The OMP_WAIT_POLICY this process runs with ("" when unset, libgomp's
 // default, which spins).
 std::string openmp_wait_policy();
-// "GOMP_SPINCOUNT=N", with "(set by garden: ...)" when garden set it; ""
-// when unset.
-std::string openmp_spin_setting();
-// Whether garden set GOMP_SPINCOUNT (restart_with_fast_settings), not the
-// user.
-bool openmp_spin_set_by_garden();
 
 // Called first thing in main(): glibc's malloc serves blocks above 128 KiB
 // (up to 32 MiB as it adapts) with mmap, unmaps them when freed and trims
