@@ -1,6 +1,7 @@
 // nlp::bias_dropout_add: a Transformer sublayer's output bias, dropout and
 // residual in one pass; see include/garden/nlp/kernels.h.
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -205,6 +206,7 @@ std::pair<at::Tensor, at::Tensor> bias_dropout_add_backward(const at::Tensor& g,
 struct BiasDropoutAdd : public torch::autograd::Function<BiasDropoutAdd> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& y,
                             const at::Tensor& bias, const at::Tensor& r, double p) {
+    RECORD_FUNCTION("garden::bias_dropout_add", std::vector<c10::IValue>());
     auto [out, keep] =
         bias_dropout_add_forward(y.contiguous(), bias.contiguous(), r.contiguous(), p);
     ctx->save_for_backward({keep});

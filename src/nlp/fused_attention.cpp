@@ -24,6 +24,7 @@
 #include "vector_math.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -777,6 +778,7 @@ class FusedAttention : public torch::autograd::Function<FusedAttention> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q_in,
                             const at::Tensor& kv_in, int64_t heads, const at::Tensor& mask_in,
                             double rate, bool training) {
+    RECORD_FUNCTION("garden::fused_attention", std::vector<c10::IValue>());
     // Autograd's inputs must be defined: an empty kv_in stands for
     // self-attention and an empty mask_in for none (fused_attention).
     const at::Tensor q_proj = q_in.contiguous();

@@ -10,6 +10,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
 #include <dlfcn.h>
@@ -146,6 +147,7 @@ class FastDropout : public torch::autograd::Function<FastDropout> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, double p,
                             bool relu) {
+    RECORD_FUNCTION("garden::dropout", std::vector<c10::IValue>());
     const at::Tensor input = x.contiguous();
     at::Tensor output = at::empty_like(input);
     at::Tensor keep = at::empty(input.sizes(), input.options().dtype(at::kByte));
@@ -356,6 +358,7 @@ std::pair<at::Tensor, at::Tensor> bias_gelu_backward(const at::Tensor& x, const 
 struct BiasGelu : public torch::autograd::Function<BiasGelu> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& bias) {
+    RECORD_FUNCTION("garden::bias_gelu", std::vector<c10::IValue>());
     const at::Tensor input = x.contiguous();
     const at::Tensor b = bias.contiguous();
     ctx->save_for_backward({input, b});
@@ -667,6 +670,7 @@ int64_t sample_row(const float* x, int64_t n, float top, int64_t disallow, doubl
 // backward above.
 struct FastGelu : public torch::autograd::Function<FastGelu> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+    RECORD_FUNCTION("garden::gelu", std::vector<c10::IValue>());
     const at::Tensor input = x.contiguous();
     ctx->save_for_backward({input});
     return at::gelu(input);
@@ -949,6 +953,7 @@ class AttentionMatmul : public torch::autograd::Function<AttentionMatmul> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& a,
                             const at::Tensor& b, double alpha, bool heads_last) {
+    RECORD_FUNCTION("garden::attention_matmul", std::vector<c10::IValue>());
     at::Tensor out =
         heads_last
             ? at::empty({a.size(0), a.size(2), a.size(1), b.size(3)}, a.options()).transpose(1, 2)

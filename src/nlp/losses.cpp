@@ -1,6 +1,7 @@
 #include "garden/nlp/losses.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -114,6 +115,7 @@ class SmoothedCrossEntropy : public torch::autograd::Function<SmoothedCrossEntro
   // logits [N, V] CPU float/double, labels [N] int64 in [0, V) -> [N].
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits_in,
                             const at::Tensor& labels, double confidence, double low_confidence) {
+    RECORD_FUNCTION("garden::smoothed_cross_entropy", std::vector<c10::IValue>());
     const at::Tensor logits = logits_in.contiguous();
     const at::Tensor ids = labels.contiguous();
     const int64_t rows = logits.size(0), vocab = logits.size(1);

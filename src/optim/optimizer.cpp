@@ -1,5 +1,6 @@
 #include "garden/optim/optimizer.h"
 
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -123,6 +124,7 @@ void Optimizer::prepare_step() {
 }
 
 void Optimizer::step() {
+  RECORD_FUNCTION("garden::optimizer_step", std::vector<c10::IValue>());
   std::vector<at::Tensor> gradients;
   if (!transform_gradients(gradients)) {
     skip_step();  // an overflow: no update, and no new average either

@@ -29,15 +29,16 @@ double max_error(const at::Tensor& got, const at::Tensor& want) {
 }
 
 // Forward and all three gradients against at::linear in double, with and
-// without a bias, for [rows, K], [B, T, K] and an input that is a
-// transposed view (made contiguous inside).
+// without a bias, for [rows, K], [B, T, K], an input that is a transposed
+// view (made contiguous inside), and rows enough for the bias to be laid
+// into the output by several threads' chunks.
 TEST(LinearTest, ForwardAndGradientsMatchTheDefinitionInDouble) {
   torch::manual_seed(11);
   const at::Tensor w = torch::randn({70, 129});
   const at::Tensor b = torch::randn({70});
   for (const bool bias : {true, false}) {
-    for (const auto& x :
-         {torch::randn({37, 129}), torch::randn({3, 11, 129}), torch::randn({129, 19}).t()}) {
+    for (const auto& x : {torch::randn({37, 129}), torch::randn({3, 11, 129}),
+                          torch::randn({129, 19}).t(), torch::randn({1000, 129})}) {
       const at::Tensor bb = bias ? b : at::Tensor();
       std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
       shape.back() = 70;
