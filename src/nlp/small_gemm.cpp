@@ -10,11 +10,14 @@
 // contiguous and n is a multiple of the block width, otherwise repacked once
 // per call into scratch (zero-padded to that width). Then each block of R
 // rows of c and two vectors of columns is accumulated in registers over the
-// k products: per l, two loads of b, R broadcasts of a, 2R multiply-adds.
+// k products: per l, two loads of b, R broadcasts of a, 2R multiply-adds
+// (with AVX-512, four loads of b and 4R multiply-adds where 64 columns
+// remain).
 #include "small_gemm.h"
 
 #include "vector_math.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace garden::nlp {
@@ -28,43 +31,71 @@ struct Vector {
   typedef float type __attribute__((vector_size(Lanes * sizeof(float))));
 };
 
-// c[r, 0 .. cols) for r < R, from columns [0, 2 * Lanes) of the packed b.
-template <int Lanes, int R>
+// c[r, 0 .. cols) for r < R, from columns [0, V * Lanes) of the packed b.
+template <int Lanes, int R, int V>
 __attribute__((always_inline)) inline void block(const SmallProduct& p, const float* a,
                                                  const float* b, int64_t ldb, float* c,
                                                  int64_t cols) {
-  using V = typename Vector<Lanes>::type;
-  V acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = V{};
+  using Vec = typename Vector<Lanes>::type;
+  Vec acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = Vec{};
   for (int64_t l = 0; l < p.k; ++l) {
-    V b0, b1;
-    std::memcpy(&b0, b + l * ldb, sizeof(V));
-    std::memcpy(&b1, b + l * ldb + Lanes, sizeof(V));
+    Vec bv[V];
+    for (int v = 0; v < V; ++v) std::memcpy(&bv[v], b + l * ldb + v * Lanes, sizeof(Vec));
     for (int r = 0; r < R; ++r) {
       const float s = a[r * p.a_row_stride + l * p.a_col_stride];
-      acc[r][0] += s * b0;
-      acc[r][1] += s * b1;
+      for (int v = 0; v < V; ++v) acc[r][v] += s * bv[v];
     }
   }
   for (int r = 0; r < R; ++r) {
-    acc[r][0] *= p.alpha;
-    acc[r][1] *= p.alpha;
+    for (int v = 0; v < V; ++v) acc[r][v] *= p.alpha;
     float* row = c + r * p.c_row_stride;
-    if (cols == 2 * Lanes) {
-      std::memcpy(row, &acc[r][0], sizeof(V));
-      std::memcpy(row + Lanes, &acc[r][1], sizeof(V));
+    if (cols == V * Lanes) {
+      for (int v = 0; v < V; ++v) std::memcpy(row + v * Lanes, &acc[r][v], sizeof(Vec));
     } else {
-      float tail[2 * Lanes];
-      std::memcpy(tail, &acc[r][0], sizeof(V));
-      std::memcpy(tail + Lanes, &acc[r][1], sizeof(V));
+      float tail[V * Lanes];
+      for (int v = 0; v < V; ++v) std::memcpy(tail + v * Lanes, &acc[r][v], sizeof(Vec));
       std::memcpy(row, tail, static_cast<size_t>(cols) * sizeof(float));
     }
   }
 }
 
+// Rows [0, m) of c's columns [0, cols), cols <= V * Lanes: kRows at a time,
+// then the rest in one block.
+template <int Lanes, int V>
+__attribute__((always_inline)) inline void column_block(const SmallProduct& p, const float* b,
+                                                        int64_t ldb, int64_t j, int64_t cols) {
+  constexpr int kRows = 6;
+  int64_t i = 0;
+  for (; i + kRows <= p.m; i += kRows)
+    block<Lanes, kRows, V>(p, p.a + i * p.a_row_stride, b + j, ldb, p.c + i * p.c_row_stride + j,
+                           cols);
+  const float* a = p.a + i * p.a_row_stride;
+  float* c = p.c + i * p.c_row_stride + j;
+  switch (p.m - i) {
+    case 5:
+      block<Lanes, 5, V>(p, a, b + j, ldb, c, cols);
+      break;
+    case 4:
+      block<Lanes, 4, V>(p, a, b + j, ldb, c, cols);
+      break;
+    case 3:
+      block<Lanes, 3, V>(p, a, b + j, ldb, c, cols);
+      break;
+    case 2:
+      block<Lanes, 2, V>(p, a, b + j, ldb, c, cols);
+      break;
+    case 1:
+      block<Lanes, 1, V>(p, a, b + j, ldb, c, cols);
+      break;
+    default:
+      break;
+  }
+}
+
 template <int Lanes>
 __attribute__((always_inline)) inline void product(const SmallProduct& p, float* scratch) {
-  constexpr int kRows = 6;
   constexpr int64_t kWidth = 2 * Lanes;
   const float* b = p.b;
   int64_t ldb = p.b_row_stride;
@@ -88,34 +119,18 @@ __attribute__((always_inline)) inline void product(const SmallProduct& p, float*
     }
     b = scratch;
   }
-  for (int64_t j = 0; j < p.n; j += kWidth) {
-    const int64_t cols = p.n - j < kWidth ? p.n - j : kWidth;
-    int64_t i = 0;
-    for (; i + kRows <= p.m; i += kRows)
-      block<Lanes, kRows>(p, p.a + i * p.a_row_stride, b + j, ldb, p.c + i * p.c_row_stride + j,
-                          cols);
-    const float* a = p.a + i * p.a_row_stride;
-    float* c = p.c + i * p.c_row_stride + j;
-    switch (p.m - i) {
-      case 5:
-        block<Lanes, 5>(p, a, b + j, ldb, c, cols);
-        break;
-      case 4:
-        block<Lanes, 4>(p, a, b + j, ldb, c, cols);
-        break;
-      case 3:
-        block<Lanes, 3>(p, a, b + j, ldb, c, cols);
-        break;
-      case 2:
-        block<Lanes, 2>(p, a, b + j, ldb, c, cols);
-        break;
-      case 1:
-        block<Lanes, 1>(p, a, b + j, ldb, c, cols);
-        break;
-      default:
-        break;
-    }
-  }
+  int64_t j = 0;
+  // With 32 vector registers (AVX-512), four vectors of columns at a time
+  // where a whole 4-vector block fits: 24 sums, each row's broadcast serving
+  // four multiply-adds rather than two. On the project's Intel machine the
+  // six products of an ELECTRA-small head (128 queries, Dh 64), one thread,
+  // took 97 us against 117 with 6 by 32 blocks only, alternated call by
+  // call; in a training step, where the head's operands come from memory,
+  // the attention gained about 5 %. Each element's sum is the same chain of
+  // multiply-adds either way, so to the same bits.
+  if constexpr (Lanes == 16)
+    for (; j + 4 * Lanes <= p.n; j += 4 * Lanes) column_block<Lanes, 4>(p, b, ldb, j, 4 * Lanes);
+  for (; j < p.n; j += kWidth) column_block<Lanes, 2>(p, b, ldb, j, std::min(kWidth, p.n - j));
 }
 
 __attribute__((target("avx512f,avx512dq"))) void product_avx512(const SmallProduct& p,

@@ -123,7 +123,7 @@ TEST(AttentionMatmulTest, EveryBuildOfTheHeadLoopsMatchesMatmul) {
   torch::manual_seed(8);
   for (const int lanes : {16, 8, 4}) {
     for (const int64_t m : {1, 5, 6, 13}) {
-      for (const int64_t n : {3, 8, 16, 24, 32, 40}) {
+      for (const int64_t n : {3, 8, 16, 24, 32, 40, 64, 72, 96, 128}) {
         for (const bool transposed_b : {false, true}) {
           const int64_t k = 11;
           const at::Tensor a = torch::randn({m, k});
