@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "garden/core/gemm.h"
@@ -36,6 +37,47 @@ void product(char ta, char tb, int64_t m, int64_t n, int64_t k, const at::Tensor
               "] product");
 }
 
+// out [cols, rows] = in [rows, cols]^T, both contiguous, in 32 x 32 tiles
+// (LibTorch's t().contiguous() took about twice as long on these sizes).
+void transpose_into(const float* in, int64_t rows, int64_t cols, float* out) {
+  constexpr int64_t kTile = 32;
+  at::parallel_for(0, (rows + kTile - 1) / kTile, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t tile = begin; tile < end; ++tile) {
+      const int64_t r0 = tile * kTile, r1 = std::min(rows, r0 + kTile);
+      for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+        const int64_t c1 = std::min(cols, c0 + kTile);
+        for (int64_t c = c0; c < c1; ++c)
+          for (int64_t r = r0; r < r1; ++r) out[c * rows + r] = in[r * cols + c];
+      }
+    }
+  });
+}
+
+// oneDNN 2.6's sgemm runs some of a layer's products markedly slower in
+// the layout they come in than transposed, so two of them are turned where
+// the rows are many enough to pay for one transposition of a weight-sized
+// matrix (docs/PERFORMANCE.md, "Weights turned for the products"):
+// - the forward of a layer that narrows (a feed-forward network's second
+//   layer): x W^T (NT) as x (W^T) (NN) with W^T laid out once, 18.0 ->
+//   14.0 ms for base translation's [2048, 2048] x [2048, 512];
+// - the weight gradient of a layer that widens (the first feed-forward
+//   layer, the cross-attention's k|v): g^T x as (x^T g)^T, the product with
+//   the fewer rows, then transposed: 17.2 -> 15.3 ms for base's
+//   [2048, 512] x [512, 2048] layer.
+// bench/linear_bench times each layer's forward and backward both ways,
+// alternated: on the project's Intel machine the layers 2, 4 and 8 times
+// wider on one side than the other gained 3 to 8 % turned; the fused q|k|v
+// projection (3 times) lost 1 to 2 %, a vocabulary projection's weight
+// gradient (62 times) 20 %, and those stay as they come. Either way each
+// element is the same products summed (in the library's order for that
+// layout, so the bits may differ from the other layout's).
+constexpr int64_t kTurnRows = 512;
+std::atomic<bool> turns{true};
+bool turn(int64_t rows, int64_t wide, int64_t narrow) {
+  return turns.load(std::memory_order_relaxed) && rows >= kTurnRows &&
+         (wide == 2 * narrow || wide == 4 * narrow || wide == 8 * narrow);
+}
+
 // rows x [K] -> rows x [N]: out = x W^T (+ b).
 at::Tensor linear_forward(const at::Tensor& x2, const at::Tensor& weight, const at::Tensor& bias) {
   RECORD_FUNCTION("garden::linear", std::vector<c10::IValue>());
@@ -53,7 +95,11 @@ at::Tensor linear_forward(const at::Tensor& x2, const at::Tensor& weight, const 
                          std::memcpy(o + r * n, b, static_cast<std::size_t>(n) * sizeof(float));
                      });
   }
-  if (m > 0 && k > 0) {
+  if (m > 0 && k > 0 && turn(m, k, n)) {
+    at::Tensor turned = at::empty({k, n}, weight.options());
+    transpose_into(weight.data_ptr<float>(), n, k, turned.data_ptr<float>());
+    product('N', 'N', m, n, k, x2, k, turned, n, bias.defined() ? 1.0f : 0.0f, out);
+  } else if (m > 0 && k > 0) {
     product('N', 'T', m, n, k, x2, k, weight, k, bias.defined() ? 1.0f : 0.0f, out);
   } else if (!bias.defined()) {
     out.zero_();
@@ -98,10 +144,15 @@ struct Linear : public torch::autograd::Function<Linear> {
     }
     if (ctx->needs_input_grad(1)) {
       grad_w = at::empty({n, k}, weight.options());
-      if (m > 0 && k > 0 && n > 0)
+      if (m > 0 && k > 0 && n > 0 && turn(m, n, k)) {
+        at::Tensor turned = at::empty({k, n}, weight.options());
+        product('T', 'N', k, n, m, x2, k, g, n, 0.0f, turned);
+        transpose_into(turned.data_ptr<float>(), k, n, grad_w.data_ptr<float>());
+      } else if (m > 0 && k > 0 && n > 0) {
         product('T', 'N', n, k, m, g, n, x2, k, 0.0f, grad_w);
-      else
+      } else {
         grad_w.zero_();
+      }
     }
     if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) grad_b = g.sum(0);
     return {grad_x, grad_w, grad_b, at::Tensor()};
@@ -109,6 +160,9 @@ struct Linear : public torch::autograd::Function<Linear> {
 };
 
 }  // namespace
+
+void set_linear_turns(bool on) { turns.store(on, std::memory_order_relaxed); }
+bool linear_turns() { return turns.load(std::memory_order_relaxed); }
 
 bool linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   const auto is_cpu_float = [](const at::Tensor& t) {

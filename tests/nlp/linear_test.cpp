@@ -31,34 +31,64 @@ double max_error(const at::Tensor& got, const at::Tensor& want) {
 // Forward and all three gradients against at::linear in double, with and
 // without a bias, for [rows, K], [B, T, K], an input that is a transposed
 // view (made contiguous inside), and rows enough for the bias to be laid
-// into the output by several threads' chunks.
+// into the output by several threads' chunks. Layers of 70, 65 and 260
+// outputs from 130 inputs: with 1,000 rows, the 65-output layer's forward
+// and the 260-output layer's weight gradient take the turned products
+// (linear.cpp), over transpositions whose 32-wide tiles do not divide 130.
 TEST(LinearTest, ForwardAndGradientsMatchTheDefinitionInDouble) {
   torch::manual_seed(11);
-  const at::Tensor w = torch::randn({70, 129});
-  const at::Tensor b = torch::randn({70});
-  for (const bool bias : {true, false}) {
-    for (const auto& x : {torch::randn({37, 129}), torch::randn({3, 11, 129}),
-                          torch::randn({129, 19}).t(), torch::randn({1000, 129})}) {
-      const at::Tensor bb = bias ? b : at::Tensor();
-      std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-      shape.back() = 70;
-      const at::Tensor grad = torch::randn(shape);
-      EXPECT_TRUE(linear_applies(x, w, bb) == (gemm_library().rfind("oneDNN", 0) == 0));
-      const Result got = run(x, w, bb, grad, false);
-      const Result want = run(x.to(at::kDouble), w.to(at::kDouble),
-                              bias ? b.to(at::kDouble) : at::Tensor(), grad.to(at::kDouble), true);
-      EXPECT_EQ(got.y.sizes(), want.y.sizes());
-      EXPECT_EQ(got.dx.sizes(), x.sizes());
-      EXPECT_LT(max_error(got.y, want.y), 1e-4) << bias << x.sizes();
-      EXPECT_LT(max_error(got.dx, want.dx), 1e-4) << bias << x.sizes();
-      EXPECT_LT(max_error(got.dw, want.dw), 1e-3) << bias << x.sizes();
-      if (bias) {
-        EXPECT_LT(max_error(got.db, want.db), 1e-4) << x.sizes();
+  for (const int64_t outputs : {70, 65, 260}) {
+    const at::Tensor w = torch::randn({outputs, 130});
+    const at::Tensor b = torch::randn({outputs});
+    for (const bool bias : {true, false}) {
+      for (const auto& x : {torch::randn({37, 130}), torch::randn({3, 11, 130}),
+                            torch::randn({130, 19}).t(), torch::randn({1000, 130})}) {
+        const at::Tensor bb = bias ? b : at::Tensor();
+        std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+        shape.back() = outputs;
+        const at::Tensor grad = torch::randn(shape);
+        EXPECT_TRUE(linear_applies(x, w, bb) == (gemm_library().rfind("oneDNN", 0) == 0));
+        const Result got = run(x, w, bb, grad, false);
+        const Result want =
+            run(x.to(at::kDouble), w.to(at::kDouble), bias ? b.to(at::kDouble) : at::Tensor(),
+                grad.to(at::kDouble), true);
+        EXPECT_EQ(got.y.sizes(), want.y.sizes());
+        EXPECT_EQ(got.dx.sizes(), x.sizes());
+        EXPECT_LT(max_error(got.y, want.y), 1e-4)
+            << outputs << " outputs, bias " << bias << " " << x.sizes();
+        EXPECT_LT(max_error(got.dx, want.dx), 1e-4)
+            << outputs << " outputs, bias " << bias << " " << x.sizes();
+        EXPECT_LT(max_error(got.dw, want.dw), 1e-3)
+            << outputs << " outputs, bias " << bias << " " << x.sizes();
+        if (bias) {
+          EXPECT_LT(max_error(got.db, want.db), 1e-4) << outputs << " outputs " << x.sizes();
+        }
+        // Without gradients, the same forward.
+        torch::NoGradGuard no_grad;
+        EXPECT_TRUE(nlp::linear(x, w, bb).equal(got.y));
       }
-      // Without gradients, the same forward.
-      torch::NoGradGuard no_grad;
-      EXPECT_TRUE(nlp::linear(x, w, bb).equal(got.y));
     }
+  }
+}
+
+// Turned and as they come, the products are the same sums: a narrowing
+// layer's output and a widening layer's weight gradient agree to float32's
+// rounding either way, and the turns are on unless switched off.
+TEST(LinearTest, TurnedProductsAgreeWithTheProductsAsTheyCome) {
+  EXPECT_TRUE(linear_turns());
+  torch::manual_seed(12);
+  const at::Tensor x = torch::randn({600, 256});
+  for (const int64_t outputs : {64, 1024}) {
+    const at::Tensor w = torch::randn({outputs, 256}) * 0.1;
+    const at::Tensor b = torch::randn({outputs});
+    const at::Tensor grad = torch::randn({600, outputs});
+    set_linear_turns(false);
+    const Result plain = run(x, w, b, grad, false);
+    set_linear_turns(true);
+    const Result turned = run(x, w, b, grad, false);
+    for (const auto& [got, want] : {std::pair{turned.y, plain.y}, std::pair{turned.dx, plain.dx},
+                                    std::pair{turned.dw, plain.dw}, std::pair{turned.db, plain.db}})
+      EXPECT_LE(max_error(got, want), 2e-5 * want.abs().max().item<double>()) << outputs;
   }
 }
 

@@ -55,6 +55,12 @@ at::Tensor relu_dropout(const at::Tensor& x, double p, bool training);
 // them about twice as fast as LibTorch's OpenBLAS; otherwise at::linear.
 bool linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+// Whether linear turns the two products that oneDNN's sgemm ran faster
+// transposed (a narrowing layer's forward, a widening layer's weight
+// gradient; linear.cpp): on by default. For bench/linear_bench and the
+// tests, which compare the two layouts in one process.
+void set_linear_turns(bool on);
+bool linear_turns();
 
 // Layer normalization over the last dimension, (x - mean) / sqrt(var + eps)
 // * weight + bias with the biased variance, as at::layer_norm (weight and

@@ -1,0 +1,155 @@
+// Dense-layer benchmark (issue 17): nlp::linear's forward and backward (the
+// input's, the weight's and the bias's gradients) on the layers of base
+// translation and ELECTRA small, with the products that linear turns
+// (a narrowing layer's forward, a widening layer's weight gradient: see
+// linear.cpp) and without, alternated call by call in one process, so a
+// drift of the machine's speed moves both alike. One JSON line: per layer,
+// the median milliseconds each way and their ratio (1 within the noise for
+// the layers that turn nothing: the attention output).
+//
+//   linear_bench [--rows 2048] [--rounds 15] [--threads 0]   # 0: every core
+//   linear_bench --smoke      # CI: 600 rows, 2 rounds; checks both ways agree
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "garden/core/gemm.h"
+#include "garden/core/runtime.h"
+#include "garden/nlp/kernels.h"
+
+namespace {
+
+struct Options {
+  int64_t rows = 2048;
+  int rounds = 15;
+  int threads = 0;
+  bool smoke = false;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::cerr << "linear_bench: " << why
+            << "\nusage: linear_bench [--rows R] [--rounds N] [--threads T] | --smoke\n";
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--smoke") {
+      o.smoke = true;
+      o.rows = 600;
+      o.rounds = 2;
+      continue;
+    }
+    if (i + 1 >= argc) usage(flag + " needs a value");
+    const std::string value = argv[++i];
+    try {
+      if (flag == "--rows")
+        o.rows = std::stoll(value);
+      else if (flag == "--rounds")
+        o.rounds = std::stoi(value);
+      else if (flag == "--threads")
+        o.threads = std::stoi(value);
+      else
+        usage("unknown flag " + flag);
+    } catch (const std::logic_error&) {
+      usage(flag + " " + value + ": not a number");
+    }
+  }
+  if (o.rows < 1 || o.rounds < 1 || o.threads < 0) usage("rows and rounds >= 1, threads >= 0");
+  return o;
+}
+
+struct Layer {
+  const char* name;
+  int64_t in, out;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  garden::restart_with_fast_settings(argv, true);
+  garden::keep_freed_memory_in_the_heap();
+  const Options o = parse(argc, argv);
+  at::set_num_threads(o.threads > 0 ? o.threads
+                                    : static_cast<int>(std::thread::hardware_concurrency()));
+  const std::vector<Layer> layers = {{"base feed-forward in", 512, 2048},
+                                     {"base feed-forward out", 2048, 512},
+                                     {"base q|k|v", 512, 1536},
+                                     {"base cross k|v", 512, 1024},
+                                     {"base attention out", 512, 512},
+                                     {"electra_small feed-forward in", 256, 1024},
+                                     {"electra_small feed-forward out", 1024, 256},
+                                     {"electra_small q|k|v", 256, 768}};
+  torch::manual_seed(0);
+  nlohmann::json results = nlohmann::json::array();
+  bool agree = true;
+  for (const Layer& layer : layers) {
+    const at::Tensor x = torch::randn({o.rows, layer.in}).requires_grad_();
+    const at::Tensor w = (torch::randn({layer.out, layer.in}) * 0.05).requires_grad_();
+    const at::Tensor b = torch::randn({layer.out}).requires_grad_();
+    const at::Tensor g = torch::randn({o.rows, layer.out});
+    std::vector<at::Tensor> outputs[2];  // plain, turned: y, dx, dw, db
+    const auto step = [&](bool turned) {
+      garden::nlp::set_linear_turns(turned);
+      for (const at::Tensor& t : {x, w, b}) t.mutable_grad() = at::Tensor();
+      const auto start = std::chrono::steady_clock::now();
+      const at::Tensor y = garden::nlp::linear(x, w, b);
+      y.backward(g);
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      outputs[turned] = {y.detach(), x.grad(), w.grad(), b.grad()};
+      return ms;
+    };
+    step(false);
+    step(true);  // warm-up, each way
+    std::vector<double> plain, turned;
+    for (int r = 0; r < o.rounds; ++r) {
+      plain.push_back(step(false));
+      turned.push_back(step(true));
+    }
+    // The same products in another layout: equal to float32's rounding.
+    double worst = 0;
+    for (std::size_t i = 0; i < 4; ++i) {
+      const at::Tensor diff = (outputs[0][i] - outputs[1][i]).abs().max();
+      const double scale = outputs[0][i].abs().max().item<double>();
+      worst = std::max(worst, diff.item<double>() / std::max(scale, 1e-30));
+    }
+    agree = agree && worst < 1e-5;
+    results.push_back({{"layer", layer.name},
+                       {"in", layer.in},
+                       {"out", layer.out},
+                       {"plain_ms", std::round(median(plain) * 1000) / 1000},
+                       {"turned_ms", std::round(median(turned) * 1000) / 1000},
+                       {"speedup", std::round(median(plain) / median(turned) * 1000) / 1000},
+                       {"largest_relative_difference", worst}});
+  }
+  garden::nlp::set_linear_turns(true);
+  nlohmann::json summary = {{"bench", "linear_layers"},
+                            {"rows", o.rows},
+                            {"rounds", o.rounds},
+                            {"threads", at::get_num_threads()},
+                            {"gemm", garden::gemm_library()},
+                            {"layers", results},
+                            {"layouts_agree", agree}};
+  std::cout << summary.dump() << std::endl;
+  return agree ? 0 : 1;
+}
