@@ -66,9 +66,10 @@ void transpose_into(const float* in, int64_t rows, int64_t cols, float* out) {
 //   [2048, 512] x [512, 2048] layer.
 // bench/linear_bench times each layer's forward and backward both ways,
 // alternated: on the project's Intel machine the layers 2, 4 and 8 times
-// wider on one side than the other gained 3 to 8 % turned; the fused q|k|v
-// projection (3 times) lost 1 to 2 %, a vocabulary projection's weight
-// gradient (62 times) 20 %, and those stay as they come. Either way each
+// wider on one side than the other gained 2 to 8 % turned; the fused q|k|v
+// projection (3 times) gained nothing (0.98 to 1.00), a vocabulary
+// projection's weight gradient (62 times) lost 20 %, and those stay as
+// they come. Either way each
 // element is the same products summed (in the library's order for that
 // layout, so the bits may differ from the other layout's).
 constexpr int64_t kTurnRows = 512;
