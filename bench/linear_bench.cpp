@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -26,6 +25,7 @@
 #include "garden/core/gemm.h"
 #include "garden/core/runtime.h"
 #include "garden/nlp/kernels.h"
+#include "peer.h"
 
 namespace {
 
@@ -75,12 +75,6 @@ struct Layer {
   const char* name;
   int64_t in, out;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 }  // namespace
 
@@ -134,13 +128,15 @@ int main(int argc, char** argv) {
       worst = std::max(worst, diff.item<double>() / std::max(scale, 1e-30));
     }
     agree = agree && worst < 1e-5;
-    results.push_back({{"layer", layer.name},
-                       {"in", layer.in},
-                       {"out", layer.out},
-                       {"plain_ms", std::round(median(plain) * 1000) / 1000},
-                       {"turned_ms", std::round(median(turned) * 1000) / 1000},
-                       {"speedup", std::round(median(plain) / median(turned) * 1000) / 1000},
-                       {"largest_relative_difference", worst}});
+    results.push_back(
+        {{"layer", layer.name},
+         {"in", layer.in},
+         {"out", layer.out},
+         {"plain_ms", garden_bench::rounded(garden_bench::median(plain), 3)},
+         {"turned_ms", garden_bench::rounded(garden_bench::median(turned), 3)},
+         {"speedup",
+          garden_bench::rounded(garden_bench::median(plain) / garden_bench::median(turned), 3)},
+         {"largest_relative_difference", worst}});
   }
   garden::nlp::set_linear_turns(true);
   nlohmann::json summary = {{"bench", "linear_layers"},
