@@ -69,9 +69,9 @@ void transpose_into(const float* in, int64_t rows, int64_t cols, float* out) {
 // wider on one side than the other gained 2 to 8 % turned; the fused q|k|v
 // projection (3 times) gained nothing (0.98 to 1.00), a vocabulary
 // projection's weight gradient (62 times) lost 20 %, and those stay as
-// they come. Either way each
-// element is the same products summed (in the library's order for that
-// layout, so the bits may differ from the other layout's).
+// they come. Either way each element is the same products summed (in the
+// library's order for that layout, so the bits may differ from the other
+// layout's).
 constexpr int64_t kTurnRows = 512;
 std::atomic<bool> turns{true};
 bool turn(int64_t rows, int64_t wide, int64_t narrow) {
