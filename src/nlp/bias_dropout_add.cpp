@@ -51,12 +51,13 @@ __attribute__((always_inline)) inline void bias_dropout_add_rows(
       draw_pair_bits(seed + static_cast<uint64_t>(pair) * kGoldenGamma, pairs, bits);
       const uint32_t* __restrict b = bits + (first - 2 * pair);
       uint8_t* __restrict ki = keep + first;
+      // Two loops: GCC vectorizes neither half of one that stores bytes and
+      // floats together (k ? scale : 0 is k * scale for k 0 or 1).
 #pragma GCC ivdep
-      for (int64_t c = 0; c < width; ++c) {
-        const uint8_t k = b[c] >= threshold;
-        ki[c] = k;
-        oi[c] = ri[c] + (yi[c] + bias[c]) * (static_cast<float>(k) * scale);
-      }
+      for (int64_t c = 0; c < width; ++c)
+        oi[c] = ri[c] + (yi[c] + bias[c]) * (b[c] >= threshold ? scale : 0.0f);
+#pragma GCC ivdep
+      for (int64_t c = 0; c < width; ++c) ki[c] = b[c] >= threshold;
     } else {
 #pragma GCC ivdep
       for (int64_t c = 0; c < width; ++c) oi[c] = ri[c] + (yi[c] + bias[c]);
@@ -103,7 +104,7 @@ __attribute__((always_inline)) inline void bias_dropout_add_backward_rows(
       float* __restrict oi = grad_y + i * width;
 #pragma GCC ivdep
       for (int64_t c = 0; c < width; ++c) {
-        const float d = gi[c] * (static_cast<float>(ki[c]) * scale);
+        const float d = gi[c] * (ki[c] ? scale : 0.0f);
         oi[c] = d;
         sums[c] += static_cast<double>(d);
       }

@@ -69,12 +69,18 @@ __attribute__((always_inline)) inline void dropout_pairs_loop(
     const float* __restrict in = x + first;
     float* __restrict out = y + first;
     uint8_t* __restrict kept = keep + first;
+    // Two loops, because GCC vectorizes neither half of the one loop that
+    // would store bytes and floats together: the values (k ? scale : 0 is
+    // k * scale, k 0 or 1), then the mask's bytes from the same bits.
+#pragma GCC ivdep
     for (int64_t i = 0; i < count; ++i) {
       const float v = in[i];
-      const uint8_t k = (bits[i] >= threshold) & (!Relu || v > 0.0f);
-      kept[i] = k;
-      out[i] = v * (static_cast<float>(k) * scale);
+      const bool k = (bits[i] >= threshold) & (!Relu || v > 0.0f);
+      out[i] = v * (k ? scale : 0.0f);
     }
+#pragma GCC ivdep
+    for (int64_t i = 0; i < count; ++i)
+      kept[i] = (bits[i] >= threshold) & (!Relu || in[i] > 0.0f);
   }
 }
 
@@ -132,10 +138,44 @@ void dropout_forward_kernel(const T* x, T* y, uint8_t* keep, int64_t n, uint64_t
   });
 }
 
+// out[i] = grad[i] * keep[i] * scale over [begin, end), float32.
+__attribute__((always_inline)) inline void dropout_backward_loop(const float* __restrict grad,
+                                                                 const uint8_t* __restrict keep,
+                                                                 float* __restrict out,
+                                                                 int64_t begin, int64_t end,
+                                                                 float scale) {
+#pragma GCC ivdep
+  for (int64_t i = begin; i < end; ++i) out[i] = grad[i] * (keep[i] ? scale : 0.0f);
+}
+
+using DropoutBackward = void (*)(const float*, const uint8_t*, float*, int64_t, int64_t, float);
+
+__attribute__((target("avx512f,avx512dq"))) void dropout_backward_avx512(
+    const float* grad, const uint8_t* keep, float* out, int64_t begin, int64_t end, float scale) {
+  dropout_backward_loop(grad, keep, out, begin, end, scale);
+}
+__attribute__((target("avx2,fma"))) void dropout_backward_avx2(const float* grad,
+                                                              const uint8_t* keep, float* out,
+                                                              int64_t begin, int64_t end,
+                                                              float scale) {
+  dropout_backward_loop(grad, keep, out, begin, end, scale);
+}
+void dropout_backward_portable(const float* grad, const uint8_t* keep, float* out, int64_t begin,
+                               int64_t end, float scale) {
+  dropout_backward_loop(grad, keep, out, begin, end, scale);
+}
+
 template <typename T>
 void dropout_backward_kernel(const T* grad, const uint8_t* keep, T* out, int64_t n,
                              at::opmath_type<T> scale) {
   using Acc = at::opmath_type<T>;
+  if constexpr (std::is_same_v<T, float>) {
+    static const DropoutBackward loop = widest_kernel<DropoutBackward>(
+        dropout_backward_avx512, dropout_backward_avx2, dropout_backward_portable);
+    at::parallel_for(int64_t{0}, n, 2 * kDropoutGrain,
+                     [&](int64_t begin, int64_t end) { loop(grad, keep, out, begin, end, scale); });
+    return;
+  }
   at::parallel_for(0, n, 2 * kDropoutGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
       out[i] = static_cast<T>(static_cast<Acc>(grad[i]) * (static_cast<Acc>(keep[i]) * scale));

@@ -1,5 +1,6 @@
 #include "garden/optim/optimizer.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
@@ -265,6 +266,10 @@ class SGD : public Optimizer {
   config::SGDConfig cfg_;
 };
 
+// Elements per thread's share of a parameter in adam_pass: 64 Ki floats
+// (four arrays of 256 KiB); smaller parameters take one thread.
+constexpr int64_t kAdamGrain = 65536;
+
 bool adam_pass_applies(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& m,
                        const at::Tensor& v) {
   for (const at::Tensor* t : {&param, &grad, &m, &v})
@@ -423,10 +428,17 @@ class Adam : public Optimizer {
     at::Tensor& m = slot(i, "m");
     at::Tensor& v = slot(i, "v");
     if (!amsgrad_ && adam_pass_applies(param, grad, m, v)) {
-      adam_pass(param.data_ptr<float>(), grad.data_ptr<float>(), m.data_ptr<float>(),
-                v.data_ptr<float>(), param.numel(), static_cast<float>(beta_1_),
-                static_cast<float>(beta_2_), static_cast<float>(-lr_t),
-                static_cast<float>(epsilon_), decay > 0, static_cast<float>(decay));
+      // Element by element, so any split over the threads gives the same bits.
+      float* const p = param.data_ptr<float>();
+      const float* const g = grad.data_ptr<float>();
+      float* const mp = m.data_ptr<float>();
+      float* const vp = v.data_ptr<float>();
+      at::parallel_for(int64_t{0}, param.numel(), kAdamGrain, [&](int64_t begin, int64_t end) {
+        adam_pass(p + begin, g + begin, mp + begin, vp + begin, end - begin,
+                  static_cast<float>(beta_1_), static_cast<float>(beta_2_),
+                  static_cast<float>(-lr_t), static_cast<float>(epsilon_), decay > 0,
+                  static_cast<float>(decay));
+      });
       // Written through pointers: raise the versions the in-place ops would,
       // so a graph that saved the parameter still refuses to use it.
       for (at::Tensor* t : {&param, &m, &v}) t->unsafeGetTensorImpl()->bump_version();

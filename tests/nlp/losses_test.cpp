@@ -285,6 +285,51 @@ TEST(PaddedCrossEntropyLoss, ANonFiniteLogitMakesOnlyItsRowNaN) {
   }
 }
 
+// Float32 rows of 37 logits (two blocks of the kernel's 16 lanes and a
+// tail of 5): the maximum in the tail, tied across lanes and the tail, at id
+// 0, alone in a row of -inf; each row's loss against the hand computation in
+// double. A NaN or +inf in a lane, and a row of -inf, give NaN.
+TEST(PaddedCrossEntropyLoss, FloatRowsFindTheirMaximumInAnyLaneOrTheTail) {
+  constexpr int64_t kVocab = 37;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<std::vector<float>> rows;
+  std::vector<float> base(kVocab);
+  for (int64_t v = 0; v < kVocab; ++v) base[v] = std::sin(0.7f * static_cast<float>(v));
+  auto with = [&](std::vector<std::pair<int64_t, float>> set, std::vector<float> row) {
+    for (const auto& [v, x] : set) row[static_cast<size_t>(v)] = x;
+    return row;
+  };
+  rows.push_back(with({{35, 4.0f}}, base));                        // in the tail
+  rows.push_back(with({{3, 4.0f}, {20, 4.0f}, {33, 4.0f}}, base));  // tied: lanes and tail
+  rows.push_back(with({{0, 4.0f}}, base));                         // id 0
+  rows.push_back(with({{17, 2.5f}}, std::vector<float>(kVocab, -inf)));
+  rows.push_back(with({{21, 90.0f}, {5, -90.0f}}, base));  // most exponentials underflow
+  const size_t finite = rows.size();
+  rows.push_back(with({{9, std::nanf("")}}, base));
+  rows.push_back(with({{12, inf}}, base));
+  rows.push_back(std::vector<float>(kVocab, -inf));
+  std::vector<float> flat;
+  for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.end());
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const at::Tensor logits = torch::tensor(flat).view({1, n, kVocab});
+  const at::Tensor labels = torch::full({1, n}, 7, torch::kLong);
+  const auto loss = padded_cross_entropy_loss(logits, labels, 0.1);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const double got = loss.token_losses[0][static_cast<int64_t>(r)].item<double>();
+    if (r < finite) {
+      const std::vector<double> row(rows[r].begin(), rows[r].end());
+      const double expected = hand_token_loss(row, 7, 0.1);
+      if (std::isinf(expected)) {
+        EXPECT_EQ(got, expected) << "row " << r;
+      } else {
+        EXPECT_NEAR(got, expected, 2e-5 * (1.0 + std::fabs(expected))) << "row " << r;
+      }
+    } else {
+      EXPECT_TRUE(std::isnan(got)) << "row " << r << ": " << got;
+    }
+  }
+}
+
 TEST(PaddedCrossEntropyLoss, CustomPadId) {
   const auto loss = padded_cross_entropy_loss(logits_tensor(), labels_tensor(), 0.0, /*pad_id=*/3);
   // Only label 3 (at [0][1]) is padding now; the zeros count.
