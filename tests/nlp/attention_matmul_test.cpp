@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <utility>
+#include <vector>
+
 #include "garden/nlp/kernels.h"
 #include "nlp/small_gemm.h"
 
@@ -124,8 +127,9 @@ TEST(AttentionMatmulTest, EveryBuildOfTheHeadLoopsMatchesMatmul) {
   for (const int lanes : {16, 8, 4}) {
     for (const int64_t m : {1, 5, 6, 13}) {
       for (const int64_t n : {3, 8, 16, 24, 32, 40, 64, 72, 96, 128}) {
-        for (const bool transposed_b : {false, true}) {
-          const int64_t k = 11;
+        // k 37 and 64: b's transposition 16 by 16 (and a tail of 5 for 37).
+        for (const auto& [transposed_b, k] : std::vector<std::pair<bool, int64_t>>{
+                 {false, 11}, {true, 11}, {true, 37}, {true, 64}}) {
           const at::Tensor a = torch::randn({m, k});
           const at::Tensor b = transposed_b ? torch::randn({n, k}).t() : torch::randn({k, n});
           at::Tensor c = torch::full({m, n + 3}, 7.0f);  // 3 columns past n stay untouched
@@ -145,7 +149,7 @@ TEST(AttentionMatmulTest, EveryBuildOfTheHeadLoopsMatchesMatmul) {
           if (!small_product_with_lanes(lanes, p, scratch.data())) continue;
           const at::Tensor want = at::matmul(a.to(at::kDouble), b.to(at::kDouble)) * 0.5;
           EXPECT_LE((c.narrow(1, 0, n).to(at::kDouble) - want).abs().max().item<double>(), 1e-5)
-              << lanes << " lanes, m " << m << " n " << n;
+              << lanes << " lanes, m " << m << " n " << n << " k " << k;
           EXPECT_TRUE(torch::all(c.narrow(1, n, 3) == 7.0f).item<bool>());
         }
       }
