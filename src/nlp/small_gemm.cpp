@@ -15,17 +15,16 @@
 // remain).
 #include "small_gemm.h"
 
+#include "transpose16.h"
 #include "vector_math.h"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
 // GCC 12 warns that the AVX-512 intrinsics' own placeholders (the __Y of
 // _mm512_undefined_ps, in lanes a full mask never keeps) may be used
-// uninitialized, a false positive in its headers; to the file's end, since
-// it reports the functions it compiles after the last line.
+// uninitialized, a false positive in its headers (transpose16.h); to the
+// file's end, since it reports the functions it compiles after the last line.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
@@ -114,36 +113,8 @@ __attribute__((target("avx512f,avx512dq"))) int64_t transpose_columns_avx512(
   const int64_t n16 = p.n / 16 * 16, k16 = p.k / 16 * 16;
   for (int64_t j = 0; j < n16; j += 16) {
     const float* column = p.b + j * p.b_col_stride;
-    for (int64_t l = 0; l < k16; l += 16) {
-      __m512 r[16], t[16];
-      for (int x = 0; x < 16; ++x) r[x] = _mm512_loadu_ps(column + x * p.b_col_stride + l);
-      // Pairs of rows interleaved, then groups of four: u[4 g + c] holds,
-      // in 128-bit lane q, column 4 q + c of rows 4 g .. 4 g + 3.
-      for (int x = 0; x < 8; ++x) {
-        t[2 * x] = _mm512_unpacklo_ps(r[2 * x], r[2 * x + 1]);
-        t[2 * x + 1] = _mm512_unpackhi_ps(r[2 * x], r[2 * x + 1]);
-      }
-      for (int g = 0; g < 4; ++g) {
-        r[4 * g] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
-        r[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
-        r[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
-        r[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
-      }
-      // Lanes gathered across the groups: t[c] (c < 4) holds columns c and
-      // c + 8, t[c + 4] columns c + 4 and c + 12, of rows 0-7; t[8 + ...]
-      // the same of rows 8-15.
-      for (int c = 0; c < 4; ++c) {
-        t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
-        t[c + 4] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
-        t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
-        t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
-      }
-      for (int y = 0; y < 8; ++y) {
-        _mm512_storeu_ps(scratch + (l + y) * ldb + j, _mm512_shuffle_f32x4(t[y], t[8 + y], 0x88));
-        _mm512_storeu_ps(scratch + (l + y + 8) * ldb + j,
-                         _mm512_shuffle_f32x4(t[y], t[8 + y], 0xDD));
-      }
-    }
+    for (int64_t l = 0; l < k16; l += 16)
+      transpose16_avx512(column + l, p.b_col_stride, scratch + l * ldb + j, ldb);
     for (int64_t x = 0; x < 16; ++x)
       for (int64_t l = k16; l < p.k; ++l) scratch[l * ldb + j + x] = column[x * p.b_col_stride + l];
   }
