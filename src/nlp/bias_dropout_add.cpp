@@ -1,5 +1,6 @@
 // nlp::bias_dropout_add: a Transformer sublayer's output bias, dropout and
-// residual in one pass; see include/garden/nlp/kernels.h.
+// residual in one pass, and nlp::bias_relu_dropout: a feed-forward layer's
+// bias, ReLU and dropout in one; see include/garden/nlp/kernels.h.
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <torch/torch.h>
@@ -63,6 +64,50 @@ __attribute__((always_inline)) inline void bias_dropout_add_rows(
       for (int64_t c = 0; c < width; ++c) oi[c] = ri[c] + (yi[c] + bias[c]);
     }
   }
+}
+
+// relu(y + b) then dropout, rows [row, row + rows): the mask FastDropout
+// draws for relu_dropout(y + b) (dropped where the bits fall below the
+// threshold or y + b <= 0), and its products v * scale.
+__attribute__((always_inline)) inline void bias_relu_dropout_rows(
+    const float* __restrict y, const float* __restrict bias, float* __restrict out,
+    uint8_t* __restrict keep, uint32_t* __restrict bits, int64_t row, int64_t rows, int64_t width,
+    uint64_t seed, uint32_t threshold, float scale) {
+  for (int64_t i = row; i < row + rows; ++i) {
+    const int64_t first = i * width;
+    const float* __restrict yi = y + first;
+    float* __restrict oi = out + first;
+    uint8_t* __restrict ki = keep + first;
+    const int64_t pair = first / 2, pairs = (first + width + 1) / 2 - pair;
+    draw_pair_bits(seed + static_cast<uint64_t>(pair) * kGoldenGamma, pairs, bits);
+    const uint32_t* __restrict b = bits + (first - 2 * pair);
+#pragma GCC ivdep
+    for (int64_t c = 0; c < width; ++c) {
+      const float v = yi[c] + bias[c];
+      oi[c] = v * (((b[c] >= threshold) & (v > 0.0f)) ? scale : 0.0f);
+    }
+#pragma GCC ivdep
+    for (int64_t c = 0; c < width; ++c) ki[c] = (b[c] >= threshold) & (yi[c] + bias[c] > 0.0f);
+  }
+}
+
+using BiasReluDropoutRows = void (*)(const float*, const float*, float*, uint8_t*, uint32_t*,
+                                     int64_t, int64_t, int64_t, uint64_t, uint32_t, float);
+
+__attribute__((target("avx512f,avx512dq"))) void bias_relu_dropout_avx512(
+    const float* y, const float* bias, float* out, uint8_t* keep, uint32_t* bits, int64_t row,
+    int64_t rows, int64_t width, uint64_t seed, uint32_t threshold, float scale) {
+  bias_relu_dropout_rows(y, bias, out, keep, bits, row, rows, width, seed, threshold, scale);
+}
+__attribute__((target("avx2,fma"))) void bias_relu_dropout_avx2(
+    const float* y, const float* bias, float* out, uint8_t* keep, uint32_t* bits, int64_t row,
+    int64_t rows, int64_t width, uint64_t seed, uint32_t threshold, float scale) {
+  bias_relu_dropout_rows(y, bias, out, keep, bits, row, rows, width, seed, threshold, scale);
+}
+void bias_relu_dropout_portable(const float* y, const float* bias, float* out, uint8_t* keep,
+                                uint32_t* bits, int64_t row, int64_t rows, int64_t width,
+                                uint64_t seed, uint32_t threshold, float scale) {
+  bias_relu_dropout_rows(y, bias, out, keep, bits, row, rows, width, seed, threshold, scale);
 }
 
 using BiasDropoutAddRows = void (*)(const float*, const float*, const float*, float*, uint8_t*,
@@ -226,6 +271,52 @@ struct BiasDropoutAdd : public torch::autograd::Function<BiasDropoutAdd> {
   }
 };
 
+// y [rows, width] contiguous, bias [width], 0 < p < 1: relu(y + bias)
+// dropped out, and the mask.
+std::pair<at::Tensor, at::Tensor> bias_relu_dropout_forward(const at::Tensor& y,
+                                                            const at::Tensor& bias, double p) {
+  static const BiasReluDropoutRows kernel = widest_kernel<BiasReluDropoutRows>(
+      bias_relu_dropout_avx512, bias_relu_dropout_avx2, bias_relu_dropout_portable);
+  const int64_t width = y.size(-1), rows = y.numel() / std::max<int64_t>(width, 1);
+  at::Tensor out = at::empty_like(y);
+  at::Tensor keep = at::empty(y.sizes(), y.options().dtype(at::kByte));
+  const uint32_t threshold = dropout_threshold(p);
+  const float scale = static_cast<float>(1.0 / (1.0 - p));
+  const uint64_t seed = draw_dropout_seed();
+  const float* py = y.data_ptr<float>();
+  const float* pb = bias.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  uint8_t* pk = keep.data_ptr<uint8_t>();
+  at::parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(width, 1)),
+                   [&](int64_t begin, int64_t end) {
+                     std::vector<uint32_t> bits(static_cast<std::size_t>(width + 2));
+                     kernel(py, pb, po, pk, bits.data(), begin, end - begin, width, seed,
+                            threshold, scale);
+                   });
+  return {out, keep};
+}
+
+// dropout(relu(y + bias), p); its backward is bias_dropout_add's with the
+// mask (which holds relu's zeros too), without a residual.
+struct BiasReluDropout : public torch::autograd::Function<BiasReluDropout> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& y,
+                            const at::Tensor& bias, double p) {
+    RECORD_FUNCTION("garden::bias_relu_dropout", std::vector<c10::IValue>());
+    auto [out, keep] = bias_relu_dropout_forward(y.contiguous(), bias.contiguous(), p);
+    ctx->save_for_backward({keep});
+    ctx->saved_data["scale"] = 1.0 / (1.0 - p);
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor keep = ctx->get_saved_variables()[0];
+    auto [grad_y, grad_bias] = bias_dropout_add_backward(
+        grads[0].contiguous(), keep, ctx->saved_data["scale"].toDouble(), ctx->needs_input_grad(1));
+    return {grad_y, grad_bias, at::Tensor()};
+  }
+};
+
 }  // namespace
 
 bool bias_dropout_add_applies(const at::Tensor& y, const at::Tensor& bias,
@@ -247,6 +338,18 @@ at::Tensor bias_dropout_add(const at::Tensor& y, const at::Tensor& bias, const a
     return residual + nlp::dropout(biased, p, training);
   }
   return BiasDropoutAdd::apply(y, bias, residual, rate);
+}
+
+at::Tensor bias_relu_dropout(const at::Tensor& y, const at::Tensor& bias, double p,
+                             bool training) {
+  const auto cpu_float = [](const at::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
+  };
+  const bool fused = training && p > 0 && p < 1 && y.defined() && cpu_float(y) && y.dim() >= 1 &&
+                     y.numel() > 0 && bias.defined() && cpu_float(bias) && bias.dim() == 1 &&
+                     bias.size(0) == y.size(-1);
+  if (!fused) return relu_dropout(bias.defined() ? y + bias : y, p, training);
+  return BiasReluDropout::apply(y, bias, p);
 }
 
 }  // namespace garden::nlp

@@ -104,16 +104,19 @@ at::Tensor FeedForwardImpl::forward(const at::Tensor& x, at::Tensor* output_bias
   if (!gelu_ && (!is_training() || dropout_ == 0.0) && !at::GradMode::is_enabled())
     return output->forward_deferring_bias(intermediate->forward_relu(x), output_bias);
   at::Tensor h;
+  const at::Tensor& weight = intermediate->weight;
+  const bool fused = intermediate->use_bias &&
+                     !(intermediate->int8() && !at::GradMode::is_enabled()) &&
+                     !autocast_on(x.device()) && x.device().is_cpu() &&
+                     x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat;
+  // Fused: the product without its bias, which the activation's pass adds
+  // (kernels.h): GELU's always, ReLU's where dropout draws a mask.
   if (gelu_) {
-    const at::Tensor& weight = intermediate->weight;
-    const bool fused = intermediate->use_bias &&
-                       !(intermediate->int8() && !at::GradMode::is_enabled()) &&
-                       !autocast_on(x.device()) && x.device().is_cpu() &&
-                       x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat;
-    // Fused: the product without its bias, which the GELU pass adds (kernels.h).
     h = fused ? nlp::bias_gelu(nlp::linear(x, weight, {}), intermediate->bias)
               : nlp::gelu(intermediate->forward(x));
     h = nlp::dropout(h, dropout_, is_training());
+  } else if (fused && is_training() && dropout_ > 0 && dropout_ < 1) {
+    h = nlp::bias_relu_dropout(nlp::linear(x, weight, {}), intermediate->bias, dropout_, true);
   } else {
     h = nlp::relu_dropout(intermediate->forward(x), dropout_, is_training());
   }

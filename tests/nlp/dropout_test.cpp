@@ -286,4 +286,99 @@ TEST(BiasDropoutAdd, SameBitsAnyThreadsAndOtherInputsAreTheDefinition) {
   EXPECT_THROW(nlp::bias_dropout_add(y, torch::randn({95}), r, 0.2, true), c10::Error);
 }
 
+// relu_dropout(y + b): y + b with the mask relu_dropout draws for it, to the
+// bit (odd widths put an element pair across two rows), y's gradient too,
+// the bias gradient its column sums in double rounded once; the same bits
+// with one thread and two; outside training, at p 0 or without a bias, the
+// separate operations.
+TEST(BiasReluDropout, IsReluDropoutOfTheSumToTheBitWithTheBiasGradientSummed) {
+  torch::manual_seed(14);
+  const auto run = [](const at::Tensor& y, const at::Tensor& bias, const at::Tensor& grad, double p,
+                      bool training, bool fused, uint64_t seed) {
+    at::Tensor leaf = y.clone().requires_grad_();
+    at::Tensor b = bias.defined() ? bias.clone().requires_grad_() : at::Tensor();
+    torch::manual_seed(seed);
+    const at::Tensor out = fused ? nlp::bias_relu_dropout(leaf, b, p, training)
+                                 : nlp::relu_dropout(b.defined() ? leaf + b : leaf, p, training);
+    out.backward(grad);
+    return std::vector<at::Tensor>{out.detach(), leaf.grad(), b.defined() ? b.grad() : at::Tensor()};
+  };
+  for (const int64_t width : {1, 7, 33, 256}) {
+    for (const double p : {0.0, 0.1, 0.5}) {
+      for (const bool training : {true, false}) {
+        const at::Tensor y = torch::randn({2, 37, width});
+        const at::Tensor bias = torch::randn({width});
+        const at::Tensor grad = torch::randn(y.sizes());
+        const auto want = run(y, bias, grad, p, training, false, 3);
+        const auto got = run(y, bias, grad, p, training, true, 3);
+        const std::string where = "width " + std::to_string(width) + " p " + std::to_string(p) +
+                                  (training ? " training" : " eval");
+        EXPECT_TRUE(got[0].equal(want[0])) << where;
+        EXPECT_TRUE(got[1].equal(want[1])) << where;
+        if (!(training && p > 0)) {  // the separate operations
+          EXPECT_TRUE(got[2].equal(want[2])) << where;
+          continue;
+        }
+        const at::Tensor sums = got[1].to(torch::kDouble).sum(at::IntArrayRef{0, 1});
+        EXPECT_LE(((got[2].to(torch::kDouble) - sums).abs() / sums.abs().clamp_min(1e-30))
+                      .max()
+                      .item<double>(),
+                  std::ldexp(1.0, -24))
+            << where;
+        {
+          // Dropped: the ReLU's zeros (about half) and p of the rest.
+          const double zeros = (got[0] == 0).to(torch::kDouble).mean().item<double>();
+          const double negative = ((y + bias) <= 0).to(torch::kDouble).mean().item<double>();
+          EXPECT_NEAR(zeros, negative + (1 - negative) * p, 0.12) << where;
+        }
+      }
+    }
+  }
+  const at::Tensor y = torch::randn({300, 96});
+  const at::Tensor bias = torch::randn({96});
+  const at::Tensor grad = torch::randn(y.sizes());
+  const int threads = at::get_num_threads();
+  std::vector<std::vector<at::Tensor>> runs;
+  for (const int n : {1, 2}) {
+    at::set_num_threads(n);
+    runs.push_back(run(y, bias, grad, 0.2, true, true, 5));
+  }
+  at::set_num_threads(threads);
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(runs[0][i].equal(runs[1][i])) << i;
+  const auto none = run(y, at::Tensor(), grad, 0.2, true, true, 6);
+  const auto none_want = run(y, at::Tensor(), grad, 0.2, true, false, 6);
+  EXPECT_TRUE(none[0].equal(none_want[0]));
+  EXPECT_TRUE(none[1].equal(none_want[1]));
+}
+
+// A ReLU feed-forward block in training takes the fused activation: its
+// output and gradients are the unfused block's (relu_dropout of the product
+// with its bias) to float rounding, for the same seed.
+TEST(BiasReluDropout, TheFeedForwardBlockMatchesItsDefinition) {
+  torch::manual_seed(15);
+  nlp::TransformerBlockOptions o;
+  o.hidden_size = 32;
+  o.intermediate_size = 96;
+  o.activation = "relu";
+  o.intermediate_dropout = 0.25;
+  nlp::FeedForward ffn(o);
+  ffn->train();
+  const at::Tensor x = torch::randn({3, 11, 32});
+  const at::Tensor grad = torch::randn({3, 11, 32});
+  torch::manual_seed(9);
+  const at::Tensor got = ffn->forward(x);
+  got.backward(grad);
+  const at::Tensor got_w = ffn->intermediate->weight.grad().clone();
+  const at::Tensor got_b = ffn->intermediate->bias.grad().clone();
+  ffn->zero_grad();
+  torch::manual_seed(9);
+  const at::Tensor h = nlp::relu_dropout(
+      at::linear(x, ffn->intermediate->weight, ffn->intermediate->bias), 0.25, true);
+  const at::Tensor want = ffn->output->forward(h);
+  want.backward(grad);
+  EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(got_w, ffn->intermediate->weight.grad(), 1e-4, 1e-5));
+  EXPECT_TRUE(torch::allclose(got_b, ffn->intermediate->bias.grad(), 1e-4, 1e-5));
+}
+
 }  // namespace

@@ -47,6 +47,14 @@ at::Tensor bias_dropout_add(const at::Tensor& y, const at::Tensor& bias, const a
                             double p, bool training);
 // dropout(relu(x)) in one pass.
 at::Tensor relu_dropout(const at::Tensor& x, double p, bool training);
+// relu_dropout(y + bias) (bias [C] over y's last dimension, or undefined):
+// a ReLU feed-forward layer's activation with its product's bias, so the
+// product runs without it. In training with 0 < p < 1 on float32 CPU
+// tensors with a bias, one pass forward (the mask and values relu_dropout
+// gives y + bias, to the bit) and one backward that also sums the bias
+// gradient (in double, the same bits with any number of threads);
+// otherwise relu_dropout(y + bias). Not twice differentiable.
+at::Tensor bias_relu_dropout(const at::Tensor& y, const at::Tensor& bias, double p, bool training);
 // x W^T + b as at::linear (x [..., K], weight [N, K], bias [N] or undefined;
 // differentiable in all three, not twice). Where linear_applies (float32
 // strided CPU tensors, a contiguous weight and bias, no autocast, and
