@@ -4,6 +4,7 @@
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <regex>
@@ -266,9 +267,10 @@ class SGD : public Optimizer {
   config::SGDConfig cfg_;
 };
 
-// Elements per thread's share of a parameter in adam_pass: 64 Ki floats
-// (four arrays of 256 KiB); smaller parameters take one thread.
-constexpr int64_t kAdamGrain = 65536;
+// adam_pass's blocks of a parameter spread over the threads: 64 Ki floats
+// (four arrays of 256 KiB, a multiple of every vector width); smaller
+// parameters take one thread.
+constexpr int64_t kAdamBlock = 65536;
 
 bool adam_pass_applies(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& m,
                        const at::Tensor& v) {
@@ -428,16 +430,23 @@ class Adam : public Optimizer {
     at::Tensor& m = slot(i, "m");
     at::Tensor& v = slot(i, "v");
     if (!amsgrad_ && adam_pass_applies(param, grad, m, v)) {
-      // Element by element, so any split over the threads gives the same bits.
+      // In fixed blocks over the threads: each element then takes the same
+      // path through the kernel's vector loop and its scalar remainder
+      // (which round differently where GCC contracts a multiply-add) with
+      // any number of threads, so the bits do not depend on it.
       float* const p = param.data_ptr<float>();
       const float* const g = grad.data_ptr<float>();
       float* const mp = m.data_ptr<float>();
       float* const vp = v.data_ptr<float>();
-      at::parallel_for(int64_t{0}, param.numel(), kAdamGrain, [&](int64_t begin, int64_t end) {
-        adam_pass(p + begin, g + begin, mp + begin, vp + begin, end - begin,
-                  static_cast<float>(beta_1_), static_cast<float>(beta_2_),
-                  static_cast<float>(-lr_t), static_cast<float>(epsilon_), decay > 0,
-                  static_cast<float>(decay));
+      const int64_t n = param.numel(), blocks = (n + kAdamBlock - 1) / kAdamBlock;
+      at::parallel_for(int64_t{0}, blocks, 1, [&](int64_t first, int64_t last) {
+        for (int64_t b = first; b < last; ++b) {
+          const int64_t begin = b * kAdamBlock, count = std::min(kAdamBlock, n - begin);
+          adam_pass(p + begin, g + begin, mp + begin, vp + begin, count,
+                    static_cast<float>(beta_1_), static_cast<float>(beta_2_),
+                    static_cast<float>(-lr_t), static_cast<float>(epsilon_), decay > 0,
+                    static_cast<float>(decay));
+        }
       });
       // Written through pointers: raise the versions the in-place ops would,
       // so a graph that saved the parameter still refuses to use it.

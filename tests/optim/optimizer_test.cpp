@@ -3,6 +3,7 @@
 // Keras's and Model Garden's formulas).
 #include <gtest/gtest.h>
 
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -196,6 +197,27 @@ TEST(OptimizerTest, Float32AdamWeightDecayMatchesTheFormulaInEitherLayout) {
     EXPECT_TRUE(torch::allclose(fused[i], ops[i], 0, 2e-6)) << c.names[i];
     EXPECT_FALSE(torch::equal(fused[i], c.start[i])) << c.names[i];
   }
+}
+
+// A parameter of 210,000 floats, which the one-pass kernel splits over the
+// threads in blocks of 65,536: the same bits with one thread and two, and
+// the formula's values.
+TEST(OptimizerTest, Float32AdamGivesTheSameBitsWithAnyThreads) {
+  torch::manual_seed(4);
+  const std::vector<at::Tensor> start = {torch::randn({700, 300})};
+  std::vector<at::Tensor> grads;
+  for (int step = 0; step < 3; ++step) grads.push_back(torch::randn({700, 300}));
+  const std::vector<std::string> names = {"dense.kernel"};
+  const int threads = at::get_num_threads();
+  std::vector<std::vector<at::Tensor>> runs;
+  for (const int n : {1, 2}) {
+    at::set_num_threads(n);
+    runs.push_back(
+        adamw_steps(start, grads, names, [](const at::Tensor& t) { return t.clone(); }));
+  }
+  at::set_num_threads(threads);
+  EXPECT_TRUE(torch::equal(runs[0][0], runs[1][0]));
+  EXPECT_TRUE(torch::allclose(runs[1][0], adamw_formula(start[0], grads, 0, 1, true), 1e-6, 1e-6));
 }
 
 // Device-parameterized: on a GPU the parameters are updated together by the
