@@ -317,16 +317,22 @@ struct BiasReluDropout : public torch::autograd::Function<BiasReluDropout> {
   }
 };
 
+bool cpu_float(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
+         t.layout() == at::kStrided;
+}
+
+// What both fused kernels take: float32 CPU y, non-empty, and its bias [C].
+bool fused_bias_applies(const at::Tensor& y, const at::Tensor& bias) {
+  return cpu_float(y) && y.dim() >= 1 && y.numel() > 0 && cpu_float(bias) && bias.dim() == 1 &&
+         bias.size(0) == y.size(-1);
+}
+
 }  // namespace
 
 bool bias_dropout_add_applies(const at::Tensor& y, const at::Tensor& bias,
                               const at::Tensor& residual) {
-  const auto cpu_float = [](const at::Tensor& t) {
-    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
-  };
-  return y.defined() && residual.defined() && cpu_float(y) && cpu_float(residual) &&
-         y.sizes() == residual.sizes() && y.dim() >= 1 && y.numel() > 0 && bias.defined() &&
-         cpu_float(bias) && bias.dim() == 1 && bias.size(0) == y.size(-1);
+  return fused_bias_applies(y, bias) && cpu_float(residual) && y.sizes() == residual.sizes();
 }
 
 at::Tensor bias_dropout_add(const at::Tensor& y, const at::Tensor& bias, const at::Tensor& residual,
@@ -342,13 +348,8 @@ at::Tensor bias_dropout_add(const at::Tensor& y, const at::Tensor& bias, const a
 
 at::Tensor bias_relu_dropout(const at::Tensor& y, const at::Tensor& bias, double p,
                              bool training) {
-  const auto cpu_float = [](const at::Tensor& t) {
-    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
-  };
-  const bool fused = training && p > 0 && p < 1 && y.defined() && cpu_float(y) && y.dim() >= 1 &&
-                     y.numel() > 0 && bias.defined() && cpu_float(bias) && bias.dim() == 1 &&
-                     bias.size(0) == y.size(-1);
-  if (!fused) return relu_dropout(bias.defined() ? y + bias : y, p, training);
+  if (!(training && p > 0 && p < 1 && fused_bias_applies(y, bias)))
+    return relu_dropout(bias.defined() ? y + bias : y, p, training);
   return BiasReluDropout::apply(y, bias, p);
 }
 

@@ -14,11 +14,6 @@
 #include "transpose16.h"
 #include "vector_math.h"
 
-// GCC 12's false -Wmaybe-uninitialized in the AVX-512 intrinsics
-// (transpose16.h), silenced to the file's end.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 namespace garden::nlp {
 namespace {
 
@@ -231,5 +226,3 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 }
 
 }  // namespace garden::nlp
-
-#pragma GCC diagnostic pop

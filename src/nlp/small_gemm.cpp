@@ -21,13 +21,6 @@
 #include <algorithm>
 #include <cstring>
 
-// GCC 12 warns that the AVX-512 intrinsics' own placeholders (the __Y of
-// _mm512_undefined_ps, in lanes a full mask never keeps) may be used
-// uninitialized, a false positive in its headers (transpose16.h); to the
-// file's end, since it reports the functions it compiles after the last line.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 namespace garden::nlp {
 
 namespace {
@@ -200,5 +193,3 @@ bool small_product_with_lanes(int lanes, const SmallProduct& p, float* scratch) 
 }
 
 }  // namespace garden::nlp
-
-#pragma GCC diagnostic pop

@@ -12,8 +12,7 @@ namespace garden::nlp {
 // out[y * out_stride + x] = in[x * in_stride + y] for x, y < 16, for
 // callers built for AVX-512 (F). GCC 12 warns, falsely, that the
 // intrinsics' own placeholders (_mm512_undefined_ps's __Y) are used
-// uninitialized: where this is compiled out of line that warning is
-// silenced here, where it is inlined the including file silences it.
+// uninitialized; silenced here, for this function only.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
