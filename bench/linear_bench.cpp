@@ -91,7 +91,8 @@ int main(int argc, char** argv) {
                                      {"base attention out", 512, 512},
                                      {"electra_small feed-forward in", 256, 1024},
                                      {"electra_small feed-forward out", 1024, 256},
-                                     {"electra_small q|k|v", 256, 768}};
+                                     {"electra_small q|k|v", 256, 768},
+                                     {"electra_small attention out", 256, 256}};
   torch::manual_seed(0);
   nlohmann::json results = nlohmann::json::array();
   bool agree = true;

@@ -90,30 +90,47 @@ void transpose_into(const float* in, int64_t rows, int64_t cols, float* out) {
   });
 }
 
-// oneDNN 2.6's sgemm runs some of a layer's products markedly slower in
-// the layout they come in than transposed, so two of them are turned where
-// the rows are many enough to pay for one transposition of a weight-sized
-// matrix (docs/PERFORMANCE.md, "Weights turned for the products"):
-// - the forward of a layer that narrows (a feed-forward network's second
-//   layer): x W^T (NT) as x (W^T) (NN) with W^T laid out once, 18.0 ->
-//   14.0 ms for base translation's [2048, 2048] x [2048, 512];
+// oneDNN 2.6's sgemm runs a product fastest with neither operand
+// transposed (NN), and a layer's products come in three layouts: the
+// forward x W^T (NT), the input's gradient g W (NN) and the weight's
+// gradient g^T x (TN). Where the rows are many enough to pay for one
+// transposition, three kinds are turned (docs/PERFORMANCE.md, "Weights
+// turned for the products", "The q|k|v weight gradient from g^T"):
+// - the forward of a layer as wide as its input or narrower (a
+//   feed-forward network's second layer, the attention's output):
+//   x (W^T) (NN) with W^T laid out once, 18.0 -> 14.0 ms for base
+//   translation's [2048, 2048] x [2048, 512]; the square layers' whole
+//   forward and backward 1 to 3 % faster;
 // - the weight gradient of a layer that widens (the first feed-forward
 //   layer, the cross-attention's k|v): g^T x as (x^T g)^T, the product with
 //   the fewer rows, then transposed: 17.2 -> 15.3 ms for base's
-//   [2048, 512] x [512, 2048] layer.
+//   [2048, 512] x [512, 2048] layer;
+// - the weight gradient of a layer with 1536 outputs or more (base's fused
+//   q|k|v) from g^T laid out (its rows the layer's outputs) as NN:
+//   18.7 -> 13.6 ms for base's [1536, 2048] x [2048, 512], plus 1 to 2 ms
+//   for the transposition; the bias's gradient is then g^T's row sums.
+//   Narrower layers lost 3 to 10 % that way (ELECTRA small's q|k|v, 768),
+//   and so did a g over 16 MiB (a vocabulary projection's, [2048, 32000]:
+//   transposing 32 MiB or more ran at 3.6 GB/s here, 16 MiB at 10 GB/s).
 // bench/linear_bench times each layer's forward and backward both ways,
-// alternated: on the project's Intel machine the layers 2, 4 and 8 times
-// wider on one side than the other gained 2 to 8 % turned; the fused q|k|v
-// projection (3 times) gained nothing (0.98 to 1.00), a vocabulary
-// projection's weight gradient (62 times) lost 20 %, and those stay as
-// they come. Either way each element is the same products summed (in the
+// alternated. Either way each element is the same products summed (in the
 // library's order for that layout, so the bits may differ from the other
 // layout's).
 constexpr int64_t kTurnRows = 512;
+constexpr int64_t kWideGradient = 1536;
+constexpr int64_t kMostTransposed = int64_t{4} << 20;  // floats of g, 16 MiB
 std::atomic<bool> turns{true};
 bool turn(int64_t rows, int64_t wide, int64_t narrow) {
   return turns.load(std::memory_order_relaxed) && rows >= kTurnRows &&
          (wide == 2 * narrow || wide == 4 * narrow || wide == 8 * narrow);
+}
+bool turn_forward(int64_t rows, int64_t in, int64_t out) {
+  return turn(rows, in, out) ||
+         (turns.load(std::memory_order_relaxed) && rows >= kTurnRows && in == out);
+}
+bool transpose_gradient(int64_t rows, int64_t out) {
+  return turns.load(std::memory_order_relaxed) && rows >= kTurnRows && out >= kWideGradient &&
+         rows * out <= kMostTransposed;
 }
 
 // rows x [K] -> rows x [N]: out = x W^T (+ b).
@@ -133,7 +150,7 @@ at::Tensor linear_forward(const at::Tensor& x2, const at::Tensor& weight, const 
                          std::memcpy(o + r * n, b, static_cast<std::size_t>(n) * sizeof(float));
                      });
   }
-  if (m > 0 && k > 0 && turn(m, k, n)) {
+  if (m > 0 && k > 0 && turn_forward(m, k, n)) {
     at::Tensor turned = at::empty({k, n}, weight.options());
     transpose_into(weight.data_ptr<float>(), n, k, turned.data_ptr<float>());
     product('N', 'N', m, n, k, x2, k, turned, n, bias.defined() ? 1.0f : 0.0f, out);
@@ -180,19 +197,25 @@ struct Linear : public torch::autograd::Function<Linear> {
         grad_x.zero_();
       grad_x = grad_x.view(ctx->saved_data["shape"].toIntVector());
     }
+    at::Tensor g_t;  // g^T [n, m], where the weight's gradient is taken from it
     if (ctx->needs_input_grad(1)) {
       grad_w = at::empty({n, k}, weight.options());
       if (m > 0 && k > 0 && n > 0 && turn(m, n, k)) {
         at::Tensor turned = at::empty({k, n}, weight.options());
         product('T', 'N', k, n, m, x2, k, g, n, 0.0f, turned);
         transpose_into(turned.data_ptr<float>(), k, n, grad_w.data_ptr<float>());
+      } else if (m > 0 && k > 0 && n > 0 && transpose_gradient(m, n)) {
+        g_t = at::empty({n, m}, g.options());
+        transpose_into(g.data_ptr<float>(), m, n, g_t.data_ptr<float>());
+        product('N', 'N', n, k, m, g_t, m, x2, k, 0.0f, grad_w);
       } else if (m > 0 && k > 0 && n > 0) {
         product('T', 'N', n, k, m, g, n, x2, k, 0.0f, grad_w);
       } else {
         grad_w.zero_();
       }
     }
-    if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) grad_b = g.sum(0);
+    if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2))
+      grad_b = g_t.defined() ? g_t.sum(1) : g.sum(0);
     return {grad_x, grad_w, grad_b, at::Tensor()};
   }
 };

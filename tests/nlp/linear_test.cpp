@@ -31,13 +31,15 @@ double max_error(const at::Tensor& got, const at::Tensor& want) {
 // Forward and all three gradients against at::linear in double, with and
 // without a bias, for [rows, K], [B, T, K], an input that is a transposed
 // view (made contiguous inside), and rows enough for the bias to be laid
-// into the output by several threads' chunks. Layers of 70, 65 and 260
-// outputs from 130 inputs: with 1,000 rows, the 65-output layer's forward
-// and the 260-output layer's weight gradient take the turned products
-// (linear.cpp), over transpositions whose 32-wide tiles do not divide 130.
+// into the output by several threads' chunks. Layers of 70, 65, 130, 260
+// and 1,640 outputs from 130 inputs: with 1,000 rows, the 65- and
+// 130-output layers' forward, the 260-output layer's weight gradient and
+// the 1,640-output layer's weight and bias gradients (from g transposed)
+// take the turned products (linear.cpp), over transpositions whose 32-wide
+// tiles do not divide 130, 1,000 or 1,640.
 TEST(LinearTest, ForwardAndGradientsMatchTheDefinitionInDouble) {
   torch::manual_seed(11);
-  for (const int64_t outputs : {70, 65, 260}) {
+  for (const int64_t outputs : {70, 65, 130, 260, 1640}) {
     const at::Tensor w = torch::randn({outputs, 130});
     const at::Tensor b = torch::randn({outputs});
     for (const bool bias : {true, false}) {
@@ -71,14 +73,15 @@ TEST(LinearTest, ForwardAndGradientsMatchTheDefinitionInDouble) {
   }
 }
 
-// Turned and as they come, the products are the same sums: a narrowing
-// layer's output and a widening layer's weight gradient agree to float32's
-// rounding either way, and the turns are on unless switched off.
+// Turned and as they come, the products are the same sums: a narrowing or
+// square layer's output and a widening or wide layer's weight and bias
+// gradients agree to float32's rounding either way, and the turns are on
+// unless switched off. 96 outputs: both as they come; 1,536: the weight gradient from g^T.
 TEST(LinearTest, TurnedProductsAgreeWithTheProductsAsTheyCome) {
   EXPECT_TRUE(linear_turns());
   torch::manual_seed(12);
   const at::Tensor x = torch::randn({600, 256});
-  for (const int64_t outputs : {64, 1024}) {
+  for (const int64_t outputs : {64, 96, 256, 1024, 1536}) {
     const at::Tensor w = torch::randn({outputs, 256}) * 0.1;
     const at::Tensor b = torch::randn({outputs});
     const at::Tensor grad = torch::randn({600, outputs});

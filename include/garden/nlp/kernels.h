@@ -63,9 +63,9 @@ at::Tensor bias_relu_dropout(const at::Tensor& y, const at::Tensor& bias, double
 // them about twice as fast as LibTorch's OpenBLAS; otherwise at::linear.
 bool linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
-// Whether linear turns the two products that oneDNN's sgemm ran faster
-// transposed (a narrowing layer's forward, a widening layer's weight
-// gradient; linear.cpp): on by default. For bench/linear_bench and the
+// Whether linear turns the products that oneDNN's sgemm ran faster with an
+// operand transposed first (a narrowing or square layer's forward, a
+// widening or wide layer's weight gradient; linear.cpp): on by default. For bench/linear_bench and the
 // tests, which compare the two layouts in one process.
 void set_linear_turns(bool on);
 bool linear_turns();
