@@ -50,6 +50,7 @@ void Minimizer::minimize(const Losses& losses) {
   if (done_ == 0) optimizer_.zero_grad();
   if (observer_) observer_(last);
   optimizer_.scale_loss(total).backward();
+  optimizer_.make_gradients_dense();
   if (!last) {
     ++done_;
     return;

@@ -1144,4 +1144,9 @@ at::Tensor attention_matmul(const at::Tensor& a, const at::Tensor& b, double alp
   return at::matmul(alpha == 1.0 ? a : a * alpha, b);
 }
 
+at::Tensor embedding_rows(const at::Tensor& weight, const at::Tensor& ids) {
+  return at::embedding(weight, ids, /*padding_idx=*/-1, /*scale_grad_by_freq=*/false,
+                       /*sparse=*/weight.device().is_cpu() && weight.requires_grad());
+}
+
 }  // namespace garden::nlp

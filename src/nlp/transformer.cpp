@@ -305,7 +305,8 @@ at::Tensor Seq2SeqTransformerImpl::position_rows(int64_t n) {
   return rows;
 }
 
-at::Tensor Seq2SeqTransformerImpl::embed(const at::Tensor& ids, int64_t start) {
+at::Tensor Seq2SeqTransformerImpl::embed(const at::Tensor& ids, int64_t start,
+                                         bool sparse_gradient) {
   const auto& weight = embedding->weight;
   if (!is_training() && !at::GradMode::is_enabled() && weight.device().is_cpu() &&
       weight.scalar_type() == at::kFloat && weight.is_contiguous() && ids.dim() == 2 &&
@@ -336,7 +337,8 @@ at::Tensor Seq2SeqTransformerImpl::embed(const at::Tensor& ids, int64_t start) {
     }
     return x;
   }
-  at::Tensor x = embedding->forward(ids) * std::sqrt(static_cast<double>(options_.hidden_size));
+  at::Tensor x = (sparse_gradient ? embedding_rows(weight, ids) : embedding->forward(ids)) *
+                 std::sqrt(static_cast<double>(options_.hidden_size));
   x = x * (ids != options_.pad_id).unsqueeze(-1).to(x.scalar_type());
   x = x + relative_position_encoding(ids.size(1), options_.hidden_size, start, 1.0, 1.0e4,
                                      weight.scalar_type(), weight.device());
@@ -359,18 +361,27 @@ void Seq2SeqTransformerImpl::use_int8(bool on) {
 }
 
 EncoderOutput Seq2SeqTransformerImpl::encode(const at::Tensor& src_ids) {
+  return encode(src_ids, false);
+}
+
+EncoderOutput Seq2SeqTransformerImpl::encode(const at::Tensor& src_ids, bool sparse_gradient) {
   at::Tensor mask =
       padding_mask(src_ids, options_.pad_id, embedding->weight.scalar_type()).to(src_ids.device());
-  at::Tensor x = embed(src_ids, 0);
+  at::Tensor x = embed(src_ids, 0, sparse_gradient);
   for (auto& layer : encoder_layers) x = layer->forward(x, mask);
   if (options_.norm_first) x = layer_norm(x, encoder_norm);
   return {x, mask};
 }
 
 at::Tensor Seq2SeqTransformerImpl::decode(const at::Tensor& tgt_in, const EncoderOutput& encoded) {
+  return decode(tgt_in, encoded, false);
+}
+
+at::Tensor Seq2SeqTransformerImpl::decode(const at::Tensor& tgt_in, const EncoderOutput& encoded,
+                                          bool sparse_gradient) {
   at::Tensor self_mask =
       causal_mask(tgt_in.size(1), embedding->weight.scalar_type(), tgt_in.device());
-  at::Tensor x = embed(tgt_in, 0);
+  at::Tensor x = embed(tgt_in, 0, sparse_gradient);
   for (auto& layer : decoder_layers)
     x = layer->forward(x, encoded.outputs, self_mask, encoded.padding_mask);
   if (options_.norm_first) x = layer_norm(x, decoder_norm);
@@ -378,7 +389,9 @@ at::Tensor Seq2SeqTransformerImpl::decode(const at::Tensor& tgt_in, const Encode
 }
 
 at::Tensor Seq2SeqTransformerImpl::forward(const at::Tensor& src_ids, const at::Tensor& tgt_in) {
-  return project(decode(tgt_in, encode(src_ids)));
+  // Both lookups' gradients sparse, added into the projection's dense one
+  // (nlp::embedding_rows): no zero-filled [V, D] table and [V, D] sum each.
+  return project(decode(tgt_in, encode(src_ids, true), true));
 }
 
 Cache Seq2SeqTransformerImpl::init_cache(const EncoderOutput& encoded, int64_t batch,

@@ -30,6 +30,13 @@ void Optimizer::zero_grad() {
   }
 }
 
+void Optimizer::make_gradients_dense() {
+  for (auto& p : parameters_) {
+    auto& grad = p.tensor.mutable_grad();
+    if (grad.defined() && grad.is_sparse()) grad = grad.to_dense();
+  }
+}
+
 at::Tensor& Optimizer::slot(std::size_t index, const std::string& name, double initial_value) {
   auto& slots = slots_[index];
   auto it = slots.find(name);
@@ -138,6 +145,7 @@ void Optimizer::step() {
 bool Optimizer::transform_gradients(std::vector<at::Tensor>& gradients) {
   torch::NoGradGuard no_grad;
   gradients.clear();
+  make_gradients_dense();
   if (loss_scaler_ && !loss_scaler_->unscale_and_check(parameters_)) return false;
   gradients.reserve(parameters_.size());
   // Aliases of .grad: copied only when something transforms them in place.

@@ -144,5 +144,45 @@ TEST(LinearTest, OtherTensorsAreAtLinear) {
   }
 }
 
+// A tied table: two lookups' sparse gradients added into the output
+// projection's dense one give the gradient of at::embedding's dense form
+// (in double), and .grad is dense. With lookups only, .grad is their sparse
+// sum (the optimizer makes it dense: optimizer_test).
+TEST(EmbeddingRowsTest, SparseGradientsAddIntoTheTiedProjectionsDenseOne) {
+  torch::manual_seed(14);
+  const at::Tensor table = torch::randn({50, 8});
+  const at::Tensor ids = torch::tensor({3, 7, 3, 49, 0, 7}, at::kLong).view({2, 3});
+  const at::Tensor ids2 = torch::tensor({{7, 7, 12, 3}}, at::kLong);
+  const at::Tensor h = torch::randn({4, 8});
+  const at::Tensor r1 = torch::randn({2, 3, 8}), r2 = torch::randn({1, 4, 8});
+  const at::Tensor r3 = torch::randn({4, 50});
+  const auto loss = [&](const at::Tensor& w, bool rows, bool projection) {
+    const auto lookup = [&](const at::Tensor& i) {
+      return rows ? embedding_rows(w, i) : at::embedding(w, i);
+    };
+    const auto typed = [&](const at::Tensor& t) { return t.to(w.scalar_type()); };
+    at::Tensor l = (lookup(ids) * typed(r1)).sum() + (lookup(ids2) * typed(r2)).sum();
+    if (projection) l = l + (nlp::linear(typed(h), w, {}) * typed(r3)).sum();
+    return l;
+  };
+  at::Tensor w = table.clone().requires_grad_();
+  loss(w, true, true).backward();
+  at::Tensor want = table.to(at::kDouble).requires_grad_();
+  loss(want, false, true).backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().layout(), at::kStrided);
+  EXPECT_LT(max_error(w.grad(), want.grad()), 1e-5);
+
+  at::Tensor bare = table.clone().requires_grad_();
+  loss(bare, true, false).backward();
+  ASSERT_TRUE(bare.grad().is_sparse());
+  const at::Tensor rows_added = at::zeros({50, 8})
+                                    .index_add_(0, ids.flatten(), r1.view({-1, 8}))
+                                    .index_add_(0, ids2.flatten(), r2.view({-1, 8}));
+  EXPECT_LT(max_error(bare.grad().to_dense(), rows_added), 1e-6);
+  // Without a gradient: at::embedding's rows, bit for bit.
+  EXPECT_TRUE(embedding_rows(table, ids).equal(at::embedding(table, ids)));
+}
+
 }  // namespace
 }  // namespace garden::nlp

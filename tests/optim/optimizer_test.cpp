@@ -259,6 +259,26 @@ INSTANTIATE_TEST_SUITE_P(Devices, OptimizerDeviceTest, ::testing::Values("cpu", 
                            return info.param;
                          });
 
+// A table whose only gradients were sparse lookups' holds a sparse .grad
+// (nlp::embedding_rows): the step makes it dense and updates as with the
+// dense gradient of the same lookups.
+TEST(OptimizerTest, ASparseGradientIsMadeDenseAndUpdatesAsTheDenseOne) {
+  const at::Tensor ids = torch::tensor({{1, 4, 4}, {0, 1, 4}}, at::kLong);
+  const at::Tensor start = torch::randn({6, 3});
+  std::vector<at::Tensor> after;
+  for (const bool sparse : {true, false}) {
+    std::vector<garden::optim::NamedParameter> params = {{"table", start.clone().requires_grad_()}};
+    auto optimizer = garden::optim::make_optimizer(constant("adam", 0.1), params);
+    (at::embedding(params[0].tensor, ids, -1, false, sparse) * 2).sum().backward();
+    EXPECT_EQ(params[0].tensor.grad().is_sparse(), sparse);
+    optimizer->step();
+    EXPECT_FALSE(params[0].tensor.grad().is_sparse());
+    after.push_back(params[0].tensor.detach());
+  }
+  EXPECT_TRUE(after[0].equal(after[1]));
+  EXPECT_FALSE(after[0].equal(start));
+}
+
 // As with LibTorch's in-place ops, a graph that saved a parameter before the
 // one-pass update refuses to run backward after it.
 TEST(OptimizerTest, Float32AdamRaisesTheParameterVersion) {

@@ -6,7 +6,7 @@
 //        (count_reducer sums the counts over workers; one process: the
 //        plain total, bit for bit)
 //     2. zero the gradients, backward() of the total, scaled by the loss
-//        scaler when there is one (float16)
+//        scaler when there is one (float16); a sparse gradient made dense
 //     3. the gradient hooks, in order: a multi-worker all-reduce (a sum) goes
 //        here, on the scaled gradients, before unscaling and clipping, so
 //        every worker skips or clips alike

@@ -63,6 +63,15 @@ at::Tensor bias_relu_dropout(const at::Tensor& y, const at::Tensor& bias, double
 // them about twice as fast as LibTorch's OpenBLAS; otherwise at::linear.
 bool linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+// weight [V, D]'s rows at ids, as at::embedding without a padding id. On the
+// CPU its gradient is sparse (the rows looked up, one a token): autograd adds
+// it in place into the weight's dense gradient from a tied output projection
+// (nlp::linear with the same weight), where at::embedding's dense gradient
+// cost a zero-filled [V, D] and a [V, D] sum for each lookup (25 ms of a
+// base translation step). In a backward that reaches the weight through
+// such lookups only, .grad is left sparse: the Minimizer and the optimizer
+// make it dense (optim::Optimizer::make_gradients_dense).
+at::Tensor embedding_rows(const at::Tensor& weight, const at::Tensor& ids);
 // Whether linear turns the products that oneDNN's sgemm ran faster with an
 // operand transposed first (a narrowing or square layer's forward, a
 // widening or wide layer's weight gradient; linear.cpp): on by default. For bench/linear_bench and the

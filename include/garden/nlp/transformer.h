@@ -203,7 +203,10 @@ class Seq2SeqTransformerImpl : public torch::nn::Module {
   // start .. start + L - 1, then dropout when training. In inference (not
   // training, no gradients, float32 on the CPU) one pass with the encodings
   // read from a table kept by the model, the same bits as the operations.
-  at::Tensor embed(const at::Tensor& ids, int64_t start);
+  // sparse_gradient: the table's gradient from this lookup is sparse
+  // (nlp::embedding_rows), for a graph that also projects with the table
+  // (forward), whose dense gradient it is added into.
+  at::Tensor embed(const at::Tensor& ids, int64_t start, bool sparse_gradient = false);
 
   const Seq2SeqTransformerOptions& options() const { return options_; }
   torch::nn::Embedding embedding{nullptr};  // [V, D]; also the output projection
@@ -213,6 +216,8 @@ class Seq2SeqTransformerImpl : public torch::nn::Module {
   torch::nn::LayerNorm decoder_norm{nullptr};  // only when norm_first
 
  private:
+  EncoderOutput encode(const at::Tensor& src_ids, bool sparse_gradient);
+  at::Tensor decode(const at::Tensor& tgt_in, const EncoderOutput& encoded, bool sparse_gradient);
   at::Tensor project(const at::Tensor& hidden);
   // Rows 0 .. n - 1 (at least) of relative_position_encoding in float32 on
   // the CPU, grown as decoding needs; shared by the threads that decode.

@@ -42,6 +42,11 @@ class Optimizer {
   virtual ~Optimizer() = default;
 
   void zero_grad();
+  // Replaces a sparse .grad (a table's rows from sparse lookups only, e.g.
+  // nlp::embedding_rows without the tied projection in the graph) by its
+  // dense form, which everything after backward expects. The Minimizer calls
+  // it after each backward, and step() and transform_gradients first.
+  void make_gradients_dense();
   // Transforms the gradients as Keras's apply_gradients does (the
   // optimizer's own pre-clipping, then clipvalue, clipnorm, global_clipnorm,
   // then the gradient transformers), applies one update at learning_rate(),
