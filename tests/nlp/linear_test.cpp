@@ -95,6 +95,23 @@ TEST(LinearTest, TurnedProductsAgreeWithTheProductsAsTheyCome) {
   }
 }
 
+// A weight gradient whose g^T is more than one 16 MiB slice (linear.cpp):
+// 4,100 rows of 1,640 outputs are two slices, of 1,008 and 632 outputs;
+// the weight's and the bias's gradients match the definition in double.
+TEST(LinearTest, AWideGradientTakenInSlicesMatchesTheDefinition) {
+  torch::manual_seed(15);
+  const at::Tensor x = torch::randn({4100, 130});
+  const at::Tensor w = torch::randn({1640, 130}) * 0.1;
+  const at::Tensor b = torch::randn({1640});
+  const at::Tensor grad = torch::randn({4100, 1640});
+  const Result got = run(x, w, b, grad, false);
+  const Result want =
+      run(x.to(at::kDouble), w.to(at::kDouble), b.to(at::kDouble), grad.to(at::kDouble), true);
+  EXPECT_LT(max_error(got.dw, want.dw), 1e-3);
+  EXPECT_LT(max_error(got.db, want.db), 1e-3);
+  EXPECT_LT(max_error(got.dx, want.dx), 1e-3);
+}
+
 // Only the gradients asked for are computed: a frozen input, a frozen
 // weight; and an empty batch gives empty outputs and zero weight gradients.
 TEST(LinearTest, GradientsOnlyWhereAskedAndEmptyBatches) {
