@@ -89,7 +89,6 @@ int main(int argc, char** argv) {
                                      {"base q|k|v", 512, 1536},
                                      {"base cross k|v", 512, 1024},
                                      {"base attention out", 512, 512},
-                                     {"base vocabulary projection", 512, 32000},
                                      {"electra_small feed-forward in", 256, 1024},
                                      {"electra_small feed-forward out", 1024, 256},
                                      {"electra_small q|k|v", 256, 768},

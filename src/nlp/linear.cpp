@@ -39,61 +39,39 @@ void product(char ta, char tb, int64_t m, int64_t n, int64_t k, const at::Tensor
               "] product");
 }
 
-// A [rows, cols] block of a matrix whose rows are `stride` floats apart.
-struct Block {
-  const float* in;
-  int64_t in_stride, rows, cols;
-  float* out;  // [cols, rows], its rows out_stride apart
-  int64_t out_stride;
-};
-
-// Tiles [begin, end) of 32 rows of b.in into b.out, transposed. Each 16 x 16
-// block first asks for the cache lines 64 floats further along its 16 input
-// rows: on a [2048, 32000] gradient, far larger than the caches, the tiles
-// ran at 4.2 GB/s without those prefetches and 9 to 12 GB/s with them.
+// Tiles [begin, end) of 32 rows of in [rows, cols] into out [cols, rows].
 template <bool kBlocksOf16>
-__attribute__((always_inline)) inline void transpose_tiles_loop(const Block& b, int64_t begin,
-                                                                int64_t end) {
-  constexpr int64_t kTile = 32, kAhead = 64;
-  const int64_t is = b.in_stride, os = b.out_stride;
+__attribute__((always_inline)) inline void transpose_tiles_loop(const float* in, int64_t rows,
+                                                                int64_t cols, float* out,
+                                                                int64_t begin, int64_t end) {
+  constexpr int64_t kTile = 32;
   for (int64_t tile = begin; tile < end; ++tile) {
-    const int64_t r0 = tile * kTile, r1 = std::min(b.rows, r0 + kTile);
-    for (int64_t c0 = 0; c0 < b.cols; c0 += kTile) {
-      const int64_t c1 = std::min(b.cols, c0 + kTile);
+    const int64_t r0 = tile * kTile, r1 = std::min(rows, r0 + kTile);
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t c1 = std::min(cols, c0 + kTile);
       if constexpr (kBlocksOf16) {
         if (r1 - r0 == kTile && c1 - c0 == kTile) {
           for (int64_t r = r0; r < r1; r += 16)
-            for (int64_t c = c0; c < c1; c += 16) {
-              for (int64_t x = 0; x < 16; ++x)
-                __builtin_prefetch(b.in + (r + x) * is + c + kAhead, 0, 3);
-              transpose16_avx512(b.in + r * is + c, is, b.out + c * os + r, os);
-            }
+            for (int64_t c = c0; c < c1; c += 16)
+              transpose16_avx512(in + r * cols + c, cols, out + c * rows + r, rows);
           continue;
         }
       }
       for (int64_t c = c0; c < c1; ++c)
-        for (int64_t r = r0; r < r1; ++r) b.out[c * os + r] = b.in[r * is + c];
+        for (int64_t r = r0; r < r1; ++r) out[c * rows + r] = in[r * cols + c];
     }
   }
 }
 
-using TransposeTiles = void (*)(const Block&, int64_t, int64_t);
+using TransposeTiles = void (*)(const float*, int64_t, int64_t, float*, int64_t, int64_t);
 
-__attribute__((target("avx512f,avx512dq"))) void transpose_tiles_avx512(const Block& b,
-                                                                        int64_t begin,
-                                                                        int64_t end) {
-  transpose_tiles_loop<true>(b, begin, end);
+__attribute__((target("avx512f,avx512dq"))) void transpose_tiles_avx512(
+    const float* in, int64_t rows, int64_t cols, float* out, int64_t begin, int64_t end) {
+  transpose_tiles_loop<true>(in, rows, cols, out, begin, end);
 }
-void transpose_tiles_portable(const Block& b, int64_t begin, int64_t end) {
-  transpose_tiles_loop<false>(b, begin, end);
-}
-
-void transpose_block(const Block& b) {
-  constexpr int64_t kTile = 32;
-  static const TransposeTiles tiles = widest_kernel<TransposeTiles>(
-      transpose_tiles_avx512, transpose_tiles_portable, transpose_tiles_portable);
-  at::parallel_for(0, (b.rows + kTile - 1) / kTile, 1,
-                   [&](int64_t begin, int64_t end) { tiles(b, begin, end); });
+void transpose_tiles_portable(const float* in, int64_t rows, int64_t cols, float* out,
+                              int64_t begin, int64_t end) {
+  transpose_tiles_loop<false>(in, rows, cols, out, begin, end);
 }
 
 // out [cols, rows] = in [rows, cols]^T, both contiguous, in 32 x 32 tiles,
@@ -104,40 +82,42 @@ void transpose_block(const Block& b) {
 // both loops timed alternately: [2048, 512] 483 -> 379 us, [512, 2048]
 // 576 -> 407, [1024, 256] 86 -> 83), where both near the memory's rate.
 void transpose_into(const float* in, int64_t rows, int64_t cols, float* out) {
-  transpose_block({in, cols, rows, cols, out, rows});
+  RECORD_FUNCTION("garden::transpose", std::vector<c10::IValue>());
+  constexpr int64_t kTile = 32;
+  static const TransposeTiles tiles = widest_kernel<TransposeTiles>(
+      transpose_tiles_avx512, transpose_tiles_portable, transpose_tiles_portable);
+  at::parallel_for(0, (rows + kTile - 1) / kTile, 1, [&](int64_t begin, int64_t end) {
+    tiles(in, rows, cols, out, begin, end);
+  });
 }
 
-// oneDNN 2.6's sgemm runs a product fastest with neither operand
-// transposed (NN), and a layer's products come in three layouts: the
-// forward x W^T (NT), the input's gradient g W (NN) and the weight's
-// gradient g^T x (TN). Where the rows are many enough to pay for one
-// transposition, three kinds are turned (docs/PERFORMANCE.md, "Weights
-// turned for the products", "The q|k|v weight gradient from g^T"):
-// - the forward of a layer as wide as its input or narrower (a
-//   feed-forward network's second layer, the attention's output):
-//   x (W^T) (NN) with W^T laid out once, 18.0 -> 14.0 ms for base
-//   translation's [2048, 2048] x [2048, 512]; the square layers' whole
-//   forward and backward 1 to 3 % faster;
+// oneDNN 2.6's sgemm runs some of a layer's products markedly slower in
+// the layout they come in than transposed, so three kinds are turned where
+// the rows are many enough to pay for one transposition of a weight-sized
+// matrix (docs/PERFORMANCE.md, "Weights turned for the products", "Square
+// layers turned; the weight gradients' layouts"):
+// - the forward of a layer that narrows (a feed-forward network's second
+//   layer) or is square (the attention's output): x W^T (NT) as x (W^T)
+//   (NN) with W^T laid out once, 18.0 -> 14.0 ms for base translation's
+//   [2048, 2048] x [2048, 512]; the square layers' whole forward and
+//   backward 1 to 3 % faster;
 // - the weight gradient of a layer that widens (the first feed-forward
 //   layer, the cross-attention's k|v): g^T x as (x^T g)^T, the product with
 //   the fewer rows, then transposed: 17.2 -> 15.3 ms for base's
-//   [2048, 512] x [512, 2048] layer;
-// - the weight gradient of a layer with 1536 outputs or more (base's fused
-//   q|k|v) from g^T laid out (its rows the layer's outputs) as NN:
-//   18.7 -> 13.6 ms for base's [1536, 2048] x [2048, 512], plus 1 to 2 ms
-//   for the transposition; the bias's gradient is then g^T's row sums.
-//   Narrower layers lost 3 to 10 % that way (ELECTRA small's q|k|v, 768).
-//   A g over 16 MiB is transposed and multiplied in slices of 16 MiB: base
-//   translation's vocabulary projection ([2048, 32000], 262 MB), whose
-//   weight gradient as TN ran at 184 GFLOP/s, and whose whole forward and
-//   backward took 3 to 8 % less time that way.
+//   [2048, 512] x [512, 2048] layer.
 // bench/linear_bench times each layer's forward and backward both ways,
-// alternated. Either way each element is the same products summed (in the
-// library's order for that layout, so the bits may differ from the other
-// layout's).
+// alternated: on the project's Intel machine the layers 2, 4 and 8 times
+// wider on one side than the other gained 2 to 8 % turned; the fused q|k|v
+// projection (3 times) gained nothing (0.98 to 1.00). Its weight gradient
+// and a vocabulary projection's run as TN, oneDNN's slowest layout (173 and
+// 184 GFLOP/s against 237 and 233 for the same products as NN): taking them
+// from g^T laid out first gained 3 to 8 % in linear_bench, where g stays in
+// the cache from call to call, but in a base translation step transposing
+// g (12 MB for q|k|v, 262 MB for the vocabulary) cost 38 and 65 to 73 ms a
+// step, as much as or more than the products gained. Either way each
+// element is the same products summed (in the library's order for that
+// layout, so the bits may differ from the other layout's).
 constexpr int64_t kTurnRows = 512;
-constexpr int64_t kWideGradient = 1536;
-constexpr int64_t kMostTransposed = int64_t{4} << 20;  // floats of a slice of g^T, 16 MiB
 std::atomic<bool> turns{true};
 bool turn(int64_t rows, int64_t wide, int64_t narrow) {
   return turns.load(std::memory_order_relaxed) && rows >= kTurnRows &&
@@ -146,9 +126,6 @@ bool turn(int64_t rows, int64_t wide, int64_t narrow) {
 bool turn_forward(int64_t rows, int64_t in, int64_t out) {
   return turn(rows, in, out) ||
          (turns.load(std::memory_order_relaxed) && rows >= kTurnRows && in == out);
-}
-bool transpose_gradient(int64_t rows, int64_t out) {
-  return turns.load(std::memory_order_relaxed) && rows >= kTurnRows && out >= kWideGradient;
 }
 
 // rows x [K] -> rows x [N]: out = x W^T (+ b).
@@ -215,35 +192,19 @@ struct Linear : public torch::autograd::Function<Linear> {
         grad_x.zero_();
       grad_x = grad_x.view(ctx->saved_data["shape"].toIntVector());
     }
-    at::Tensor grad_b_from_rows;  // the bias's gradient, where g^T's rows gave it
-    const bool bias_grad = ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2);
     if (ctx->needs_input_grad(1)) {
       grad_w = at::empty({n, k}, weight.options());
       if (m > 0 && k > 0 && n > 0 && turn(m, n, k)) {
         at::Tensor turned = at::empty({k, n}, weight.options());
         product('T', 'N', k, n, m, x2, k, g, n, 0.0f, turned);
         transpose_into(turned.data_ptr<float>(), k, n, grad_w.data_ptr<float>());
-      } else if (m > 0 && k > 0 && n > 0 && transpose_gradient(m, n)) {
-        // g^T in slices of at most 16 MiB (a vocabulary projection's
-        // [32000, 2048] in 16), each then one product: a bounded buffer,
-        // which the product reads back from the cache.
-        const int64_t slice = std::min(n, std::max<int64_t>(16, kMostTransposed / m / 16 * 16));
-        at::Tensor g_t = at::empty({slice, m}, g.options());
-        if (bias_grad) grad_b_from_rows = at::empty({n}, g.options());
-        for (int64_t j = 0; j < n; j += slice) {
-          const int64_t width = std::min(slice, n - j);
-          at::Tensor part = g_t.narrow(0, 0, width), rows_w = grad_w.narrow(0, j, width);
-          transpose_block({g.data_ptr<float>() + j, n, m, width, part.data_ptr<float>(), m});
-          product('N', 'N', width, k, m, part, m, x2, k, 0.0f, rows_w);
-          if (bias_grad) grad_b_from_rows.narrow(0, j, width).copy_(part.sum(1));
-        }
       } else if (m > 0 && k > 0 && n > 0) {
         product('T', 'N', n, k, m, g, n, x2, k, 0.0f, grad_w);
       } else {
         grad_w.zero_();
       }
     }
-    if (bias_grad) grad_b = grad_b_from_rows.defined() ? grad_b_from_rows : g.sum(0);
+    if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) grad_b = g.sum(0);
     return {grad_x, grad_w, grad_b, at::Tensor()};
   }
 };

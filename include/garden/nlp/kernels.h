@@ -74,7 +74,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 at::Tensor embedding_rows(const at::Tensor& weight, const at::Tensor& ids);
 // Whether linear turns the products that oneDNN's sgemm ran faster with an
 // operand transposed first (a narrowing or square layer's forward, a
-// widening or wide layer's weight gradient; linear.cpp): on by default. For bench/linear_bench and the
+// widening layer's weight gradient; linear.cpp): on by default. For bench/linear_bench and the
 // tests, which compare the two layouts in one process.
 void set_linear_turns(bool on);
 bool linear_turns();
