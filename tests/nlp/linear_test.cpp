@@ -35,7 +35,8 @@ double max_error(const at::Tensor& got, const at::Tensor& want) {
 // and 1,640 outputs from 130 inputs: with 1,000 rows, the 65- and
 // 130-output layers' forward and the 260-output layer's weight gradient
 // take the turned products (linear.cpp), over transpositions whose 32-wide
-// tiles do not divide 130.
+// tiles do not divide 130; the 1,640-output layer's weight gradient is a
+// wide TN product as it comes.
 TEST(LinearTest, ForwardAndGradientsMatchTheDefinitionInDouble) {
   torch::manual_seed(11);
   for (const int64_t outputs : {70, 65, 130, 260, 1640}) {
@@ -75,12 +76,12 @@ TEST(LinearTest, ForwardAndGradientsMatchTheDefinitionInDouble) {
 // Turned and as they come, the products are the same sums: a narrowing or
 // square layer's output and a widening layer's weight and bias gradients
 // agree to float32's rounding either way, and the turns are on unless
-// switched off. 96 and 1,536 outputs: both as they come.
+// switched off.
 TEST(LinearTest, TurnedProductsAgreeWithTheProductsAsTheyCome) {
   EXPECT_TRUE(linear_turns());
   torch::manual_seed(12);
   const at::Tensor x = torch::randn({600, 256});
-  for (const int64_t outputs : {64, 96, 256, 1024, 1536}) {
+  for (const int64_t outputs : {64, 256, 1024}) {
     const at::Tensor w = torch::randn({outputs, 256}) * 0.1;
     const at::Tensor b = torch::randn({outputs});
     const at::Tensor grad = torch::randn({600, outputs});
