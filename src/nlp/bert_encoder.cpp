@@ -164,7 +164,13 @@ at::Tensor BertEncoderImpl::forward(const at::Tensor& word_ids, const at::Tensor
   // free there) skips those passes. Elsewhere the mask is always applied.
   if (mask.defined() && (!mask.device().is_cpu() || (mask == 0).any().item<bool>()))
     attention_mask = (mask == 0).to(x.scalar_type()).mul_(kMaskedValue).view({batch, 1, 1, length});
-  for (auto& layer : layers) x = layer->forward(x, attention_mask);
+  // Each layer's output goes on with its second handle (forward_with_skip).
+  at::Tensor skip = x;
+  for (auto& layer : layers) {
+    auto out = layer->forward_with_skip(x, skip, attention_mask);
+    x = out[0];
+    skip = out[1];
+  }
   if (output_norm) x = layer_norm(x, output_norm);
   return x;
 }

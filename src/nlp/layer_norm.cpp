@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -80,15 +81,26 @@ __attribute__((always_inline)) inline void forward_loop(const T* __restrict x,
 // For rows [0, rows): dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with
 // g = dy * w and xhat = (x - mean) * rstd; and dw += dy * xhat, db += dy
 // (dw, db: this task's sums over its rows, in T; the tasks' sums are then
-// added in double).
-template <typename T>
+// added in double). Two gradients for one input (LayerNormPair below): with
+// kShared, dy is dy + dy2 (the output's two uses), added here where autograd
+// made a pass and a tensor of its own for the sum; with kSkip, skip (the
+// gradient of the input's other use) is added to dx as it is written. Each
+// sum is the one autograd made (a float addition), so to the same bits.
+template <typename T, bool kShared, bool kSkip>
 __attribute__((always_inline)) inline void backward_loop(
-    const T* __restrict dy, const T* __restrict x, const T* __restrict w, const T* __restrict mean,
-    const T* __restrict rstd, T* __restrict dx, T* __restrict dw, T* __restrict db, int64_t rows,
-    int64_t c) {
+    const T* __restrict dy_in, const T* __restrict dy2, const T* __restrict x,
+    const T* __restrict w, const T* __restrict mean, const T* __restrict rstd,
+    const T* __restrict skip, T* __restrict dx, T* __restrict dw, T* __restrict db,
+    T* __restrict row_sum, int64_t rows, int64_t c) {
   const double inverse_c = 1.0 / static_cast<double>(c);
   for (int64_t r = 0; r < rows; ++r) {
-    const T* __restrict grad = dy + r * c;
+    const T* __restrict grad = dy_in + r * c;
+    if constexpr (kShared) {
+      // The row's dy + dy2 in scratch (c values, in L1 for the passes below).
+      const T* __restrict second = dy2 + r * c;
+      for (int64_t j = 0; j < c; ++j) row_sum[j] = grad[j] + second[j];
+      grad = row_sum;
+    }
     const T* __restrict in = x + r * c;
     const T m = mean[r], s = rstd[r];
     T lane_g[kLanes] = {}, lane_gx[kLanes] = {};
@@ -118,9 +130,17 @@ __attribute__((always_inline)) inline void backward_loop(
     const T mean_g = static_cast<T>(sum_g * inverse_c),
             mean_gx = static_cast<T>(sum_gx * inverse_c);
     T* __restrict out = dx + r * c;
-    for (int64_t j = 0; j < c; ++j) {
-      const T xhat = (in[j] - m) * s;
-      out[j] = s * (grad[j] * w[j] - mean_g - xhat * mean_gx);
+    if constexpr (kSkip) {
+      const T* __restrict other = skip + r * c;
+      for (int64_t j = 0; j < c; ++j) {
+        const T xhat = (in[j] - m) * s;
+        out[j] = s * (grad[j] * w[j] - mean_g - xhat * mean_gx) + other[j];
+      }
+    } else {
+      for (int64_t j = 0; j < c; ++j) {
+        const T xhat = (in[j] - m) * s;
+        out[j] = s * (grad[j] * w[j] - mean_g - xhat * mean_gx);
+      }
     }
   }
 }
@@ -144,23 +164,35 @@ void forward_portable(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd
   forward_loop(x, w, b, y, mean, rstd, rows, c, eps);
 }
 
-template <typename T>
-__attribute__((target("avx512f,avx512dq"))) void backward_avx512(const T* dy, const T* x,
-                                                                 const T* w, const T* mean,
-                                                                 const T* rstd, T* dx, T* dw, T* db,
-                                                                 int64_t rows, int64_t c) {
-  backward_loop(dy, x, w, mean, rstd, dx, dw, db, rows, c);
+template <typename T, bool kShared, bool kSkip>
+__attribute__((target("avx512f,avx512dq"))) void backward_avx512(
+    const T* dy, const T* dy2, const T* x, const T* w, const T* mean, const T* rstd,
+    const T* skip, T* dx, T* dw, T* db, T* row_sum, int64_t rows, int64_t c) {
+  backward_loop<T, kShared, kSkip>(dy, dy2, x, w, mean, rstd, skip, dx, dw, db, row_sum, rows, c);
 }
-template <typename T>
-__attribute__((target("avx2,fma"))) void backward_avx2(const T* dy, const T* x, const T* w,
-                                                       const T* mean, const T* rstd, T* dx, T* dw,
-                                                       T* db, int64_t rows, int64_t c) {
-  backward_loop(dy, x, w, mean, rstd, dx, dw, db, rows, c);
+template <typename T, bool kShared, bool kSkip>
+__attribute__((target("avx2,fma"))) void backward_avx2(const T* dy, const T* dy2, const T* x,
+                                                       const T* w, const T* mean, const T* rstd,
+                                                       const T* skip, T* dx, T* dw, T* db,
+                                                       T* row_sum, int64_t rows, int64_t c) {
+  backward_loop<T, kShared, kSkip>(dy, dy2, x, w, mean, rstd, skip, dx, dw, db, row_sum, rows, c);
 }
+template <typename T, bool kShared, bool kSkip>
+void backward_portable(const T* dy, const T* dy2, const T* x, const T* w, const T* mean,
+                       const T* rstd, const T* skip, T* dx, T* dw, T* db, T* row_sum,
+                       int64_t rows, int64_t c) {
+  backward_loop<T, kShared, kSkip>(dy, dy2, x, w, mean, rstd, skip, dx, dw, db, row_sum, rows, c);
+}
+
 template <typename T>
-void backward_portable(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
-                       T* dw, T* db, int64_t rows, int64_t c) {
-  backward_loop(dy, x, w, mean, rstd, dx, dw, db, rows, c);
+using BackwardKernel = void (*)(const T*, const T*, const T*, const T*, const T*, const T*,
+                                const T*, T*, T*, T*, T*, int64_t, int64_t);
+
+template <typename T, bool kShared, bool kSkip>
+BackwardKernel<T> widest_backward() {
+  return widest_kernel<BackwardKernel<T>>(backward_avx512<T, kShared, kSkip>,
+                                          backward_avx2<T, kShared, kSkip>,
+                                          backward_portable<T, kShared, kSkip>);
 }
 
 // Rows a parallel task takes: enough that dispatch and the per-task
@@ -189,6 +221,62 @@ at::Tensor normalize_rows(const at::Tensor& x, const at::Tensor& w, const at::Te
   return y;
 }
 
+// The backward of the rows normalized from x (saved with w, mean and rstd)
+// for the output's gradient dy, plus dy2 where defined (a second use of the
+// same output) and with skip added to dx where defined (a second use of the
+// input): {dx, dw, db}.
+std::array<at::Tensor, 3> normalize_backward(const at::Tensor& x, const at::Tensor& w,
+                                             const at::Tensor& mean_in, const at::Tensor& rstd_in,
+                                             const at::Tensor& dy, const at::Tensor& dy2,
+                                             const at::Tensor& skip) {
+  const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
+  at::Tensor dx = at::empty_like(x);
+  // Each task's weight and bias gradients [2, c], added in task order in
+  // double into the returned gradients.
+  const int64_t tasks = std::max<int64_t>(1, (rows + kRowGrain - 1) / kRowGrain);
+  at::Tensor partial = at::zeros({tasks, 2, c}, x.options());
+  at::Tensor grad_weight = at::empty({c}, x.options()), grad_bias = at::empty({c}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "garden_layer_norm_backward", [&] {
+    using T = scalar_t;
+    static const BackwardKernel<T> kernels[2][2] = {
+        {widest_backward<T, false, false>(), widest_backward<T, false, true>()},
+        {widest_backward<T, true, false>(), widest_backward<T, true, true>()}};
+    const BackwardKernel<T> kernel = kernels[dy2.defined()][skip.defined()];
+    const T* pdy = dy.data_ptr<T>();
+    const T* pdy2 = dy2.defined() ? dy2.data_ptr<T>() : nullptr;
+    const T* pskip = skip.defined() ? skip.data_ptr<T>() : nullptr;
+    const T* px = x.data_ptr<T>();
+    const T* pm = mean_in.data_ptr<T>();
+    const T* ps = rstd_in.data_ptr<T>();
+    T* pdx = dx.data_ptr<T>();
+    T* pp = partial.data_ptr<T>();
+    // Tasks of kRowGrain rows each, whatever the thread count, so the sums
+    // do not depend on it.
+    at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
+      std::vector<T> row_sum(static_cast<std::size_t>(pdy2 ? c : 0));
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t first = t * kRowGrain, last = std::min(rows, first + kRowGrain);
+        T* dw = pp + 2 * t * c;
+        kernel(pdy + first * c, pdy2 ? pdy2 + first * c : nullptr, px + first * c, w.data_ptr<T>(),
+               pm + first, ps + first, pskip ? pskip + first * c : nullptr, pdx + first * c, dw,
+               dw + c, row_sum.data(), last - first, c);
+      }
+    });
+    T* gw = grad_weight.data_ptr<T>();
+    T* gb = grad_bias.data_ptr<T>();
+    for (int64_t j = 0; j < c; ++j) {
+      double sum_w = 0, sum_b = 0;
+      for (int64_t t = 0; t < tasks; ++t) {
+        sum_w += static_cast<double>(pp[2 * t * c + j]);
+        sum_b += static_cast<double>(pp[2 * t * c + c + j]);
+      }
+      gw[j] = static_cast<T>(sum_w);
+      gb[j] = static_cast<T>(sum_b);
+    }
+  });
+  return {dx, grad_weight, grad_bias};
+}
+
 class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x_in,
@@ -207,48 +295,56 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& w = saved[1];
-    const at::Tensor dy = grads[0].contiguous();
-    const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
-    at::Tensor dx = at::empty_like(x);
-    // Each task's weight and bias gradients [2, c], added in task order in
-    // double into the returned gradients.
-    const int64_t tasks = std::max<int64_t>(1, (rows + kRowGrain - 1) / kRowGrain);
-    at::Tensor partial = at::zeros({tasks, 2, c}, x.options());
-    at::Tensor grad_weight = at::empty({c}, x.options()), grad_bias = at::empty({c}, x.options());
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "garden_layer_norm_backward", [&] {
-      static const auto kernel = widest_kernel(backward_avx512<scalar_t>, backward_avx2<scalar_t>,
-                                               backward_portable<scalar_t>);
-      const scalar_t* pdy = dy.data_ptr<scalar_t>();
-      const scalar_t* px = x.data_ptr<scalar_t>();
-      const scalar_t* pm = saved[2].data_ptr<scalar_t>();
-      const scalar_t* ps = saved[3].data_ptr<scalar_t>();
-      scalar_t* pdx = dx.data_ptr<scalar_t>();
-      scalar_t* pp = partial.data_ptr<scalar_t>();
-      // Tasks of kRowGrain rows each, whatever the thread count, so the sums
-      // do not depend on it.
-      at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t) {
-          const int64_t first = t * kRowGrain, last = std::min(rows, first + kRowGrain);
-          scalar_t* dw = pp + 2 * t * c;
-          kernel(pdy + first * c, px + first * c, w.data_ptr<scalar_t>(), pm + first, ps + first,
-                 pdx + first * c, dw, dw + c, last - first, c);
-        }
-      });
-      scalar_t* gw = grad_weight.data_ptr<scalar_t>();
-      scalar_t* gb = grad_bias.data_ptr<scalar_t>();
-      for (int64_t j = 0; j < c; ++j) {
-        double sum_w = 0, sum_b = 0;
-        for (int64_t t = 0; t < tasks; ++t) {
-          sum_w += static_cast<double>(pp[2 * t * c + j]);
-          sum_b += static_cast<double>(pp[2 * t * c + c + j]);
-        }
-        gw[j] = static_cast<scalar_t>(sum_w);
-        gb[j] = static_cast<scalar_t>(sum_b);
-      }
-    });
+    auto [dx, grad_weight, grad_bias] = normalize_backward(
+        saved[0], saved[1], saved[2], saved[3], grads[0].contiguous(), {}, {});
     return {dx, grad_weight, grad_bias, at::Tensor()};
+  }
+};
+
+// layer_norm with a second handle on its input or its output
+// (layer_norm_and_skip): one node whose backward takes both gradients.
+class LayerNormPair : public torch::autograd::Function<LayerNormPair> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const at::Tensor& x_in, const at::Tensor& weight,
+                                                const at::Tensor& bias, double eps,
+                                                bool skip_is_input) {
+    RECORD_FUNCTION("garden::layer_norm", std::vector<c10::IValue>());
+    const at::Tensor x = x_in.contiguous();
+    const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
+    at::Tensor mean = at::empty({rows}, x.options());
+    at::Tensor rstd = at::empty({rows}, x.options());
+    const at::Tensor w = weight.contiguous();
+    at::Tensor y = normalize_rows(x, w, bias.contiguous(), eps, mean.data_ptr(), rstd.data_ptr());
+    ctx->save_for_backward({x, w, mean, rstd});
+    ctx->saved_data["skip_is_input"] = skip_is_input;
+    ctx->set_materialize_grads(false);
+    // The input as it came (LibTorch returns it as a view carrying this
+    // node), or a view of the output: the second handle, read only (an
+    // in-place change of either is refused by LibTorch).
+    if (skip_is_input) return {y, x_in};
+    at::Tensor second = y.view_as(y);
+    return {y, second};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const bool skip_is_input = ctx->saved_data["skip_is_input"].toBool();
+    at::Tensor dy = grads[0].defined() ? grads[0].contiguous() : at::Tensor();
+    at::Tensor second = grads[1].defined() ? grads[1].contiguous() : at::Tensor();
+    if (!skip_is_input && !dy.defined()) std::swap(dy, second);  // the output's one used handle
+    if (!dy.defined()) {
+      if (skip_is_input && second.defined())
+        return {second, at::zeros_like(saved[1]), at::zeros_like(saved[1]), at::Tensor(),
+                at::Tensor()};
+      return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    }
+    auto [dx, grad_weight, grad_bias] =
+        skip_is_input ? normalize_backward(x, saved[1], saved[2], saved[3], dy, {}, second)
+                      : normalize_backward(x, saved[1], saved[2], saved[3], dy, second, {});
+    return {dx, grad_weight, grad_bias, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -283,6 +379,35 @@ at::Tensor layer_norm(const at::Tensor& given, const at::Tensor& weight, const a
                           stats.data() + rows);
   }
   return LayerNormFunction::apply(x, weight, bias, eps);
+}
+
+std::array<at::Tensor, 2> layer_norm_and_skip(const at::Tensor& x, const at::Tensor& weight,
+                                              const at::Tensor& bias, double eps,
+                                              LayerNormSkip skip) {
+  const bool fused = x.device().is_cpu() && x.dim() >= 1 && x.size(-1) > 0 &&
+                     (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) &&
+                     weight.defined() && bias.defined() && weight.dim() == 1 && bias.dim() == 1 &&
+                     weight.size(0) == x.size(-1) && bias.size(0) == x.size(-1) &&
+                     weight.scalar_type() == x.scalar_type() &&
+                     bias.scalar_type() == x.scalar_type() && weight.device() == x.device() &&
+                     torch::autograd::GradMode::is_enabled() &&
+                     (x.requires_grad() || weight.requires_grad() || bias.requires_grad());
+  if (!fused) {
+    at::Tensor y = layer_norm(x, weight, bias, eps);
+    return {y, skip == LayerNormSkip::kInput ? x : y};
+  }
+  auto outputs = LayerNormPair::apply(x, weight, bias, eps, skip == LayerNormSkip::kInput);
+  return {outputs[0], outputs[1]};
+}
+
+std::array<at::Tensor, 2> layer_norm_and_skip(const at::Tensor& x, torch::nn::LayerNorm& norm,
+                                              LayerNormSkip skip) {
+  const auto& shape = norm->options.normalized_shape();
+  if (shape.size() != 1 || !norm->options.elementwise_affine()) {
+    at::Tensor y = norm->forward(x);
+    return {y, skip == LayerNormSkip::kInput ? x : y};
+  }
+  return layer_norm_and_skip(x, norm->weight, norm->bias, norm->options.eps(), skip);
 }
 
 at::Tensor layer_norm(const at::Tensor& x, torch::nn::LayerNorm& norm) {

@@ -65,6 +65,31 @@ at::Tensor residual(const at::Tensor& x, torch::nn::LayerNorm& norm, bool norm_f
   }
 }
 
+// residual() for training's sublayers (f leaves its output bias to
+// bias_dropout_add), with a second handle on the input: skip holds x's
+// values (pre-LN: x itself; post-LN: the handle the layer norm before gave
+// for the residual sum) and is what the residual sum reads. Returns the
+// output and its handle for the next sublayer's residual sum. Each
+// tensor the sublayer reads twice goes through layer_norm_and_skip, whose
+// node adds its two gradients in its own pass (kernels.h).
+template <typename F>
+std::array<at::Tensor, 2> residual_with_skip(const at::Tensor& x, const at::Tensor& skip,
+                                             torch::nn::LayerNorm& norm, bool norm_first,
+                                             double dropout_rate, bool training, F&& f) {
+  at::Tensor bias;
+  if (norm_first) {
+    // x is read by the norm and by the sum; skip is x itself.
+    TORCH_CHECK(skip.is_same(x), "residual: a pre-LN sublayer's skip must be its input");
+    auto [normalized, passed] = layer_norm_and_skip(x, norm, LayerNormSkip::kInput);
+    const at::Tensor y = f(normalized, &bias);
+    const at::Tensor out = nlp::bias_dropout_add(y, bias, passed, dropout_rate, training);
+    return {out, out};
+  }
+  const at::Tensor y = f(x, &bias);
+  return layer_norm_and_skip(nlp::bias_dropout_add(y, bias, skip, dropout_rate, training), norm,
+                             LayerNormSkip::kOutput);
+}
+
 torch::nn::LayerNorm make_norm(int64_t width, double epsilon) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}).eps(epsilon));
 }
@@ -147,15 +172,22 @@ TransformerEncoderBlockImpl::TransformerEncoderBlockImpl(const TransformerBlockO
 }
 
 at::Tensor TransformerEncoderBlockImpl::forward(const at::Tensor& x, const at::Tensor& mask) {
+  return forward_with_skip(x, x, mask)[0];
+}
+
+std::array<at::Tensor, 2> TransformerEncoderBlockImpl::forward_with_skip(const at::Tensor& x,
+                                                                         const at::Tensor& skip,
+                                                                         const at::Tensor& mask) {
   const bool pre = options_.norm_first, training = is_training();
   const double p = options_.dropout_rate;
-  at::Tensor h = residual(x, self_attention_norm, pre, p, training,
-                          [&](const at::Tensor& in, at::Tensor* bias) {
-                            return self_attention->forward(in, {}, mask, bias);
-                          });
-  return residual(h, output_norm, pre, p, training, [&](const at::Tensor& in, at::Tensor* bias) {
-    return feed_forward->forward(in, bias);
-  });
+  const auto h = residual_with_skip(x, skip, self_attention_norm, pre, p, training,
+                                    [&](const at::Tensor& in, at::Tensor* bias) {
+                                      return self_attention->forward(in, {}, mask, bias);
+                                    });
+  return residual_with_skip(h[0], h[1], output_norm, pre, p, training,
+                            [&](const at::Tensor& in, at::Tensor* bias) {
+                              return feed_forward->forward(in, bias);
+                            });
 }
 
 TransformerDecoderBlockImpl::TransformerDecoderBlockImpl(const TransformerBlockOptions& options)
@@ -178,17 +210,18 @@ at::Tensor TransformerDecoderBlockImpl::forward(const at::Tensor& x, const at::T
                                                 const at::Tensor& cross_mask) {
   const bool pre = options_.norm_first, training = is_training();
   const double p = options_.dropout_rate;
-  at::Tensor h = residual(x, self_attention_norm, pre, p, training,
-                          [&](const at::Tensor& in, at::Tensor* bias) {
-                            return self_attention->forward(in, {}, self_mask, bias);
-                          });
-  h = residual(h, cross_attention_norm, pre, p, training,
-               [&](const at::Tensor& in, at::Tensor* bias) {
-                 return cross_attention->forward(in, memory, cross_mask, bias);
-               });
-  return residual(h, output_norm, pre, p, training, [&](const at::Tensor& in, at::Tensor* bias) {
-    return feed_forward->forward(in, bias);
-  });
+  auto h = residual_with_skip(x, x, self_attention_norm, pre, p, training,
+                              [&](const at::Tensor& in, at::Tensor* bias) {
+                                return self_attention->forward(in, {}, self_mask, bias);
+                              });
+  h = residual_with_skip(h[0], h[1], cross_attention_norm, pre, p, training,
+                         [&](const at::Tensor& in, at::Tensor* bias) {
+                           return cross_attention->forward(in, memory, cross_mask, bias);
+                         });
+  return residual_with_skip(h[0], h[1], output_norm, pre, p, training,
+                            [&](const at::Tensor& in, at::Tensor* bias) {
+                              return feed_forward->forward(in, bias);
+                            })[0];
 }
 
 at::Tensor TransformerDecoderBlockImpl::forward_step(const at::Tensor& x, int64_t step,

@@ -183,5 +183,71 @@ TEST(LayerNormTest, Bfloat16InputWithFloatParametersIsNormalizedInFloat) {
   EXPECT_TRUE(torch::equal(half.grad(), full.grad().to(at::kBFloat16)));
 }
 
+// layer_norm_and_skip: the tensor used twice gets, from its one node, the
+// gradients autograd gives layer_norm with the second use read from x (or
+// y) itself, bit for bit: the sum of the two gradients is one float
+// addition either way. With one handle used, the other's gradient is taken
+// as absent; in float and double, across the 64-row tasks.
+TEST(LayerNormTest, AndSkipGivesTheGradientsOfTheTwoUsesBitForBit) {
+  torch::manual_seed(27);
+  for (const auto type : {at::kFloat, at::kDouble}) {
+    for (const auto skip : {LayerNormSkip::kInput, LayerNormSkip::kOutput}) {
+      // Which handles the loss reads: both, only the normalized one, only skip.
+      for (const int used : {3, 1, 2}) {
+        const at::Tensor x0 = torch::randn({130, 48}, type) * 3 + 2;
+        const at::Tensor w0 = torch::randn({48}, type) + 1, b0 = torch::randn({48}, type);
+        const at::Tensor up_y = torch::randn({130, 48}, type), up_skip = torch::randn({130, 48}, type);
+        std::vector<at::Tensor> got, want;
+        for (const bool fused : {true, false}) {
+          const at::Tensor x = x0.clone().requires_grad_();
+          const at::Tensor w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+          at::Tensor y, second;
+          if (fused) {
+            auto out = layer_norm_and_skip(x, w, b, 1e-6, skip);
+            y = out[0];
+            second = out[1];
+            if (skip == LayerNormSkip::kInput) {
+              EXPECT_TRUE(second.equal(x));
+            } else {
+              EXPECT_TRUE(second.equal(y));
+            }
+          } else {
+            y = layer_norm(x, w, b, 1e-6);
+            second = skip == LayerNormSkip::kInput ? x : y;
+          }
+          // (x * 0 keeps x in the loss whichever handles are read.)
+          at::Tensor loss = (x * 0).sum();
+          if (used & 1) loss = loss + (y * up_y).sum();
+          if (used & 2) loss = loss + (second * up_skip).sum();
+          loss.backward();
+          auto& into = fused ? got : want;
+          into.push_back(x.grad());
+          into.push_back(w.grad().defined() ? w.grad() : at::zeros_like(w0));
+          into.push_back(b.grad().defined() ? b.grad() : at::zeros_like(b0));
+        }
+        for (int i = 0; i < 3; ++i)
+          EXPECT_TRUE(torch::equal(got[i], want[i]))
+              << type << " skip " << static_cast<int>(skip) << " used " << used << " gradient "
+              << i << ": max difference " << max_difference(got[i], want[i]);
+      }
+    }
+  }
+}
+
+// The second handle is read-only (LibTorch refuses an in-place change of a
+// view a custom function returned, which would bypass its backward); without
+// a gradient to take it is x or y itself.
+TEST(LayerNormTest, AndSkipRefusesAnInPlaceChangeOfTheHandle) {
+  const at::Tensor x = torch::randn({4, 8}).requires_grad_();
+  const at::Tensor w = torch::ones({8}).requires_grad_(), b = torch::zeros({8}).requires_grad_();
+  auto out = layer_norm_and_skip(x, w, b, 1e-6, LayerNormSkip::kOutput);
+  EXPECT_THROW(out[1].mul_(2), c10::Error);
+  torch::NoGradGuard no_grad;
+  auto plain = layer_norm_and_skip(x, w, b, 1e-6, LayerNormSkip::kOutput);
+  EXPECT_TRUE(plain[1].is_same(plain[0]));
+  auto input = layer_norm_and_skip(x, w, b, 1e-6, LayerNormSkip::kInput);
+  EXPECT_TRUE(input[1].is_same(x));
+}
+
 }  // namespace
 }  // namespace garden::nlp

@@ -410,6 +410,50 @@ TEST(TransformerTest, FusedBiasResidualBlocksMatchTheUnfusedInDouble) {
   }
 }
 
+// A stack whose blocks pass their output's second handle on
+// (forward_with_skip, as BertEncoder runs its layers) computes what the same
+// blocks chained through forward compute, bit for bit: the output, the
+// input's gradient and every parameter's, in training with dropout (the
+// same seed, so the same masks); post-LN, where the handle goes from block
+// to block, and pre-LN.
+TEST(TransformerTest, BlocksPassingTheirSkipHandleOnGiveTheChainedBits) {
+  for (const bool norm_first : {false, true}) {
+    SCOPED_TRACE(norm_first ? "pre-LN" : "post-LN");
+    torch::manual_seed(19);
+    TransformerBlockOptions o = small_block(norm_first, "gelu");
+    o.dropout_rate = 0.1;
+    o.use_bias = true;
+    std::vector<TransformerEncoderBlock> blocks{TransformerEncoderBlock(o),
+                                                TransformerEncoderBlock(o)};
+    const at::Tensor x0 = torch::randn({2, 5, o.hidden_size});
+    const at::Tensor grad = torch::randn({2, 5, o.hidden_size});
+    std::vector<at::Tensor> results;
+    for (const bool handles : {true, false}) {
+      for (auto& b : blocks) b->zero_grad();
+      const at::Tensor x = x0.clone().requires_grad_();
+      torch::manual_seed(5);
+      at::Tensor y = x, skip = x;
+      for (auto& b : blocks) {
+        if (handles) {
+          auto out = b->forward_with_skip(y, skip);
+          y = out[0];
+          skip = out[1];
+        } else {
+          y = b->forward(y);
+        }
+      }
+      y.backward(grad);
+      results.push_back(y.detach());
+      results.push_back(x.grad());
+      for (auto& b : blocks)
+        for (auto& p : b->parameters()) results.push_back(p.grad().clone());
+    }
+    const size_t half = results.size() / 2;
+    for (size_t i = 0; i < half; ++i)
+      EXPECT_TRUE(torch::equal(results[i], results[half + i])) << "tensor " << i;
+  }
+}
+
 TEST(TransformerTest, BlockGradientsMatchFiniteDifferences) {
   torch::manual_seed(6);
   auto options = small_block(true, "gelu");

@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <cstdint>
 #include <utility>
 
@@ -89,6 +90,20 @@ bool linear_turns();
 // the result is float32.
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                       double eps);
+// layer_norm for a tensor a residual sublayer uses twice: {y, skip}, where
+// skip is x itself (kInput: pre-LN, x feeds the norm and the residual sum)
+// or y itself (kOutput: post-LN, y feeds the next sublayer and its residual
+// sum). Use skip for the second use. Where layer_norm's loops apply and a
+// gradient is taken, one autograd node takes both gradients and adds them
+// in its pass (kInput: skip's gradient into dx as it is written; kOutput:
+// the two gradients of y before the normalization's backward), where
+// autograd added them in a pass and a tensor of their own; the same sums,
+// so the same bits. skip is then a view LibTorch will not change in place.
+// Otherwise {layer_norm(x), x or y}.
+enum class LayerNormSkip { kInput, kOutput };
+std::array<at::Tensor, 2> layer_norm_and_skip(const at::Tensor& x, const at::Tensor& weight,
+                                              const at::Tensor& bias, double eps,
+                                              LayerNormSkip skip);
 
 // alpha * a @ b over the last two dims of [B, H, m, k] x [B, H, k, n]
 // tensors (differentiable). With heads_last, the result [B, H, m, n] is a view

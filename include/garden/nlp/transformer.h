@@ -6,6 +6,7 @@
 // garden/nlp/kernels.h.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,6 +28,9 @@ namespace garden::nlp {
 // with its weight, bias and epsilon; the module's own forward when it has no
 // affine parameters or normalizes more than the last dimension.
 at::Tensor layer_norm(const at::Tensor& x, torch::nn::LayerNorm& norm);
+// layer_norm_and_skip (garden/nlp/kernels.h) through the module's parameters.
+std::array<at::Tensor, 2> layer_norm_and_skip(const at::Tensor& x, torch::nn::LayerNorm& norm,
+                                              LayerNormSkip skip);
 
 // The Cache (garden/nlp/cache.h) this model fills for incremental decoding. Every tensor has the
 // batch on dim 0: the flattened batch x beam B for "steps/" entries, the examples E for
@@ -92,6 +96,12 @@ class TransformerEncoderBlockImpl : public torch::nn::Module {
   explicit TransformerEncoderBlockImpl(const TransformerBlockOptions& options);
   // x [B, S, D], mask additive [B, 1, 1, S] (or undefined) -> [B, S, D].
   at::Tensor forward(const at::Tensor& x, const at::Tensor& mask = {});
+  // forward with a second handle on x for the first residual sum (skip: x
+  // itself, or the [1] of the block before): {the output, its handle for the
+  // next block}. Post-LN stacks pass the handles on, so each layer norm's
+  // output gradients are summed in its own backward (layer_norm_and_skip).
+  std::array<at::Tensor, 2> forward_with_skip(const at::Tensor& x, const at::Tensor& skip,
+                                              const at::Tensor& mask = {});
 
   MultiHeadAttention self_attention{nullptr};
   torch::nn::LayerNorm self_attention_norm{nullptr};
