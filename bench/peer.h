@@ -99,6 +99,18 @@ inline double gemm_ceiling_gflops(at::ScalarType dtype = at::kFloat) {
   return best;
 }
 
+// A round's ceiling: the higher of gemm_ceiling_gflops() measured just
+// before Garden's steps (`before`) and just after (measured here). This
+// machine's speed moves within seconds (its 1024³ products at 249 to 320
+// GFLOP/s within a minute), and one burst measured while another tenant
+// held the cores read 158 GFLOP/s, against which a base step's GEMM share
+// came to 110 %. The higher of two measurements bracketing
+// the steps is the nearer to what the machine could do meanwhile; it can only
+// lower a round's share.
+inline double bracketed_ceiling(double before, at::ScalarType dtype = at::kFloat) {
+  return std::max(before, gemm_ceiling_gflops(dtype));
+}
+
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -316,9 +328,10 @@ inline nlohmann::json step_summary(const std::string& bench, const StepOptions& 
 
 // Adds to a step summary the share of the machine's GEMM ceiling that each
 // side's matrix products reach: `gflop` a step over the step time, over the
-// ceiling measured in the same round in `ceiling_dtype` (`ceilings`, gemm_ceiling_gflops() right
-// after Garden's steps, so a drift of the machine's speed during the run
-// moves step and ceiling together); the median over rounds, and each round's.
+// ceiling measured in the same round in `ceiling_dtype` (`ceilings`,
+// bracketed_ceiling() around Garden's steps, so a drift of the machine's speed
+// during the run moves step and ceiling together); the median over rounds,
+// and each round's.
 inline void add_gemm_share(nlohmann::json& summary, double gflop,
                            const std::vector<double>& garden_ms, const std::vector<double>& peer_ms,
                            const std::vector<double>& ceilings, at::ScalarType ceiling_dtype) {
