@@ -277,10 +277,10 @@ std::array<at::Tensor, 3> normalize_backward(const at::Tensor& x, const at::Tens
   return {dx, grad_weight, grad_bias};
 }
 
-class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
- public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x_in,
-                            const at::Tensor& weight, const at::Tensor& bias, double eps) {
+// The forward of both nodes below: the rows normalized, with x, w and each
+// row's mean and 1 / standard deviation saved for the backward.
+at::Tensor normalize_and_save(torch::autograd::AutogradContext* ctx, const at::Tensor& x_in,
+                              const at::Tensor& weight, const at::Tensor& bias, double eps) {
     RECORD_FUNCTION("garden::layer_norm", std::vector<c10::IValue>());
     const at::Tensor x = x_in.contiguous();
     const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
@@ -289,7 +289,14 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     const at::Tensor w = weight.contiguous();
     at::Tensor y = normalize_rows(x, w, bias.contiguous(), eps, mean.data_ptr(), rstd.data_ptr());
     ctx->save_for_backward({x, w, mean, rstd});
-    return y;
+  return y;
+}
+
+class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x_in,
+                            const at::Tensor& weight, const at::Tensor& bias, double eps) {
+    return normalize_and_save(ctx, x_in, weight, bias, eps);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -309,14 +316,7 @@ class LayerNormPair : public torch::autograd::Function<LayerNormPair> {
                                                 const at::Tensor& x_in, const at::Tensor& weight,
                                                 const at::Tensor& bias, double eps,
                                                 bool skip_is_input) {
-    RECORD_FUNCTION("garden::layer_norm", std::vector<c10::IValue>());
-    const at::Tensor x = x_in.contiguous();
-    const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
-    at::Tensor mean = at::empty({rows}, x.options());
-    at::Tensor rstd = at::empty({rows}, x.options());
-    const at::Tensor w = weight.contiguous();
-    at::Tensor y = normalize_rows(x, w, bias.contiguous(), eps, mean.data_ptr(), rstd.data_ptr());
-    ctx->save_for_backward({x, w, mean, rstd});
+    at::Tensor y = normalize_and_save(ctx, x_in, weight, bias, eps);
     ctx->saved_data["skip_is_input"] = skip_is_input;
     ctx->set_materialize_grads(false);
     // The input as it came (LibTorch returns it as a view carrying this
@@ -348,6 +348,16 @@ class LayerNormPair : public torch::autograd::Function<LayerNormPair> {
   }
 };
 
+// Whether Garden's loops take x [..., C] with this weight and bias [C]: on
+// the CPU, float or double, all three of one type.
+bool loops_apply(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  return x.device().is_cpu() && x.dim() >= 1 && x.size(-1) > 0 &&
+         (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) && weight.defined() &&
+         bias.defined() && weight.dim() == 1 && bias.dim() == 1 && weight.size(0) == x.size(-1) &&
+         bias.size(0) == x.size(-1) && weight.scalar_type() == x.scalar_type() &&
+         bias.scalar_type() == x.scalar_type() && weight.device() == x.device();
+}
+
 }  // namespace
 
 at::Tensor layer_norm(const at::Tensor& given, const at::Tensor& weight, const at::Tensor& bias,
@@ -357,12 +367,7 @@ at::Tensor layer_norm(const at::Tensor& given, const at::Tensor& weight, const a
   // float32, as autocast runs layer norm on a GPU.
   const at::Tensor x =
       weight.defined() && weight.scalar_type() == at::kFloat ? widened_on_cpu(given) : given;
-  const bool fused = x.device().is_cpu() && x.dim() >= 1 && x.size(-1) > 0 &&
-                     (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) &&
-                     weight.defined() && bias.defined() && weight.dim() == 1 && bias.dim() == 1 &&
-                     weight.size(0) == x.size(-1) && bias.size(0) == x.size(-1) &&
-                     weight.scalar_type() == x.scalar_type() &&
-                     bias.scalar_type() == x.scalar_type() && weight.device() == x.device();
+  const bool fused = loops_apply(x, weight, bias);
   if (!fused) {
     if (x.dim() == 0) throw std::invalid_argument("layer_norm: expected a tensor [..., C]");
     return at::layer_norm(x, {x.size(-1)}, weight, bias, eps);
@@ -384,13 +389,7 @@ at::Tensor layer_norm(const at::Tensor& given, const at::Tensor& weight, const a
 std::array<at::Tensor, 2> layer_norm_and_skip(const at::Tensor& x, const at::Tensor& weight,
                                               const at::Tensor& bias, double eps,
                                               LayerNormSkip skip) {
-  const bool fused = x.device().is_cpu() && x.dim() >= 1 && x.size(-1) > 0 &&
-                     (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) &&
-                     weight.defined() && bias.defined() && weight.dim() == 1 && bias.dim() == 1 &&
-                     weight.size(0) == x.size(-1) && bias.size(0) == x.size(-1) &&
-                     weight.scalar_type() == x.scalar_type() &&
-                     bias.scalar_type() == x.scalar_type() && weight.device() == x.device() &&
-                     torch::autograd::GradMode::is_enabled() &&
+  const bool fused = loops_apply(x, weight, bias) && torch::autograd::GradMode::is_enabled() &&
                      (x.requires_grad() || weight.requires_grad() || bias.requires_grad());
   if (!fused) {
     at::Tensor y = layer_norm(x, weight, bias, eps);
