@@ -5,11 +5,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
-#include <type_traits>
 
 namespace garden::nlp {
 
@@ -45,33 +45,23 @@ void write_step(at::Tensor& buffer, int64_t step, const at::Tensor& rows,
 }
 
 // One residual sublayer: pre-LN is x + drop(f(LN(x))), post-LN is LN(x + drop(f(x))).
-// An f that takes an at::Tensor* may leave its output projection's bias out
-// and store it there: then the bias, dropout and the residual are one pass
-// (nlp::bias_dropout_add).
+// (Decoding's steps; the blocks' forward takes residual_with_skip below.)
 template <typename F>
 at::Tensor residual(const at::Tensor& x, torch::nn::LayerNorm& norm, bool norm_first,
                     double dropout_rate, bool training, F&& f) {
-  if constexpr (std::is_invocable_v<F, const at::Tensor&, at::Tensor*>) {
-    at::Tensor bias;
-    if (norm_first) {
-      const at::Tensor y = f(layer_norm(x, norm), &bias);
-      return nlp::bias_dropout_add(y, bias, x, dropout_rate, training);
-    }
-    const at::Tensor y = f(x, &bias);
-    return layer_norm(nlp::bias_dropout_add(y, bias, x, dropout_rate, training), norm);
-  } else {
-    if (norm_first) return x + nlp::dropout(f(layer_norm(x, norm)), dropout_rate, training);
-    return layer_norm(x + nlp::dropout(f(x), dropout_rate, training), norm);
-  }
+  if (norm_first) return x + nlp::dropout(f(layer_norm(x, norm)), dropout_rate, training);
+  return layer_norm(x + nlp::dropout(f(x), dropout_rate, training), norm);
 }
 
-// residual() for training's sublayers (f leaves its output bias to
-// bias_dropout_add), with a second handle on the input: skip holds x's
-// values (pre-LN: x itself; post-LN: the handle the layer norm before gave
-// for the residual sum) and is what the residual sum reads. Returns the
-// output and its handle for the next sublayer's residual sum. Each
-// tensor the sublayer reads twice goes through layer_norm_and_skip, whose
-// node adds its two gradients in its own pass (kernels.h).
+// The same sublayer with f leaving its output projection's bias out and
+// storing it in its at::Tensor* (then the bias, dropout and the residual are
+// one pass: nlp::bias_dropout_add), and with a second handle on the input:
+// skip holds x's values (pre-LN: x itself; post-LN: the handle the layer
+// norm before gave for the residual sum) and is what the residual sum
+// reads. Returns the output and its handle for the next sublayer's residual
+// sum. Each tensor the sublayer reads twice goes through
+// layer_norm_and_skip, whose node adds its two gradients in its own pass
+// (kernels.h).
 template <typename F>
 std::array<at::Tensor, 2> residual_with_skip(const at::Tensor& x, const at::Tensor& skip,
                                              torch::nn::LayerNorm& norm, bool norm_first,
