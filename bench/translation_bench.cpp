@@ -347,10 +347,12 @@ int main(int argc, char** argv) {
     // counting (garden_bench::bracketed_ceiling): the share means nothing
     // for a GPU's step.
     const bool cpu = o.device == "cpu";
-    const double before = cpu ? garden_bench::gemm_ceiling_gflops(garden_bench::product_dtype(o)) : 0;
+    const double before =
+        cpu ? garden_bench::gemm_ceiling_gflops(garden_bench::product_dtype(o)) : 0;
     const double g = garden.measure(o.warmup, o.steps);
     garden_ms.push_back(g);
-    if (cpu) ceilings.push_back(garden_bench::bracketed_ceiling(before, garden_bench::product_dtype(o)));
+    if (cpu)
+      ceilings.push_back(garden_bench::bracketed_ceiling(before, garden_bench::product_dtype(o)));
     if (!alone) ratios.push_back(p / g);  // tokens/s garden over peer
     std::printf("%5d %12.1f %14.1f %14.1f %16.1f %7.3f\n", r + 1, p, tokens / p * 1000.0, g,
                 tokens / g * 1000.0, p / g);

@@ -166,8 +166,8 @@ void forward_portable(const T* x, const T* w, const T* b, T* y, T* mean, T* rstd
 
 template <typename T, bool kShared, bool kSkip>
 __attribute__((target("avx512f,avx512dq"))) void backward_avx512(
-    const T* dy, const T* dy2, const T* x, const T* w, const T* mean, const T* rstd,
-    const T* skip, T* dx, T* dw, T* db, T* row_sum, int64_t rows, int64_t c) {
+    const T* dy, const T* dy2, const T* x, const T* w, const T* mean, const T* rstd, const T* skip,
+    T* dx, T* dw, T* db, T* row_sum, int64_t rows, int64_t c) {
   backward_loop<T, kShared, kSkip>(dy, dy2, x, w, mean, rstd, skip, dx, dw, db, row_sum, rows, c);
 }
 template <typename T, bool kShared, bool kSkip>
@@ -179,8 +179,8 @@ __attribute__((target("avx2,fma"))) void backward_avx2(const T* dy, const T* dy2
 }
 template <typename T, bool kShared, bool kSkip>
 void backward_portable(const T* dy, const T* dy2, const T* x, const T* w, const T* mean,
-                       const T* rstd, const T* skip, T* dx, T* dw, T* db, T* row_sum,
-                       int64_t rows, int64_t c) {
+                       const T* rstd, const T* skip, T* dx, T* dw, T* db, T* row_sum, int64_t rows,
+                       int64_t c) {
   backward_loop<T, kShared, kSkip>(dy, dy2, x, w, mean, rstd, skip, dx, dw, db, row_sum, rows, c);
 }
 
@@ -281,14 +281,14 @@ std::array<at::Tensor, 3> normalize_backward(const at::Tensor& x, const at::Tens
 // row's mean and 1 / standard deviation saved for the backward.
 at::Tensor normalize_and_save(torch::autograd::AutogradContext* ctx, const at::Tensor& x_in,
                               const at::Tensor& weight, const at::Tensor& bias, double eps) {
-    RECORD_FUNCTION("garden::layer_norm", std::vector<c10::IValue>());
-    const at::Tensor x = x_in.contiguous();
-    const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
-    at::Tensor mean = at::empty({rows}, x.options());
-    at::Tensor rstd = at::empty({rows}, x.options());
-    const at::Tensor w = weight.contiguous();
-    at::Tensor y = normalize_rows(x, w, bias.contiguous(), eps, mean.data_ptr(), rstd.data_ptr());
-    ctx->save_for_backward({x, w, mean, rstd});
+  RECORD_FUNCTION("garden::layer_norm", std::vector<c10::IValue>());
+  const at::Tensor x = x_in.contiguous();
+  const int64_t c = x.size(-1), rows = c == 0 ? 0 : x.numel() / c;
+  at::Tensor mean = at::empty({rows}, x.options());
+  at::Tensor rstd = at::empty({rows}, x.options());
+  const at::Tensor w = weight.contiguous();
+  at::Tensor y = normalize_rows(x, w, bias.contiguous(), eps, mean.data_ptr(), rstd.data_ptr());
+  ctx->save_for_backward({x, w, mean, rstd});
   return y;
 }
 
@@ -302,8 +302,8 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    auto [dx, grad_weight, grad_bias] = normalize_backward(
-        saved[0], saved[1], saved[2], saved[3], grads[0].contiguous(), {}, {});
+    auto [dx, grad_weight, grad_bias] =
+        normalize_backward(saved[0], saved[1], saved[2], saved[3], grads[0].contiguous(), {}, {});
     return {dx, grad_weight, grad_bias, at::Tensor()};
   }
 };
@@ -336,10 +336,10 @@ class LayerNormPair : public torch::autograd::Function<LayerNormPair> {
     at::Tensor second = grads[1].defined() ? grads[1].contiguous() : at::Tensor();
     if (!skip_is_input && !dy.defined()) std::swap(dy, second);  // the output's one used handle
     if (!dy.defined()) {
-      if (skip_is_input && second.defined())
-        return {second, at::zeros_like(saved[1]), at::zeros_like(saved[1]), at::Tensor(),
-                at::Tensor()};
-      return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+      // Only the input's handle was read (or nothing): no gradient for the
+      // norm's parameters, as autograd would leave them.
+      return {skip_is_input ? second : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+              at::Tensor()};
     }
     auto [dx, grad_weight, grad_bias] =
         skip_is_input ? normalize_backward(x, saved[1], saved[2], saved[3], dy, {}, second)

@@ -174,10 +174,9 @@ std::array<at::Tensor, 2> TransformerEncoderBlockImpl::forward_with_skip(const a
                                     [&](const at::Tensor& in, at::Tensor* bias) {
                                       return self_attention->forward(in, {}, mask, bias);
                                     });
-  return residual_with_skip(h[0], h[1], output_norm, pre, p, training,
-                            [&](const at::Tensor& in, at::Tensor* bias) {
-                              return feed_forward->forward(in, bias);
-                            });
+  return residual_with_skip(
+      h[0], h[1], output_norm, pre, p, training,
+      [&](const at::Tensor& in, at::Tensor* bias) { return feed_forward->forward(in, bias); });
 }
 
 TransformerDecoderBlockImpl::TransformerDecoderBlockImpl(const TransformerBlockOptions& options)
@@ -208,10 +207,9 @@ at::Tensor TransformerDecoderBlockImpl::forward(const at::Tensor& x, const at::T
                          [&](const at::Tensor& in, at::Tensor* bias) {
                            return cross_attention->forward(in, memory, cross_mask, bias);
                          });
-  return residual_with_skip(h[0], h[1], output_norm, pre, p, training,
-                            [&](const at::Tensor& in, at::Tensor* bias) {
-                              return feed_forward->forward(in, bias);
-                            })[0];
+  return residual_with_skip(
+      h[0], h[1], output_norm, pre, p, training,
+      [&](const at::Tensor& in, at::Tensor* bias) { return feed_forward->forward(in, bias); })[0];
 }
 
 at::Tensor TransformerDecoderBlockImpl::forward_step(const at::Tensor& x, int64_t step,
