@@ -4,7 +4,7 @@
 //
 //   electra_bench [--preset tiny|small] [--threads 1] [--steps 5] [--warmup 2]
 //                 [--batch 16] [--length 128] [--rounds 3] [--peer PATH|none] [--peer_malloc
-//                 glibc|garden] [--amp none|bf16] [--profile] [--smoke]
+//                 glibc|garden] [--amp none|bf16] [--profile] [--replay] [--smoke]
 //
 // The model is the peer's preset: `tiny` is vocab 8000, embedding width 128,
 // discriminator 128 wide x 4 layers x 2 heads (feed-forward 512), generator
@@ -35,6 +35,10 @@
 // --profile times forward, loss, backward and optimizer apart (Garden only,
 // no peer) and prints LibTorch's operator profile. --peer none: Garden's side
 // alone, the same rounds and summary without the peer's figures.
+//
+// --replay records one step's matrix products, then times them alone beside
+// the step, round by round (bench/replay.h): the GEMM share a step that did
+// nothing else would reach with this library.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -60,6 +64,7 @@
 #include "garden/optim/optimizer.h"
 #include "peer.h"
 #include "profile.h"
+#include "replay.h"
 
 namespace {
 
@@ -70,7 +75,7 @@ using Options = garden_bench::StepOptions;
 const char* const kUsage =
     "electra_bench [--preset tiny|small] [--threads N] [--steps S] [--warmup W] [--batch B] "
     "[--length T] [--rounds R] [--peer PATH|none] [--peer_malloc glibc|garden] [--amp none|bf16] "
-    "[--profile] [--smoke]";
+    "[--profile] [--replay] [--smoke]";
 
 [[noreturn]] void usage(const std::string& problem) { garden_bench::usage(problem, kUsage); }
 
@@ -288,6 +293,12 @@ int main(int argc, char** argv) {
   const double tokens = static_cast<double>(o.batch * o.length);
   if (o.profile) {
     profile(garden, o);
+    return 0;
+  }
+  if (o.replay) {
+    garden_bench::run_product_replay(
+        "electra_step", o, matmul_flops_per_step(o) / 1e9, [&] { garden.step(); },
+        [&](int warmup, int steps) { return garden.measure(warmup, steps); });
     return 0;
   }
   if (o.smoke) {

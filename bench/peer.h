@@ -144,6 +144,10 @@ struct StepOptions {
   // --smoke: one small step of Garden's side alone, no peer (what CI runs so
   // the benchmark keeps building and running; not a figure to quote).
   bool smoke = false;
+  // --replay: one step's matrix products recorded, then run again alone
+  // beside the step, round by round (bench/replay.h); Garden only, float32
+  // on the CPU.
+  bool replay = false;
   // --peer_malloc glibc|garden: the peer runs with glibc's malloc settings
   // (default, as PyTorch users run it) or with those Garden sets.
   std::string peer_malloc = "glibc";
@@ -179,6 +183,10 @@ inline StepOptions parse_step_options(int argc, char** argv, StepOptions o,
     }
     if (flag == "--smoke") {
       o.smoke = true;
+      continue;
+    }
+    if (flag == "--replay") {
+      o.replay = true;
       continue;
     }
     if (flag == "--cuda-graph") {
@@ -224,6 +232,9 @@ inline StepOptions parse_step_options(int argc, char** argv, StepOptions o,
     fail("--preset must be one of the presets, got '" + o.preset + "'");
   if (o.threads < 1 || o.steps < 1 || o.warmup < 0 || o.batch < 1 || o.length < 1 || o.rounds < 1)
     fail("threads, steps, batch, length and rounds must be positive, warmup >= 0");
+  if (o.replay && (o.device != "cpu" || o.amp != "none" || o.cuda_graph || o.profile))
+    fail("--replay times float32 products on the CPU: leave out --device, --amp, --cuda-graph "
+         "and --profile");
   if (o.smoke) {
     o.steps = 1;
     o.warmup = 1;

@@ -5,7 +5,7 @@
 //   translation_bench [--preset tiny|base] [--threads 1] [--steps 5] [--warmup 2] [--batch 64]
 //                     [--length 32] [--rounds 3] [--peer PATH|none] [--peer_malloc glibc|garden]
 //                     [--device cpu|cuda|cuda:N] [--amp none|bf16] [--cuda-graph] [--profile]
-//                     [--smoke]
+//                     [--replay] [--smoke]
 //
 // The model is the peer's `tiny` preset: shared embedding (V 8000, d 256),
 // 3 + 3 pre-layer-norm layers, 4 heads, feed-forward 1024 with ReLU, biases,
@@ -41,6 +41,10 @@
 // no peer; on a GPU each phase waits for its kernels) and, on the CPU, prints
 // LibTorch's operator profile and the matrix products by shape
 // (bench/profile.h).
+//
+// --replay records one step's matrix products, then times them alone beside
+// the step, round by round (bench/replay.h): the GEMM share a step that did
+// nothing else would reach with this library.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -67,6 +71,7 @@
 #include "garden/optim/optimizer.h"
 #include "peer.h"
 #include "profile.h"
+#include "replay.h"
 
 // With CUDA's headers (a CUDA LibTorch): the caching allocator's statistics.
 #if __has_include(<c10/cuda/CUDACachingAllocator.h>) && __has_include(<cuda_runtime_api.h>)
@@ -100,7 +105,7 @@ const char* const kUsage =
     "translation_bench [--preset tiny|base] [--threads N] [--steps S] [--warmup W] [--batch B] "
     "[--length T] [--rounds "
     "R] [--peer PATH|none] [--peer_malloc glibc|garden] [--device cpu|cuda|cuda:N] [--amp none|bf16] "
-    "[--cuda-graph] [--profile] [--smoke]";
+    "[--cuda-graph] [--profile] [--replay] [--smoke]";
 
 Options parse(int argc, char** argv) {
   Options defaults;
@@ -312,6 +317,13 @@ int main(int argc, char** argv) {
   const double tokens = 2.0 * static_cast<double>(o.batch * o.length);
   if (o.profile) {
     profile(garden, o);
+    return 0;
+  }
+  if (o.replay) {
+    garden_bench::run_product_replay(
+        "translation_step", o, matmul_flops_per_step(preset_of(o.preset), o.batch, o.length) / 1e9,
+        [&] { garden.step(); },
+        [&](int warmup, int steps) { return garden.measure(warmup, steps); });
     return 0;
   }
   if (o.smoke) {

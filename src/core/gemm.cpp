@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 
@@ -55,7 +56,38 @@ const Gemm& gemm() {
   return chosen;
 }
 
+// The recorder sgemm reports to, if any. `recording` is the fast check;
+// recorder_mutex orders a recorder's end after every call that saw it.
+std::atomic<bool> recording{false};
+std::mutex recorder_mutex;
+GemmRecorder* recorder = nullptr;
+
 }  // namespace
+
+void record_gemm_call(const GemmCall& call) {
+  std::lock_guard<std::mutex> guard(recorder_mutex);
+  if (!recorder) return;
+  std::lock_guard<std::mutex> calls_guard(recorder->mutex_);
+  recorder->calls_.push_back(call);
+}
+
+GemmRecorder::GemmRecorder() {
+  std::lock_guard<std::mutex> guard(recorder_mutex);
+  if (recorder) throw Error("GemmRecorder: another recorder is already recording sgemm's calls");
+  recorder = this;
+  recording.store(true, std::memory_order_relaxed);
+}
+
+GemmRecorder::~GemmRecorder() {
+  std::lock_guard<std::mutex> guard(recorder_mutex);
+  recorder = nullptr;
+  recording.store(false, std::memory_order_relaxed);
+}
+
+std::vector<GemmCall> GemmRecorder::calls() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return calls_;
+}
 
 const std::string& gemm_library() { return gemm().name; }
 
@@ -66,6 +98,8 @@ bool sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, float al
   // thread LibTorch's count first, as at::parallel_for does (a thread that
   // has not run one yet has the process's default).
   at::internal::lazy_init_num_threads();
+  if (recording.load(std::memory_order_relaxed))
+    record_gemm_call(GemmCall{trans_a, trans_b, m, n, k});
   if (g.dnnl) return g.dnnl(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) == 0;
   return blas_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <thread>
+
+#include "garden/base/error.h"
 #include "garden/core/gemm.h"
 
 namespace garden {
@@ -54,6 +57,40 @@ TEST(GemmTest, EveryTranspositionMatchesTheProductInDouble) {
       }
     }
   }
+}
+
+// The recorder sees each call's layouts and sizes, from this thread and
+// another, in order, and nothing before it began or after it ended; a second
+// recorder is refused while one records, and allowed after.
+TEST(GemmTest, RecorderSeesTheCallsMadeWhileItLives) {
+  ASSERT_NE(gemm_library(), "none");
+  std::vector<float> a(6 * 5, 1.0f), b(5 * 4, 1.0f), c(6 * 4, 0.0f);
+  const auto call = [&](char ta, char tb, int64_t m, int64_t n, int64_t k) {
+    ASSERT_TRUE(sgemm(ta, tb, m, n, k, 1.0f, a.data(), ta == 'N' ? k : m, b.data(),
+                      tb == 'N' ? n : k, 0.0f, c.data(), n));
+  };
+  call('N', 'N', 6, 4, 5);  // before: not recorded
+  std::vector<GemmCall> seen;
+  {
+    GemmRecorder recorder;
+    EXPECT_THROW(GemmRecorder(), Error);
+    call('T', 'N', 6, 4, 5);
+    std::thread([&] { call('N', 'T', 3, 2, 5); }).join();
+    call('T', 'T', 1, 4, 5);
+    seen = recorder.calls();
+  }
+  call('N', 'N', 6, 4, 5);  // after: not recorded
+  ASSERT_EQ(seen.size(), 3u);
+  const GemmCall want[] = {{'T', 'N', 6, 4, 5}, {'N', 'T', 3, 2, 5}, {'T', 'T', 1, 4, 5}};
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(seen[i].trans_a, want[i].trans_a) << i;
+    EXPECT_EQ(seen[i].trans_b, want[i].trans_b) << i;
+    EXPECT_EQ(seen[i].m, want[i].m) << i;
+    EXPECT_EQ(seen[i].n, want[i].n) << i;
+    EXPECT_EQ(seen[i].k, want[i].k) << i;
+  }
+  GemmRecorder again;  // the first one ended
+  EXPECT_TRUE(again.calls().empty());
 }
 
 }  // namespace

@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <vector>
 
 namespace garden {
 
@@ -32,5 +34,32 @@ bool sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, float al
 bool blas_sgemm(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                 int64_t ldc);
+
+// One sgemm call as it was made: the layouts and sizes it took.
+struct GemmCall {
+  char trans_a = 'N', trans_b = 'N';
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// While one lives, every sgemm call, from any thread, is recorded (its
+// layouts and sizes, in the order the calls began): what the step
+// benchmarks' --replay runs again to time a step's products alone. One at
+// a time: constructing a second while one lives throws garden::Error.
+// Outside a recording sgemm pays one relaxed atomic load.
+class GemmRecorder {
+ public:
+  GemmRecorder();
+  ~GemmRecorder();
+  GemmRecorder(const GemmRecorder&) = delete;
+  GemmRecorder& operator=(const GemmRecorder&) = delete;
+
+  // The calls recorded so far.
+  std::vector<GemmCall> calls() const;
+
+ private:
+  friend void record_gemm_call(const GemmCall& call);
+  mutable std::mutex mutex_;
+  std::vector<GemmCall> calls_;
+};
 
 }  // namespace garden
