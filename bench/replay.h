@@ -14,10 +14,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,6 +25,12 @@
 #include "peer.h"
 
 namespace garden_bench {
+
+// What stops --replay, as one line on stderr, and exit status 1.
+[[noreturn]] inline void replay_failed(const std::string& why) {
+  std::cerr << "--replay: " << why << "\n";
+  std::exit(1);
+}
 
 class ProductReplay {
  public:
@@ -66,9 +72,9 @@ class ProductReplay {
       const auto product = on_blas ? &garden::blas_sgemm : &garden::sgemm;
       if (!product(c.trans_a, c.trans_b, c.m, c.n, c.k, 1.0f, a, c.trans_a == 'N' ? c.k : c.m, b,
                    c.trans_b == 'N' ? c.n : c.k, 0.0f, out, c.n))
-        throw std::runtime_error(std::string("--replay: ") +
-                                 (on_blas ? "the BLAS's" : garden::gemm_library()) +
-                                 " sgemm failed");
+        replay_failed((on_blas ? std::string("the BLAS's") : garden::gemm_library()) +
+                      " sgemm failed on a [" + std::to_string(c.m) + ", " + std::to_string(c.k) +
+                      "] x [" + std::to_string(c.k) + ", " + std::to_string(c.n) + "] product");
     }
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
         .count();
@@ -96,8 +102,7 @@ class ProductReplay {
 inline void run_product_replay(const std::string& bench, const StepOptions& o, double gflop,
                                const std::function<void()>& step,
                                const std::function<double(int, int)>& measure) {
-  if (garden::gemm_library() == "none")
-    throw std::runtime_error("--replay: no GEMM library to replay the products on");
+  if (garden::gemm_library() == "none") replay_failed("no GEMM library to replay the products on");
   std::vector<garden::GemmCall> calls;
   {
     garden::GemmRecorder recorder;
@@ -105,8 +110,7 @@ inline void run_product_replay(const std::string& bench, const StepOptions& o, d
     calls = recorder.calls();
   }
   if (calls.empty())
-    throw std::runtime_error("--replay: the step ran no product through garden::sgemm (" +
-                             garden::gemm_library() + ")");
+    replay_failed("the step ran no product through garden::sgemm (" + garden::gemm_library() + ")");
   ProductReplay replay(std::move(calls));
   std::cout << "# " << bench << " " << o.preset << " --replay: " << replay.calls().size()
             << " sgemm calls a step, " << replay.gflop() << " GFLOP of the " << gflop

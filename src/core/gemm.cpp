@@ -6,6 +6,8 @@
 #include <atomic>
 #include <climits>
 #include <cstdlib>
+#include <mutex>
+#include <vector>
 
 #include "garden/base/error.h"
 
@@ -56,37 +58,37 @@ const Gemm& gemm() {
   return chosen;
 }
 
-// The recorder sgemm reports to, if any. `recording` is the fast check;
-// recorder_mutex orders a recorder's end after every call that saw it.
+// Whether a GemmRecorder lives (sgemm's check without the lock), and what it
+// has seen; recorder_mutex guards both, so a recorder's end comes after every
+// call that saw it begin.
 std::atomic<bool> recording{false};
 std::mutex recorder_mutex;
-GemmRecorder* recorder = nullptr;
-
-}  // namespace
+std::vector<GemmCall> recorded;
 
 void record_gemm_call(const GemmCall& call) {
   std::lock_guard<std::mutex> guard(recorder_mutex);
-  if (!recorder) return;
-  std::lock_guard<std::mutex> calls_guard(recorder->mutex_);
-  recorder->calls_.push_back(call);
+  if (recording.load(std::memory_order_relaxed)) recorded.push_back(call);
 }
+
+}  // namespace
 
 GemmRecorder::GemmRecorder() {
   std::lock_guard<std::mutex> guard(recorder_mutex);
-  if (recorder) throw Error("GemmRecorder: another recorder is already recording sgemm's calls");
-  recorder = this;
+  if (recording.load(std::memory_order_relaxed))
+    throw Error("GemmRecorder: another recorder is already recording sgemm's calls");
+  recorded.clear();
   recording.store(true, std::memory_order_relaxed);
 }
 
 GemmRecorder::~GemmRecorder() {
   std::lock_guard<std::mutex> guard(recorder_mutex);
-  recorder = nullptr;
+  recorded.clear();
   recording.store(false, std::memory_order_relaxed);
 }
 
 std::vector<GemmCall> GemmRecorder::calls() const {
-  std::lock_guard<std::mutex> guard(mutex_);
-  return calls_;
+  std::lock_guard<std::mutex> guard(recorder_mutex);
+  return recorded;
 }
 
 const std::string& gemm_library() { return gemm().name; }

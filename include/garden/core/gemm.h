@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -55,11 +54,6 @@ class GemmRecorder {
 
   // The calls recorded so far.
   std::vector<GemmCall> calls() const;
-
- private:
-  friend void record_gemm_call(const GemmCall& call);
-  mutable std::mutex mutex_;
-  std::vector<GemmCall> calls_;
 };
 
 }  // namespace garden
