@@ -1,11 +1,18 @@
 #include <unistd.h>
 
+#include <cstdio>
+#include <iostream>
 #include <string>
 
+#include "garden/base/stop_signals.h"
 #include "garden/cli/cli.h"
 #include "garden/core/runtime.h"
 
 int main(int argc, char** argv) {
+  // Before any thread starts (and before the restart below, which keeps the
+  // blocked signals): every thread of the process leaves SIGTERM and SIGINT
+  // to the signal thread (garden/base/stop_signals.h).
+  garden::install_stop_signals();
   garden::keep_freed_memory_in_the_heap();
   // The commands that compute start again with OpenBLAS's best kernels for
   // this CPU, and those that compute for long also with passive OpenMP
@@ -17,5 +24,14 @@ int main(int argc, char** argv) {
   if (products || command == "env")
     garden::restart_with_fast_settings(
         argv, (long_work || command == "env") && sysconf(_SC_NPROCESSORS_ONLN) > 1);
-  return garden::run_main(argc, argv);
+  const int code = garden::run_main(argc, argv);
+  if (garden::StopSignals::work_abandoned()) {
+    // Work a stop signal left running (SentencePiece's training) must not
+    // meet the static destructors.
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    _exit(code);
+  }
+  return code;
 }

@@ -61,6 +61,19 @@ std::string one_line(std::string text) {
   return text;
 }
 
+// A failure is one "garden: error:" line and exit 1, unless a stop signal
+// came first: a collective then fails because the other workers stopped too,
+// and the run ends as stopped (128 + signal), saying what broke off.
+int report_failure(const std::string& what) {
+  if (const int signal = StopSignals::pending()) {
+    std::cerr << "garden: received " << StopSignals::name(signal) << "; stopped (" << what
+              << ")\n";
+    return 128 + signal;
+  }
+  std::cerr << "garden: error: " << what << "\n";
+  return 1;
+}
+
 struct ExperimentFlags {
   std::string experiment;
   std::vector<std::string> config_files;
@@ -326,11 +339,10 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
     std::cerr << "garden: " << one_line(e.what()) << "\n";
     return 128 + e.signal();
   } catch (const c10::Error& e) {
-    std::cerr << "garden: error: " << one_line(e.what_without_backtrace()) << "\n";
+    return report_failure(one_line(e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    std::cerr << "garden: error: " << one_line(e.what()) << "\n";
+    return report_failure(one_line(e.what()));
   }
-  return 1;
 }
 
 }  // namespace garden

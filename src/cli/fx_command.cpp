@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "garden/base/error.h"
+#include "garden/base/stop_signals.h"
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
 #include "garden/fx/prediction.h"
@@ -195,9 +196,19 @@ int run_fx(int argc, char** argv, const std::function<void()>& register_extras) 
     if (command == "train") return train(args);
     if (command == "predict") return predict(args);
     throw Error("unknown fx command '" + command + "'; the commands are train and predict");
+  } catch (const Preempted& e) {
+    // Stopped by a signal after saving: 128 + signal, as for garden train.
+    std::string text = e.what();
+    std::cerr << "garden fx: " << text.substr(0, text.find('\n')) << "\n";
+    return 128 + e.signal();
   } catch (const std::exception& e) {
     std::string text = e.what();
     text = text.substr(0, text.find('\n'));
+    if (const int signal = StopSignals::pending()) {
+      std::cerr << "garden fx: received " << StopSignals::name(signal) << "; stopped (" << text
+                << ")\n";
+      return 128 + signal;
+    }
     std::cerr << "garden fx: error: " << text << "\n";
     return 1;
   }

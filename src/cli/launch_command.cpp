@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "garden/base/error.h"
+#include "garden/base/stop_signals.h"
 #include "garden/core/runtime.h"
 
 namespace garden {
@@ -43,8 +44,6 @@ struct Child {
   int status = 0;
 };
 
-volatile sig_atomic_t g_signal = 0;
-void remember_signal(int signal) { g_signal = signal; }
 
 // Writes the complete lines of `buffer` with the child's prefix; keeps the rest.
 void emit_lines(Child& child, std::string& buffer, std::ostream& to, bool flush_all) {
@@ -194,11 +193,10 @@ int run_launch(int argc, char** argv) {
   const int64_t world = flags.nnodes * flags.nproc_per_node;
   const std::vector<std::string> unset = {"TF_CONFIG", "SLURM_PROCID", "SLURM_NTASKS",
                                           "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"};
-  struct sigaction action {};
-  action.sa_handler = remember_signal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
+  // A stop signal is passed on to every process (each checkpoints and
+  // stops); the children inherit the blocked signals and take them as
+  // `garden` does (garden/base/stop_signals.h).
+  GracefulStop graceful;
 
   // As torchrun does: processes sharing a machine share its cores, so each
   // gets its part for OpenMP and OpenBLAS (whose own threads LibTorch's
@@ -286,8 +284,8 @@ int run_launch(int argc, char** argv) {
   std::chrono::steady_clock::time_point kill_at{};
   bool kill_armed = false;
   while (true) {
-    if (g_signal && !forwarded) {
-      forwarded = g_signal;
+    if (StopSignals::pending() && !forwarded) {
+      forwarded = StopSignals::pending();
       stop_all(forwarded);  // each process checkpoints (when configured) and stops
     }
     std::vector<pollfd> fds;
@@ -356,7 +354,7 @@ int run_launch(int argc, char** argv) {
     return exit_code(failed->status) == 0 ? 1 : exit_code(failed->status);
   }
   if (forwarded) {
-    std::cerr << "garden launch: passed " << (forwarded == SIGINT ? "SIGINT" : "SIGTERM")
+    std::cerr << "garden launch: passed " << StopSignals::name(forwarded)
               << " on to every process; they have stopped\n";
     return 128 + forwarded;
   }

@@ -21,6 +21,7 @@
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
+#include "garden/base/stop_signals.h"
 #include "garden/cli/files.h"
 #include "garden/serving/export.h"
 #include "garden/serving/predictor.h"
@@ -146,23 +147,12 @@ void run_predict(const PredictFlags& flags) {
             << " instances/s, export " << predictor.directory() << "\n";
 }
 
-// The signal that asked the server to stop (0: none yet). A handler, not
-// sigwait: LibTorch's and OpenBLAS's threads exist before any mask is set,
-// and a signal may land on any of them.
-volatile std::sig_atomic_t stop_signal = 0;
-extern "C" void on_stop_signal(int signal) { stop_signal = signal; }
-
 void run_serve(const std::string& export_dir, const serving::ServerOptions& options) {
   serving::ModelServer server(export_dir, options);
   const int port = server.start();
-  stop_signal = 0;
-  struct sigaction action {};
-  action.sa_handler = on_stop_signal;
-  sigemptyset(&action.sa_mask);
-  struct sigaction old_term {
-  }, old_int{};
-  sigaction(SIGTERM, &action, &old_term);
-  sigaction(SIGINT, &action, &old_int);
+  // SIGTERM and SIGINT drain the server (the signal thread only marks the
+  // request: the drain runs here, on the waiter).
+  GracefulStop graceful;
   ::signal(SIGPIPE, SIG_IGN);
   // Announced once the model answers (a bad export is one error line).
   std::thread announcer([&server, &options, port] {
@@ -173,21 +163,18 @@ void run_serve(const std::string& export_dir, const serving::ServerOptions& opti
   std::atomic<bool> done{false};
   std::thread waiter([&] {
     while (!done) {
-      if (stop_signal != 0) {
-        std::cerr << "garden: " << (stop_signal == SIGTERM ? "SIGTERM" : "SIGINT")
+      if (StopSignals::wait_for(std::chrono::milliseconds(50))) {
+        std::cerr << "garden: " << StopSignals::name(StopSignals::pending())
                   << ": finishing the requests in flight, then stopping" << std::endl;
         server.shutdown();
         return;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });
   auto restore = [&] {
     done = true;
     waiter.join();
     announcer.join();
-    sigaction(SIGTERM, &old_term, nullptr);
-    sigaction(SIGINT, &old_int, nullptr);
   };
   try {
     server.run();

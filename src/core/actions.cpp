@@ -74,37 +74,4 @@ void BestCheckpointExporter::maybe_export_checkpoint(Trainer& trainer, const Log
              << "; exported to " << export_dir_;
 }
 
-// ---- preemption --------------------------------------------------------------
-
-namespace {
-volatile std::sig_atomic_t pending_signal = 0;
-
-extern "C" void on_preemption_signal(int signal) {
-  if (pending_signal == SIGINT && signal == SIGINT) {
-    // A second Ctrl-C: the user wants out now.
-    std::signal(SIGINT, SIG_DFL);
-    std::raise(SIGINT);
-    return;
-  }
-  pending_signal = signal;
-}
-}  // namespace
-
-PreemptionWatcher::PreemptionWatcher() {
-  pending_signal = 0;
-  struct sigaction action {};
-  action.sa_handler = on_preemption_signal;
-  sigemptyset(&action.sa_mask);
-  ::sigaction(SIGTERM, &action, &previous_term_);
-  ::sigaction(SIGINT, &action, &previous_int_);
-}
-
-PreemptionWatcher::~PreemptionWatcher() {
-  ::sigaction(SIGTERM, &previous_term_, nullptr);
-  ::sigaction(SIGINT, &previous_int_, nullptr);
-}
-
-int PreemptionWatcher::pending() { return pending_signal; }
-void PreemptionWatcher::clear() { pending_signal = 0; }
-
 }  // namespace garden

@@ -2,12 +2,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <iomanip>
 #include <sstream>
 #include <thread>
 
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
+#include "garden/base/stop_signals.h"
 #include "garden/core/progress.h"
 #include "garden/core/summary_writer.h"
 
@@ -135,9 +137,15 @@ void Controller::train(int64_t steps, bool checkpoint_at_completion) {
   }
   if (last_summary_step_ < 0) last_summary_step_ = current;
   const int64_t overall = std::max(steps, overall_steps_);
-  Progress progress(current, overall, options_.interactive);
-  struct StopRequested {};
   const bool watch_signals = options_.checkpoint_on_preemption;
+  // A stop that came before the first step (while the task was built):
+  // nothing new to save.
+  if (watch_signals && trainer_->stop_requested() && StopSignals::pending() != 0)
+    throw Preempted("received " + StopSignals::name(StopSignals::pending()) +
+                        " before the first step of this run; nothing new to save; run the "
+                        "same command to resume",
+                    StopSignals::pending());
+  Progress progress(current, overall, options_.interactive);
   trainer_->set_step_observer([&progress, watch_signals, this](int64_t step) {
     progress.update(step);
     // Over several workers, agreed by all at this step.
@@ -216,8 +224,8 @@ int64_t Controller::recover(double loss, int64_t step) {
 }
 
 void Controller::stop_for_preemption() {
-  const int signal = PreemptionWatcher::pending();
-  const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
+  const int signal = StopSignals::pending();
+  const std::string name = StopSignals::name(signal);
   const int64_t step = trainer_->global_step();
   std::string message =
       signal == 0
@@ -233,7 +241,27 @@ void Controller::stop_for_preemption() {
 Logs Controller::evaluate(int64_t steps) {
   if (!evaluator_) throw Error("evaluate needs an evaluator");
   const auto start = Clock::now();
-  Logs logs = evaluator_->evaluate(steps);
+  // One process stops an evaluation between batches for a stop signal
+  // (several workers evaluate shards of different lengths: they finish it).
+  if (!evaluator_->process_group())
+    evaluator_->set_eval_batch_observer([] {
+      if (StopSignals::pending() != 0) throw StopRequested{};
+    });
+  struct ObserverReset {
+    Trainer* trainer;
+    ~ObserverReset() { trainer->set_eval_batch_observer(nullptr); }
+  } reset{evaluator_};
+  Logs logs;
+  try {
+    logs = evaluator_->evaluate(steps);
+  } catch (const StopRequested&) {
+    if (trainer_ && options_.checkpoint_on_preemption) stop_for_preemption();
+    const int signal = StopSignals::pending();
+    throw Preempted("received " + StopSignals::name(signal) + " while evaluating step " +
+                        std::to_string(evaluator_->global_step()) +
+                        "; stopped (an evaluation saves nothing)",
+                    signal);
+  }
   const int64_t step = evaluator_->global_step();
   log_info() << "eval | step " << step << " | " << std::fixed << std::setprecision(2)
              << seconds_since(start) << " s | " << format_logs(logs);
@@ -289,7 +317,13 @@ Logs Controller::evaluate_continuously(int64_t steps, int64_t timeout_seconds, i
                  << " s (continuous_eval_timeout); stopping";
       break;
     }
-    std::this_thread::sleep_for(std::chrono::duration<double>(poll_seconds));
+    if (StopSignals::wait_for(std::chrono::duration<double>(poll_seconds))) {
+      const int signal = StopSignals::pending();
+      throw Preempted("received " + StopSignals::name(signal) +
+                          " while waiting for a checkpoint; continuous evaluation stopped "
+                          "(it saves nothing)",
+                      signal);
+    }
   }
   return logs;
 }

@@ -384,7 +384,7 @@ void ParameterServers::push(const std::vector<at::Tensor>& gradients,
     if (k == 0) {
       message.meta["scalars"] = scalars;
       message.meta["examples"] = examples;
-      message.meta["signal"] = PreemptionWatcher::pending();
+      message.meta["signal"] = StopSignals::pending();
     }
     group_->send(message, ps_rank(static_cast<int64_t>(k)),
                  "pushing gradients to ps " + std::to_string(k));

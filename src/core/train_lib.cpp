@@ -139,6 +139,15 @@ void check_best_checkpoint_metric(const std::string& metric, Trainer& trainer, c
   throw config::ConfigError(message);
 }
 
+// A stop signal that came before training began: nothing new to save.
+void stop_if_requested() {
+  if (const int signal = StopSignals::pending())
+    throw Preempted("received " + StopSignals::name(signal) +
+                        " before the first step of this run; nothing new to save; run the "
+                        "same command to resume",
+                    signal);
+}
+
 Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& options,
          RunDirectory* run_dir) {
   const std::string& mode = options.mode;
@@ -168,10 +177,7 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
     if (trainer_config.recovery_max_trials > 0)
       refuse("trainer.recovery_max_trials=" + std::to_string(trainer_config.recovery_max_trials));
   }
-  // A stop signal to a worker or ps task waits for the chief: it
-  // checkpoints at the end of its loop and then ends every process.
-  std::optional<PreemptionWatcher> async_watcher;
-  if (async && !chief) async_watcher.emplace();
+  stop_if_requested();
   if (async) {
     if (group->cluster().is_ps()) {
       // A ps task builds nothing: the chief sends its shard.
@@ -185,6 +191,7 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
   // tokenizer) is there when the other workers build theirs.
   if (group && !chief) group->barrier("waiting for the chief to build the task");
   TaskPtr task = get_task(params->task, options.model_dir);
+  stop_if_requested();
   ModelPtr model = task->build_model();
   model->to(torch::Device(params->runtime.device));
   if (group && chief) group->barrier("the chief's task build");
@@ -236,8 +243,6 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
                         trainer_config.recovery_max_trials};
     controller_options.checkpoint_on_preemption = trainer_config.preemption_on_demand_checkpoint;
   }
-  std::optional<PreemptionWatcher> preemption;
-  if (controller_options.checkpoint_on_preemption) preemption.emplace();
   Controller controller(trains ? &trainer : nullptr, evaluates ? &trainer : nullptr, &checkpoints,
                         controller_options);
   // Any checkpoint this run writes makes its model_dir worth keeping.
@@ -350,6 +355,18 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params, const RunO
   // A training run owns its model_dir: locked, logged from the first line,
   // and rolled back when it fails before its first checkpoint.
   const bool trains = mode == "train" || mode == "train_and_eval" || mode == "train_and_post_eval";
+  // From here on a stop signal asks the run to stop where it can: at a step
+  // (after a checkpoint), between evaluation batches, or before the first
+  // step when it comes while the task is built (a tokenizer trained). A
+  // worker or ps task of parameter servers waits for the chief, which
+  // checkpoints at the end of its loop and then ends every process. Without
+  // preemption_on_demand_checkpoint a training run ends at once instead.
+  const bool async_non_chief = options.process_group &&
+                               options.process_group->cluster().parameter_server() &&
+                               !options.process_group->is_chief();
+  std::optional<GracefulStop> graceful;
+  if (!trains || params->trainer.preemption_on_demand_checkpoint || async_non_chief)
+    graceful.emplace();
   // Over several workers, the chief alone owns model_dir.
   std::optional<RunDirectory> run_dir;
   if (trains && (!options.process_group || options.process_group->is_chief()))

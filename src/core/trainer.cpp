@@ -122,7 +122,7 @@ bool Trainer::stop_requested() const {
   if (group_) return stop_agreed_;
   // The coordinator also stops for a signal any worker reported.
   if (servers_ && servers_->is_chief() && servers_->signal_from_workers() != 0) return true;
-  return PreemptionWatcher::pending() != 0;
+  return StopSignals::pending() != 0;
 }
 
 void Trainer::init_async() {
@@ -189,7 +189,7 @@ Batch Trainer::next_train_inputs() {
   if (group_) {
     // The end of the data and a stop signal are decided by all workers.
     const auto agreed =
-        group_->sum({batch ? 0.0 : 1.0, PreemptionWatcher::pending() ? 1.0 : 0.0},
+        group_->sum({batch ? 0.0 : 1.0, StopSignals::pending() ? 1.0 : 0.0},
                     "the step agreement at step " + std::to_string(global_step_ + 1));
     stop_agreed_ = agreed[1] > 0;
     if (agreed[0] > 0)
@@ -799,6 +799,7 @@ Trainer::EvalLoopFn Trainer::create_eval_loop_fn() {
       auto next = next_eval_inputs();
       if (!next) break;
       eval_reduce(state, eval_step(next->first, next->second));
+      if (eval_batch_observer_) eval_batch_observer_();
     }
     return state;
   };

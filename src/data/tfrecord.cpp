@@ -122,12 +122,25 @@ class FileSink final : public detail::ByteSink {
     if (file_ != nullptr) std::fclose(file_);
   }
 
+  // A call a signal interrupted (EINTR: stdio gives up and marks an error)
+  // goes on where it stopped.
   void write(const void* data, size_t n) override {
-    if (n > 0 && std::fwrite(data, 1, n, file_) != n) fail("cannot write to", errno);
+    const char* bytes = static_cast<const char*>(data);
+    while (n > 0) {
+      const size_t wrote = std::fwrite(bytes, 1, n, file_);
+      bytes += wrote;
+      n -= wrote;
+      if (n == 0) break;
+      if (errno != EINTR) fail("cannot write to", errno);
+      std::clearerr(file_);
+    }
   }
 
   void flush(bool sync) override {
-    if (std::fflush(file_) != 0) fail("cannot flush", errno);
+    while (std::fflush(file_) != 0) {
+      if (errno != EINTR) fail("cannot flush", errno);
+      std::clearerr(file_);
+    }
     if (sync && ::fsync(::fileno(file_)) != 0) fail("cannot fsync", errno);
   }
 
@@ -159,11 +172,18 @@ class FileSource final : public detail::ByteSource {
 
   ~FileSource() override { std::fclose(file_); }
 
+  // Short only at the end of the file; a read a signal interrupted (EINTR)
+  // goes on, never taken for the end of the data.
   size_t read(void* data, size_t n) override {
-    const size_t got = std::fread(data, 1, n, file_);
-    if (got < n && std::ferror(file_)) {
-      throw DataError("cannot read TFRecord file " + quote_path(path_) + ": " +
-                      system_reason(errno));
+    char* bytes = static_cast<char*>(data);
+    size_t got = 0;
+    while (got < n) {
+      got += std::fread(bytes + got, 1, n - got, file_);
+      if (got == n || !std::ferror(file_)) break;
+      if (errno != EINTR)
+        throw DataError("cannot read TFRecord file " + quote_path(path_) + ": " +
+                        system_reason(errno));
+      std::clearerr(file_);
     }
     return got;
   }

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "garden/base/error.h"
+#include "garden/base/stop_signals.h"
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
 #include "garden/core/checkpoint.h"
@@ -576,6 +577,9 @@ std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet&
     log_warning() << "--log-level-tensorflow " << args.log_level_tensorflow
                   << " has no effect: Garden has no TensorFlow log";
   const fs::path root(output);
+  // SIGTERM and SIGINT stop the run after the current step with a checkpoint
+  // (the master's; workers and ps tasks report theirs to it).
+  GracefulStop graceful;
   // The initial weights (the master's, in a cluster).
   if (args.seed >= 0) torch::manual_seed(static_cast<uint64_t>(args.seed));
   // The data is read and checked first: bad input leaves no job directory.
@@ -646,7 +650,7 @@ std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet&
                         graph,
                     global_steps);
   }
-  const auto save_and_evaluate = [&] {
+  const auto save = [&] {
     CheckpointData data;
     for (const auto& [name, tensor] : model_state(module)) data.tensors["model/" + name] = tensor;
     for (const auto& [name, tensor] : training.optimizer->state_tensors())
@@ -656,7 +660,10 @@ std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet&
                  {"epoch", training.input.epoch()},
                  {"position", training.input.position()},
                  {"model", builder.model_name()}};
-    checkpoints.save(data, global_steps);
+    return checkpoints.save(data, global_steps);
+  };
+  const auto save_and_evaluate = [&] {
+    save();
     // One full pass over the eval source.
     EvaluationValue total;
     auto input = evaluation.input;
@@ -729,6 +736,15 @@ std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet&
       steps_this_run += target - global_steps;
       const bool first = steps_this_run == target - global_steps;
       global_steps = target;
+      if (const int signal =
+              StopSignals::pending() ? StopSignals::pending()
+                                     : (servers ? servers->signal_from_workers() : 0)) {
+        const std::string path = save();
+        throw Preempted("received " + StopSignals::name(signal) + " at step " +
+                            std::to_string(global_steps) + "; saved " + path +
+                            "; run the same command to resume",
+                        signal);
+      }
       if (global_steps % args.log_interval_steps == 0 || global_steps == limit) {
         const double seconds = std::chrono::duration<double>(Clock::now() - interval_start).count();
         const double throughput = static_cast<double>(examples) / std::max(seconds, 1e-9);
@@ -758,7 +774,8 @@ std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet&
   } catch (const std::exception& e) {
     if (servers) {
       std::string text = e.what();
-      servers->stop(text.substr(0, text.find('\n')));
+      servers->stop(dynamic_cast<const Preempted*>(&e) ? std::string("preempted")
+                                                       : text.substr(0, text.find('\n')));
     }
     throw;
   }

@@ -10,6 +10,7 @@
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
+#include "garden/base/stop_signals.h"
 #include "garden/nlp/sentence_pairs.h"
 
 namespace garden::nlp {
@@ -74,12 +75,20 @@ void train_translation_sentencepiece(const TranslationConfig& config,
   if (sentences > 4'000'000) options.input_sentence_size = 4'000'000;
   options.num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.extra_flags = {"max_sentence_length=16384"};
-  try {
-    data::train_sentencepiece(options);
-  } catch (const std::exception& e) {
-    throw Error("task.sentencepiece_vocab_size " + std::to_string(options.vocab_size) + " on '" +
-                train.input_path + "': " + e.what());
-  }
+  // SentencePiece cannot stop part-way: a stop signal leaves it behind (the
+  // work owns copies of what it reads, and writes only under a temporary
+  // name), and this run unwinds, removing what it made.
+  run_until_stopped(
+      [options, input = train.input_path] {
+        try {
+          data::train_sentencepiece(options);
+        } catch (const std::exception& e) {
+          throw Error("task.sentencepiece_vocab_size " + std::to_string(options.vocab_size) +
+                      " on '" + input + "': " + e.what());
+        }
+      },
+      "training the SentencePiece model",
+      "stopped before the first step, nothing to save; run the same command to start again");
   cleanup.keep_dir = true;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,8 +1,7 @@
 // Model Garden's training actions (official/core/actions.py): recovery from a
-// diverged loss, best-checkpoint export, and checkpoints on preemption.
+// diverged loss and best-checkpoint export.
 #pragma once
 
-#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -11,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "garden/base/error.h"
+#include "garden/base/stop_signals.h"
 #include "garden/core/trainer.h"
 
 namespace garden {
@@ -52,33 +52,8 @@ class BestCheckpointExporter : public CheckpointExporter {
   std::function<void(const std::string&)> on_saved_;
 };
 
-// Thrown by the training loop when SIGTERM or SIGINT arrived; the checkpoint
-// at the current step has been written by then.
-class Preempted : public Error {
- public:
-  Preempted(const std::string& message, int signal) : Error(message), signal_(signal) {}
-  int signal() const { return signal_; }
-
- private:
-  int signal_;
-};
-
-// While alive, SIGTERM and SIGINT set a flag instead of ending the process
-// (a second SIGINT ends it at once). The previous handlers come back on
-// destruction.
-class PreemptionWatcher {
- public:
-  PreemptionWatcher();
-  ~PreemptionWatcher();
-  PreemptionWatcher(const PreemptionWatcher&) = delete;
-  PreemptionWatcher& operator=(const PreemptionWatcher&) = delete;
-  // The signal that arrived, or 0.
-  static int pending();
-  static void clear();
-
- private:
-  struct sigaction previous_term_ {};
-  struct sigaction previous_int_ {};
-};
+// Checkpoints on preemption: the training loop stops at a step boundary
+// while a GracefulStop (garden/base/stop_signals.h) lives and a stop signal
+// is pending, and throws Preempted once the checkpoint is written.
 
 }  // namespace garden

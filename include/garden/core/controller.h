@@ -26,8 +26,9 @@ struct ControllerOptions {
   bool interactive = false;            // draw a progress bar
   // Restore the last checkpoint when the training loss diverges.
   std::optional<RecoveryOptions> recovery;
-  // Write a checkpoint and stop (throwing Preempted) when a
-  // PreemptionWatcher has seen SIGTERM or SIGINT.
+  // Write a checkpoint and stop (throwing Preempted) when a stop signal is
+  // pending (garden/base/stop_signals.h): at the next step, or during an
+  // evaluation of a training run.
   bool checkpoint_on_preemption = false;
 };
 
@@ -71,6 +72,8 @@ class Controller {
   // recovery_max_trials is used up. Returns the step trained from next.
   int64_t recover(double loss, int64_t step);
   [[noreturn]] void stop_for_preemption();
+  // Thrown by the step and evaluation observers to leave the loop.
+  struct StopRequested {};
   void write_summaries(SummaryWriter* writer, const Logs& logs, int64_t step);
   SummaryWriter* train_writer();
   SummaryWriter* eval_writer();

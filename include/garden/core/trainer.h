@@ -136,6 +136,11 @@ class Trainer {
   void set_step_observer(std::function<void(int64_t)> observer) {
     step_observer_ = std::move(observer);
   }
+  // Called after every evaluation batch (the Controller stops an evaluation
+  // there for a stop signal).
+  void set_eval_batch_observer(std::function<void()> observer) {
+    eval_batch_observer_ = std::move(observer);
+  }
 
   // Everything a checkpoint holds: model, optimizer, global step, random
   // state, input position, task metadata, and the resolved config
@@ -194,6 +199,7 @@ class Trainer {
   MetricList train_metrics_;
   MetricList validation_metrics_;
   std::function<void(int64_t)> step_observer_;
+  std::function<void()> eval_batch_observer_;
   bool ema_swapped_ = false;
   bool random_state_restored_ = false;
 
