@@ -98,11 +98,15 @@ extern "C" void forward_stop_signal(int signal) {
 }
 
 // A forked child has only the thread that forked, none of the signal
-// thread, and may hold copies of locks other threads held: it starts over
-// (the signals stay blocked; install_stop_signals() in the child, or a
-// GracefulStop, starts its own signal thread; an exec'd program does the
-// same in its main).
+// thread, and may hold copies of locks other threads held: it starts over as
+// a process that never installed anything (the default action, nothing
+// blocked, so that a program it runs can be stopped; install_stop_signals()
+// or a GracefulStop in the child starts its own signal thread).
 void forget_in_child() {
+  ::signal(SIGTERM, SIG_DFL);
+  ::signal(SIGINT, SIG_DFL);
+  const sigset_t set = stop_set();
+  ::pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
   the_state = new State;
   install_mutex = new std::mutex;
   installed = false;

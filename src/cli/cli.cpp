@@ -66,8 +66,7 @@ std::string one_line(std::string text) {
 // and the run ends as stopped (128 + signal), saying what broke off.
 int report_failure(const std::string& what) {
   if (const int signal = StopSignals::pending()) {
-    std::cerr << "garden: received " << StopSignals::name(signal) << "; stopped (" << what
-              << ")\n";
+    std::cerr << "garden: received " << StopSignals::name(signal) << "; stopped (" << what << ")\n";
     return 128 + signal;
   }
   std::cerr << "garden: error: " << what << "\n";

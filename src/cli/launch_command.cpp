@@ -194,8 +194,7 @@ int run_launch(int argc, char** argv) {
   const std::vector<std::string> unset = {"TF_CONFIG", "SLURM_PROCID", "SLURM_NTASKS",
                                           "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"};
   // A stop signal is passed on to every process (each checkpoints and
-  // stops); the children inherit the blocked signals and take them as
-  // `garden` does (garden/base/stop_signals.h).
+  // stops, taking it as `garden` does: garden/base/stop_signals.h).
   GracefulStop graceful;
 
   // As torchrun does: processes sharing a machine share its cores, so each

@@ -148,11 +148,11 @@ void run_predict(const PredictFlags& flags) {
 }
 
 void run_serve(const std::string& export_dir, const serving::ServerOptions& options) {
+  // SIGTERM and SIGINT drain the server (the signal thread only marks the
+  // request: the drain runs on the waiter below).
+  GracefulStop graceful;
   serving::ModelServer server(export_dir, options);
   const int port = server.start();
-  // SIGTERM and SIGINT drain the server (the signal thread only marks the
-  // request: the drain runs here, on the waiter).
-  GracefulStop graceful;
   ::signal(SIGPIPE, SIG_IGN);
   // Announced once the model answers (a bad export is one error line).
   std::thread announcer([&server, &options, port] {

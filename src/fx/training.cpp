@@ -13,9 +13,9 @@
 #include <sstream>
 
 #include "garden/base/error.h"
-#include "garden/base/stop_signals.h"
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
+#include "garden/base/stop_signals.h"
 #include "garden/core/checkpoint.h"
 #include "garden/core/parameter_server.h"
 #include "garden/core/summary_writer.h"
@@ -736,9 +736,9 @@ std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet&
       steps_this_run += target - global_steps;
       const bool first = steps_this_run == target - global_steps;
       global_steps = target;
-      if (const int signal =
-              StopSignals::pending() ? StopSignals::pending()
-                                     : (servers ? servers->signal_from_workers() : 0)) {
+      if (const int signal = StopSignals::pending()
+                                 ? StopSignals::pending()
+                                 : (servers ? servers->signal_from_workers() : 0)) {
         const std::string path = save();
         throw Preempted("received " + StopSignals::name(signal) + " at step " +
                             std::to_string(global_steps) + "; saved " + path +

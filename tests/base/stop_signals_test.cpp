@@ -140,9 +140,8 @@ TEST(StopSignalsTest, RunUntilStoppedRunsHereWithoutAGracefulStop) {
   std::thread::id ran_on;
   garden::run_until_stopped([&] { ran_on = std::this_thread::get_id(); }, "working", "");
   EXPECT_EQ(ran_on, caller);
-  EXPECT_THROW(
-      garden::run_until_stopped([] { throw garden::Error("broken"); }, "working", ""),
-      garden::Error);
+  EXPECT_THROW(garden::run_until_stopped([] { throw garden::Error("broken"); }, "working", ""),
+               garden::Error);
 }
 
 TEST(StopSignalsTest, RunUntilStoppedGivesBackResultsAndErrors) {
@@ -180,9 +179,8 @@ TEST(StopSignalsTest, RunUntilStoppedLeavesLongWorkBehindForAStop) {
   });
   ASSERT_TRUE(WIFEXITED(child.status)) << child.err;
   EXPECT_EQ(WEXITSTATUS(child.status), 0) << child.err;
-  EXPECT_EQ(child.err,
-            "received SIGTERM while training a tokenizer; nothing to save|" +
-                std::to_string(SIGTERM) + "|1\n");
+  EXPECT_EQ(child.err, "received SIGTERM while training a tokenizer; nothing to save|" +
+                           std::to_string(SIGTERM) + "|1\n");
 }
 
 }  // namespace

@@ -32,7 +32,9 @@ constexpr int64_t kSize = 384;
 std::vector<float> pattern(int64_t n, int seed) {
   std::vector<float> v(static_cast<std::size_t>(n));
   for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = static_cast<float>((i * 7919 + static_cast<std::size_t>(seed) * 104729) % 2003) / 1000.0f - 1.0f;
+    v[i] =
+        static_cast<float>((i * 7919 + static_cast<std::size_t>(seed) * 104729) % 2003) / 1000.0f -
+        1.0f;
   return v;
 }
 
