@@ -1,5 +1,5 @@
 // ELECTRA pretraining-step benchmark (issue 11): Garden's ElectraPretrainer
-// against the PyTorch peer ../shared/bench/peer_electra.py, measured
+// against the PyTorch peer bench/peers/peer_electra.py, measured
 // alternately in one run.
 //
 //   electra_bench [--preset tiny|small] [--threads 1] [--steps 5] [--warmup 2]
@@ -58,9 +58,12 @@
 
 #include "garden/config/optimization.h"
 #include "garden/core/precision.h"
-#include "garden/core/runtime.h"
+#include "garden/platform/allocator.h"
+#include "garden/platform/process.h"
 #include "garden/nlp/electra_pretrainer.h"
-#include "garden/nlp/losses.h"
+#include "garden/kernels/dropout.h"
+#include "garden/kernels/gelu.h"
+#include "garden/kernels/losses.h"
 #include "garden/optim/optimizer.h"
 #include "peer.h"
 #include "profile.h"
@@ -199,7 +202,7 @@ class GardenStep {
   // ElectraPretrainTask::build_losses computes it.
   at::Tensor loss(const garden::Batch& out) const {
     const at::Tensor lm = out.at("lm_outputs").to(at::kFloat);  // [B, P, V]
-    at::Tensor nll = garden::nlp::sparse_cross_entropy_rows(
+    at::Tensor nll = garden::kernels::sparse_cross_entropy_rows(
         lm.reshape({-1, lm.size(2)}), inputs_.at("masked_lm_ids").reshape({-1}));
     at::Tensor w = weights_.reshape({-1});
     at::Tensor mlm = (nll * w).sum() / w.sum().clamp_min(1e-9);

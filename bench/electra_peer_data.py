@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the sequences of ../shared/bench/peer_electra_quality.py as BERT
+"""Writes the sequences of bench/peers/peer_electra_quality.py as BERT
 pretraining TFRecords, so that Garden's electra/tiny trains on the data the
 peer trains on and is scored on exactly the inputs the peer is scored on.
 

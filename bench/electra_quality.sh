@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ELECTRA quality per wall-clock time against the PyTorch peer (issue 11):
-# ../shared/bench/peer_electra_quality.py trains the tiny ELECTRA for BUDGET
+# bench/peers/peer_electra_quality.py trains the tiny ELECTRA for BUDGET
 # seconds on ../shared/data/man-en, then Garden's electra/tiny trains for the
 # same BUDGET on the same data, one after the other on this machine.
 # bench/electra_peer_data.py writes the peer's own sequences as TFRecords
@@ -22,15 +22,14 @@ budget=${1:-1800}
 out=${2:-runs/electra_quality}
 eval_steps=${3:-600}
 part=${4:-all}
-shared=$(cd .. && pwd)/shared
-data=$shared/data/man-en
+data=$(cd .. && pwd)/shared/data/man-en
 mkdir -p "$out"
 # The peer runs with the OpenMP and OpenBLAS settings garden starts with.
 eval "$(./build/garden env)"
 
 if [ "$part" = all ] || [ "$part" = peer ]; then
   echo "== peer: $budget s"
-  /usr/bin/python3 "$shared/bench/peer_electra_quality.py" "$budget" --eval 300 --threads 1 \
+  /usr/bin/python3 bench/peers/peer_electra_quality.py "$budget" --eval 300 --threads 1 --data "$data" \
     | tee "$out/peer.jsonl"
   cp /tmp/peer_electra_sp.model "$out/sp.model"
 fi

@@ -1,11 +1,11 @@
-// Dense-layer benchmark (issue 17): nlp::linear's forward and backward (the
+// Dense-layer benchmark (issue 17): kernels::linear's forward and backward (the
 // input's, the weight's and the bias's gradients) on the layers of base
-// translation and ELECTRA small, with the products that linear turns
+// translation and ELECTRA small, with the products that linear transposes
 // (a narrowing layer's forward, a widening layer's weight gradient: see
 // linear.cpp) and without, alternated call by call in one process, so a
 // drift of the machine's speed moves both alike. One JSON line: per layer,
 // the median milliseconds each way and their ratio (1 within the noise for
-// the layers that turn nothing: the attention output).
+// the layers that transpose nothing: the attention output).
 //
 //   linear_bench [--rows 2048] [--rounds 15] [--threads 0]   # 0: every core
 //   linear_bench --smoke      # CI: 600 rows, 2 rounds; checks both ways agree
@@ -22,9 +22,10 @@
 #include <thread>
 #include <vector>
 
-#include "garden/core/gemm.h"
-#include "garden/core/runtime.h"
-#include "garden/nlp/kernels.h"
+#include "garden/platform/allocator.h"
+#include "garden/platform/process.h"
+#include "garden/kernels/gemm.h"
+#include "garden/kernels/linear.h"
 #include "peer.h"
 
 namespace {
@@ -101,25 +102,25 @@ int main(int argc, char** argv) {
     const at::Tensor w = (torch::randn({layer.out, layer.in}) * 0.05).requires_grad_();
     const at::Tensor b = torch::randn({layer.out}).requires_grad_();
     const at::Tensor g = torch::randn({o.rows, layer.out});
-    std::vector<at::Tensor> outputs[2];  // plain, turned: y, dx, dw, db
-    const auto step = [&](bool turned) {
-      garden::nlp::set_linear_turns(turned);
+    std::vector<at::Tensor> outputs[2];  // plain, transposed: y, dx, dw, db
+    const auto step = [&](bool transposed) {
+      garden::kernels::set_linear_transposes(transposed);
       for (const at::Tensor& t : {x, w, b}) t.mutable_grad() = at::Tensor();
       const auto start = std::chrono::steady_clock::now();
-      const at::Tensor y = garden::nlp::linear(x, w, b);
+      const at::Tensor y = garden::kernels::linear(x, w, b);
       y.backward(g);
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
-      outputs[turned] = {y.detach(), x.grad(), w.grad(), b.grad()};
+      outputs[transposed] = {y.detach(), x.grad(), w.grad(), b.grad()};
       return ms;
     };
     step(false);
     step(true);  // warm-up, each way
-    std::vector<double> plain, turned;
+    std::vector<double> plain, transposed;
     for (int r = 0; r < o.rounds; ++r) {
       plain.push_back(step(false));
-      turned.push_back(step(true));
+      transposed.push_back(step(true));
     }
     // The same products in another layout: equal to float32's rounding.
     double worst = 0;
@@ -134,12 +135,12 @@ int main(int argc, char** argv) {
          {"in", layer.in},
          {"out", layer.out},
          {"plain_ms", garden_bench::rounded(garden_bench::median(plain), 3)},
-         {"turned_ms", garden_bench::rounded(garden_bench::median(turned), 3)},
+         {"transposed_ms", garden_bench::rounded(garden_bench::median(transposed), 3)},
          {"speedup",
-          garden_bench::rounded(garden_bench::median(plain) / garden_bench::median(turned), 3)},
+          garden_bench::rounded(garden_bench::median(plain) / garden_bench::median(transposed), 3)},
          {"largest_relative_difference", worst}});
   }
-  garden::nlp::set_linear_turns(true);
+  garden::kernels::set_linear_transposes(true);
   nlohmann::json summary = {{"bench", "linear_layers"},
                             {"rows", o.rows},
                             {"rounds", o.rounds},

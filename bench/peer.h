@@ -1,4 +1,4 @@
-// What the peer benchmarks share: finding a peer script in ../shared/bench/,
+// What the peer benchmarks share: finding a peer script in bench/peers/,
 // running it for its JSON line, the statistics of alternating rounds, and
 // the step benchmarks' flags and summary line.
 #pragma once
@@ -22,26 +22,30 @@
 #include <string>
 #include <vector>
 
-#include "garden/core/gemm.h"
-#include "garden/core/runtime.h"
+#include "garden/kernels/gemm.h"
+#include "garden/platform/allocator.h"
+#include "garden/platform/blas.h"
+#include "garden/platform/process.h"
 
 namespace garden_bench {
 
-// `given` (--peer), else shared/bench/<script> in the nearest ancestor of the
-// source tree (then of the working directory) that has one: ../shared from
-// the main checkout, ../../shared from a worktree.
+// `given` (--peer), else bench/peers/<script> of the source tree the
+// benchmark was built from (`source_dir`), else of the working directory or
+// the nearest of its ancestors that has one (a build copied elsewhere, run
+// from its checkout or a folder in it).
 // "none" (--peer none) stands for no peer: Garden's side alone.
 inline std::string find_peer(const std::string& given, const std::string& script,
                              const std::string& source_dir) {
   namespace fs = std::filesystem;
   if (!given.empty()) return given;
-  for (fs::path base : {fs::path(source_dir), fs::current_path()}) {
-    for (base = fs::absolute(base); base.has_relative_path(); base = base.parent_path()) {
-      const fs::path candidate = base.parent_path() / "shared" / "bench" / script;
-      if (fs::exists(candidate)) return fs::canonical(candidate).string();
-    }
+  const fs::path in_source = fs::path(source_dir) / "bench" / "peers" / script;
+  if (fs::exists(in_source)) return fs::canonical(in_source).string();
+  for (fs::path base = fs::absolute(fs::current_path());; base = base.parent_path()) {
+    const fs::path candidate = base / "bench" / "peers" / script;
+    if (fs::exists(candidate)) return fs::canonical(candidate).string();
+    if (!base.has_relative_path()) break;
   }
-  throw std::runtime_error(script + " not found: pass --peer PATH");
+  throw std::runtime_error(script + " not found in bench/peers/: pass --peer PATH");
 }
 
 // Runs `command` (a peer) and returns the first line of its output that is a
@@ -88,7 +92,7 @@ inline double gemm_ceiling_gflops(at::ScalarType dtype = at::kFloat) {
         if (library == 0)
           at::mm_out(c, a, b);
         else
-          garden::sgemm('N', 'N', 1024, 1024, 1024, 1.0f, a.data_ptr<float>(), 1024,
+          garden::kernels::sgemm('N', 'N', 1024, 1024, 1024, 1.0f, a.data_ptr<float>(), 1024,
                         b.data_ptr<float>(), 1024, 0.0f, c.data_ptr<float>(), 1024);
       }
       const double s =
@@ -139,7 +143,7 @@ struct StepOptions {
   int64_t batch = 0;
   int64_t length = 0;
   int rounds = 3;
-  std::string peer;  // a path, "" (shared/bench's), or "none": Garden's side alone
+  std::string peer;  // a path, "" (bench/peers/'s), or "none": Garden's side alone
   bool profile = false;
   // --smoke: one small step of Garden's side alone, no peer (what CI runs so
   // the benchmark keeps building and running; not a figure to quote).

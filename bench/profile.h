@@ -4,7 +4,7 @@
 // of them together against the 1024^3 ceiling measured now. A step that did
 // nothing but its products would reach that share, no more. The step's time
 // is its wall time; Garden's own kernels (the forwards of its autograd
-// functions, nlp::linear, the optimizer's step) record themselves as
+// functions, kernels::linear, the optimizer's step) record themselves as
 // garden::* operators, and what no operator recorded (the autograd engine
 // between them, mostly) is printed as such.
 #pragma once
@@ -71,7 +71,7 @@ inline void print_step_profile(const std::function<void()>& step, std::size_t to
           step_us += us;
         else
           stack.back().child_us += us;
-        // mm(a [m, k], b [k, n]); addmm(bias, a, b); garden::mm, nlp::linear's
+        // mm(a [m, k], b [k, n]); addmm(bias, a, b); garden::mm, kernels::linear's
         // products on Garden's GEMM, recorded as mm.
         const auto shapes = open.push->shapes();
         const std::size_t a = name == "aten::mm" || name == "garden::mm" ? 0

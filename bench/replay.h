@@ -1,5 +1,5 @@
 // The step benchmarks' --replay: a step's matrix products alone. One step
-// runs under garden::GemmRecorder, which keeps the layouts and sizes of its
+// runs under garden::kernels::GemmRecorder, which keeps the layouts and sizes of its
 // sgemm calls (every dense layer's forward and backward, the vocabulary
 // projections: all but attention's per-head products, which run in Garden's
 // own kernel); then, round by round beside the step itself, the same calls
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "garden/core/gemm.h"
+#include "garden/kernels/gemm.h"
 #include "peer.h"
 
 namespace garden_bench {
@@ -38,7 +38,7 @@ class ProductReplay {
   // three matrices, taken in turn as the step takes fresh activations, so
   // that each call finds its operands about as recently touched as the
   // step's own (in the caches where they fit, not all in them).
-  explicit ProductReplay(std::vector<garden::GemmCall> calls) : calls_(std::move(calls)) {
+  explicit ProductReplay(std::vector<garden::kernels::GemmCall> calls) : calls_(std::move(calls)) {
     int64_t largest = 0;
     for (const auto& c : calls_) {
       largest = std::max(largest, padded(c.m * c.k) + padded(c.k * c.n) + padded(c.m * c.n));
@@ -48,11 +48,11 @@ class ProductReplay {
     ring_ = at::rand({std::max<int64_t>(2 * largest, 1)});
   }
 
-  const std::vector<garden::GemmCall>& calls() const { return calls_; }
+  const std::vector<garden::kernels::GemmCall>& calls() const { return calls_; }
   double gflop() const { return gflop_; }
 
-  // Every call once, in order, on Garden's GEMM (garden::sgemm) or on
-  // LibTorch's BLAS (garden::blas_sgemm); the wall time in ms.
+  // Every call once, in order, on Garden's GEMM (garden::kernels::sgemm) or on
+  // LibTorch's BLAS (garden::kernels::blas_sgemm); the wall time in ms.
   double run_ms(bool on_blas = false) {
     float* base = ring_.data_ptr<float>();
     const int64_t size = ring_.numel();
@@ -69,7 +69,7 @@ class ProductReplay {
       const float* a = take(c.m * c.k);
       const float* b = take(c.k * c.n);
       float* out = take(c.m * c.n);
-      const auto product = on_blas ? &garden::blas_sgemm : &garden::sgemm;
+      const auto product = on_blas ? &garden::kernels::blas_sgemm : &garden::kernels::sgemm;
       if (!product(c.trans_a, c.trans_b, c.m, c.n, c.k, 1.0f, a, c.trans_a == 'N' ? c.k : c.m, b,
                    c.trans_b == 'N' ? c.n : c.k, 0.0f, out, c.n))
         replay_failed((on_blas ? std::string("the BLAS's") : garden::gemm_library()) +
@@ -84,7 +84,7 @@ class ProductReplay {
   // Operands start on 64-byte boundaries, as LibTorch's tensors do.
   static int64_t padded(int64_t elements) { return (elements + 15) / 16 * 16; }
 
-  std::vector<garden::GemmCall> calls_;
+  std::vector<garden::kernels::GemmCall> calls_;
   double gflop_ = 0.0;
   at::Tensor ring_;
 };
@@ -103,14 +103,14 @@ inline void run_product_replay(const std::string& bench, const StepOptions& o, d
                                const std::function<void()>& step,
                                const std::function<double(int, int)>& measure) {
   if (garden::gemm_library() == "none") replay_failed("no GEMM library to replay the products on");
-  std::vector<garden::GemmCall> calls;
+  std::vector<garden::kernels::GemmCall> calls;
   {
-    garden::GemmRecorder recorder;
+    garden::kernels::GemmRecorder recorder;
     step();
     calls = recorder.calls();
   }
   if (calls.empty())
-    replay_failed("the step ran no product through garden::sgemm (" + garden::gemm_library() + ")");
+    replay_failed("the step ran no product through garden::kernels::sgemm (" + garden::gemm_library() + ")");
   ProductReplay replay(std::move(calls));
   std::cout << "# " << bench << " " << o.preset << " --replay: " << replay.calls().size()
             << " sgemm calls a step, " << replay.gflop() << " GFLOP of the " << gflop

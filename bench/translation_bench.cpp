@@ -1,5 +1,5 @@
 // Translation training-step benchmark (issue 5): Garden's Seq2SeqTransformer
-// against the PyTorch peer ../shared/bench/peer_translation.py, measured
+// against the PyTorch peer bench/peers/peer_translation.py, measured
 // alternately in one run.
 //
 //   translation_bench [--preset tiny|base] [--threads 1] [--steps 5] [--warmup 2] [--batch 64]
@@ -65,8 +65,10 @@
 #include "garden/config/optimization.h"
 #include "garden/core/cuda_graph.h"
 #include "garden/core/precision.h"
-#include "garden/core/runtime.h"
-#include "garden/nlp/losses.h"
+#include "garden/platform/allocator.h"
+#include "garden/platform/process.h"
+#include "garden/kernels/dropout.h"
+#include "garden/kernels/losses.h"
 #include "garden/nlp/transformer.h"
 #include "garden/optim/optimizer.h"
 #include "peer.h"
@@ -234,7 +236,7 @@ class GardenStep {
       const garden::AutocastGuard autocast(amp_, device_);
       at::Tensor logits = model_->forward(src_, tgt_);
       lap(0);
-      loss = garden::nlp::padded_cross_entropy_loss(logits, tgt_, kSmoothing).mean();
+      loss = garden::kernels::padded_cross_entropy_loss(logits, tgt_, kSmoothing).mean();
       lap(1);
     }
     loss.backward();
@@ -263,7 +265,7 @@ class GardenStep {
     {
       const garden::AutocastGuard autocast(amp_, device_);
       at::Tensor logits = model_->forward(src, tgt);
-      loss = garden::nlp::padded_cross_entropy_loss(logits, tgt, kSmoothing).mean();
+      loss = garden::kernels::padded_cross_entropy_loss(logits, tgt, kSmoothing).mean();
     }
     loss.backward();
     optimizer_->step();

@@ -2,7 +2,7 @@
 # Installs every Debian package Garden needs to build, test and run.
 # Idempotent: packages already present are left as they are.
 # --bench also installs Debian's PyTorch and SentencePiece for Python, which the peer
-# benchmarks in ../shared/bench need (run them with /usr/bin/python3), and
+# benchmarks in bench/peers need (run them with /usr/bin/python3), and
 # the HTTP load generators hey and wrk (bench/serving_load.sh).
 # --fuzz also installs clang and its libFuzzer / sanitizer runtimes
 # (scripts/fuzz.sh, scripts/sanitize.sh).

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "garden/base/stop_signals.h"
+#include "garden/platform/stop_signals.h"
 #include "garden/cli/builtins.h"
 
 int main(int argc, char** argv) {

@@ -1,5 +1,7 @@
 #include "garden/base/crc32c.h"
 
+#include "garden/base/cpu_isa.h"
+
 #include <array>
 #include <cstring>
 #include <stdexcept>
@@ -72,7 +74,7 @@ __attribute__((target("sse4.2"))) uint32_t update_sse42(uint32_t state, const ui
 
 bool cpu_has_sse42() {
 #ifdef GARDEN_CRC32C_X86
-  return __builtin_cpu_supports("sse4.2");
+  return cpu_isa().sse42;
 #else
   return false;
 #endif

@@ -31,8 +31,11 @@
 #include "garden/config/yaml_io.h"
 #include "garden/core/actions.h"
 #include "garden/core/checkpoint.h"
-#include "garden/core/gemm.h"
+#include "garden/kernels/gemm.h"
 #include "garden/core/runtime.h"
+#include "garden/platform/allocator.h"
+#include "garden/platform/blas.h"
+#include "garden/platform/threads.h"
 #include "garden/core/train_lib.h"
 #include "garden/distribute/cluster.h"
 #include "garden/optim/lr_schedule.h"
@@ -60,6 +63,33 @@ std::string one_line(std::string text) {
   while (!text.empty() && text.back() == ' ') text.pop_back();
   return text;
 }
+
+// Every command and the process set-up it needs.
+struct CommandSetup {
+  const char* name;
+  ProcessSetup setup;
+};
+constexpr ProcessSetup kPlain{};
+constexpr ProcessSetup kComputes{true, true, false};
+constexpr ProcessSetup kComputesForLong{true, true, true};
+constexpr CommandSetup kCommands[] = {
+    {"train", kComputesForLong},
+    {"fx", kComputesForLong},
+    {"serve", kComputesForLong},
+    {"translate", kComputes},
+    {"predict", kComputes},
+    // `env` reports what the computing commands run with: it starts as they do.
+    {"env", kComputesForLong},
+    {"export", kPlain},
+    {"experiments", kPlain},
+    {"config", kPlain},
+    {"lr", kPlain},
+    {"launch", kPlain},
+    {"tfrecord", kPlain},
+    {"spm", kPlain},
+    {"bleu", kPlain},
+    {"create_pretraining_data", kPlain},
+};
 
 // A failure is one "garden: error:" line and exit 1, unless a stop signal
 // came first: a collective then fails because the other workers stopped too,
@@ -238,6 +268,13 @@ int print_learning_rates(const ExperimentFlags& flags, const std::string& range)
 }
 
 }  // namespace
+
+ProcessSetup process_setup_for(int argc, char** argv) {
+  const std::string command = argc > 1 ? argv[1] : "";
+  for (const auto& entry : kCommands)
+    if (command == entry.name) return entry.setup;
+  return kPlain;
+}
 
 int run_main(int argc, char** argv) { return run_main(argc, argv, {}); }
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "garden/base/error.h"
-#include "garden/base/stop_signals.h"
-#include "garden/core/runtime.h"
+#include "garden/platform/stop_signals.h"
+#include "garden/platform/threads.h"
 
 namespace garden {
 
@@ -194,7 +194,7 @@ int run_launch(int argc, char** argv) {
   const std::vector<std::string> unset = {"TF_CONFIG", "SLURM_PROCID", "SLURM_NTASKS",
                                           "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"};
   // A stop signal is passed on to every process (each checkpoints and
-  // stops, taking it as `garden` does: garden/base/stop_signals.h).
+  // stops, taking it as `garden` does: garden/platform/stop_signals.h).
   GracefulStop graceful;
 
   // As torchrun does: processes sharing a machine share its cores, so each

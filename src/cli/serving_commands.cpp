@@ -21,7 +21,7 @@
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
-#include "garden/base/stop_signals.h"
+#include "garden/platform/stop_signals.h"
 #include "garden/cli/files.h"
 #include "garden/serving/export.h"
 #include "garden/serving/predictor.h"

@@ -22,8 +22,10 @@
 #include "garden/config/yaml_io.h"
 #include "garden/core/checkpoint.h"
 #include "garden/core/runtime.h"
+#include "garden/platform/blas.h"
+#include "garden/platform/threads.h"
 #include "garden/data/sentencepiece.h"
-#include "garden/nlp/int8.h"
+#include "garden/kernels/int8.h"
 #include "garden/nlp/translation.h"
 #include "garden/serving/export.h"
 #include "garden/serving/predictor.h"
@@ -197,7 +199,7 @@ void run_translate(const TranslateFlags& flags) {
             << std::fixed << std::setprecision(2) << seconds << " s, " << std::setprecision(1)
             << (seconds > 0 ? static_cast<double>(translated) / seconds : 0.0)
             << " sentences/s, beam " << decode.beam_size
-            << (flags.int8 ? ", int8 (" + nlp::int8_kernel() + ")" : std::string()) << ", "
+            << (flags.int8 ? ", int8 (" + kernels::int8_kernel() + ")" : std::string()) << ", "
             << parallel << (parallel == 1 ? " batch" : " batches") << " at once"
             << ", checkpoint " << checkpoint << "\n";
 }

@@ -9,7 +9,7 @@
 
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
-#include "garden/base/stop_signals.h"
+#include "garden/platform/stop_signals.h"
 #include "garden/core/progress.h"
 #include "garden/core/summary_writer.h"
 

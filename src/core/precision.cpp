@@ -5,20 +5,13 @@
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
 #include "garden/base/torch_features.h"
+#include "garden/kernels/autocast.h"
 
 namespace garden {
 
 // LibTorch 2.4 replaced the per-device autocast setters with ones taking the
-// device type (torch_features.h); this file is the only one that uses them.
+// device type (torch_features.h).
 namespace {
-bool autocast_enabled(bool cuda) {
-#if GARDEN_HAS_DEVICE_TYPE_AUTOCAST
-  return at::autocast::is_autocast_enabled(cuda ? at::kCUDA : at::kCPU);
-#else
-  return cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
-#endif
-}
-
 void set_autocast(bool cuda, bool enabled, at::ScalarType dtype) {
 #if GARDEN_HAS_DEVICE_TYPE_AUTOCAST
   const auto type = cuda ? at::kCUDA : at::kCPU;
@@ -36,7 +29,6 @@ void set_autocast(bool cuda, bool enabled, at::ScalarType dtype) {
 }
 }  // namespace
 
-bool autocast_on(const c10::Device& device) { return autocast_enabled(device.is_cuda()); }
 
 AutocastGuard::AutocastGuard(const std::optional<std::string>& dtype, const c10::Device& device) {
   if (!dtype || *dtype == "float32") return;
@@ -54,7 +46,7 @@ AutocastGuard::AutocastGuard(const std::optional<std::string>& dtype, const c10:
   } else if (*dtype != "bfloat16") {
     throw Error("mixed_precision_dtype '" + *dtype + "' is not one of float32, bfloat16, float16");
   }
-  previous_enabled_ = autocast_enabled(cuda_);
+  previous_enabled_ = kernels::autocast_on(c10::Device(cuda_ ? c10::kCUDA : c10::kCPU));
   set_autocast(cuda_, true, type);
   active_ = true;
 }

@@ -70,7 +70,7 @@ void GradientSync::on_gradient(std::size_t index, const at::Tensor& gradient) {
   const int64_t numel = parameters_[index].numel();
   at::NoGradGuard no_grad;
   at::Tensor slice = bucket.flat.narrow(0, bucket.offsets[m], numel);
-  // Sparse where a table's only gradients were sparse lookups' (nlp::embedding_rows).
+  // Sparse where a table's only gradients were sparse lookups' (kernels::embedding_rows).
   slice.copy_((gradient.is_sparse() ? gradient.to_dense() : gradient).reshape({-1}));
   // Earlier accumulation parts' sum, not yet added by autograd (tensor
   // hooks run before the gradient is accumulated into .grad).

@@ -15,7 +15,7 @@
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
-#include "garden/base/stop_signals.h"
+#include "garden/platform/stop_signals.h"
 #include "garden/core/checkpoint.h"
 #include "garden/core/parameter_server.h"
 #include "garden/core/summary_writer.h"

@@ -6,9 +6,13 @@
 #include <stdexcept>
 
 #include "garden/base/torch_features.h"
-#include "garden/core/precision.h"
-#include "garden/nlp/kernels.h"
-#include "widen.h"
+#include "garden/kernels/autocast.h"
+#include "garden/kernels/attention.h"
+#include "garden/kernels/autocast.h"
+#include "garden/kernels/dropout.h"
+#include "garden/kernels/int8.h"
+#include "garden/kernels/linear.h"
+#include "garden/kernels/widen.h"
 
 namespace garden::nlp {
 
@@ -34,29 +38,29 @@ void DenseImpl::reset() {
 
 at::Tensor DenseImpl::forward(const at::Tensor& x) {
   if (int8_ && !at::GradMode::is_enabled()) return int8_->forward(x);
-  return nlp::linear(x, weight, bias);
+  return kernels::linear(x, weight, bias);
 }
 
 at::Tensor DenseImpl::forward_relu(const at::Tensor& x) {
   if (!at::GradMode::is_enabled()) {
     if (int8_) return int8_->forward(x, /*relu=*/true);
-    return nlp::linear(x, weight, bias).relu_();
+    return kernels::linear(x, weight, bias).relu_();
   }
-  return at::relu(nlp::linear(x, weight, bias));
+  return at::relu(kernels::linear(x, weight, bias));
 }
 
 at::Tensor DenseImpl::forward_deferring_bias(const at::Tensor& x, at::Tensor* bias_out) {
   const bool defer = bias_out != nullptr && bias.defined() &&
                      !(int8_ && !at::GradMode::is_enabled()) && x.device().is_cpu() &&
                      x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
-                     bias.scalar_type() == at::kFloat && !autocast_on(x.device());
+                     bias.scalar_type() == at::kFloat && !kernels::autocast_on(x.device());
   if (!defer) return forward(x);
   *bias_out = bias;
-  return nlp::linear(x, weight, {});
+  return kernels::linear(x, weight, {});
 }
 
 void DenseImpl::use_int8(bool on) {
-  int8_ = on ? std::make_shared<const Int8Linear>(weight, bias) : nullptr;
+  int8_ = on ? std::make_shared<const kernels::Int8Linear>(weight, bias) : nullptr;
 }
 
 Dense make_dense(int64_t in, int64_t out, bool use_bias) {
@@ -167,8 +171,8 @@ at::Tensor MultiHeadAttentionImpl::attend(const at::Tensor& q, const at::Tensor&
   if (rows.defined()) {
     // Garden's kernel reads the rows in place; elsewhere they are gathered.
     if (!(is_training() && options_.attention_dropout > 0) &&
-        head_attention_applies(q, k, v, mask, rows))
-      return output->forward(head_attention(q, k, v, mask, rows));
+        kernels::head_attention_applies(q, k, v, mask, rows))
+      return output->forward(kernels::head_attention(q, k, v, mask, rows));
     const int64_t length = k.size(2);
     return attend(q, gather_steps(k, rows, length), gather_steps(v, rows, length), mask);
   }
@@ -180,21 +184,21 @@ at::Tensor MultiHeadAttentionImpl::attend(const at::Tensor& q, const at::Tensor&
   // Inference on the CPU (a decoding step over its KV cache): one pass per
   // head, reading the views in place, instead of two products, a mask add,
   // a softmax and their autograd nodes.
-  if (!(is_training() && options_.attention_dropout > 0) && head_attention_applies(q, k, v, mask))
-    return output->forward(head_attention(q, k, v, mask));
+  if (!(is_training() && options_.attention_dropout > 0) && kernels::head_attention_applies(q, k, v, mask))
+    return output->forward(kernels::head_attention(q, k, v, mask));
   // The 1 / sqrt(Dh) scale rides along in the product (gemm's alpha, or q
   // scaled before the fallback matmul: T x Dh is cheaper than T x S).
   at::Tensor scores =
-      attention_matmul(q, k.transpose(-2, -1), 1.0 / std::sqrt(static_cast<double>(head_size_)),
+      kernels::attention_matmul(q, k.transpose(-2, -1), 1.0 / std::sqrt(static_cast<double>(head_size_)),
                        /*heads_last=*/false);
   if (mask.defined()) scores = scores + mask;
   // Softmax in float32 for half/bfloat16 inputs; double stays double.
   const auto softmax_type = scores.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   at::Tensor probs = at::softmax(scores, -1, softmax_type).to(v.scalar_type());
-  probs = nlp::dropout(probs, options_.attention_dropout, is_training());
+  probs = kernels::dropout(probs, options_.attention_dropout, is_training());
   // [B, H, T, Dh], stored as [B, T, H, Dh] when the BLAS path ran: then the
   // reshape merging the heads is a view.
-  at::Tensor context = attention_matmul(probs, v, 1.0, /*heads_last=*/true);
+  at::Tensor context = kernels::attention_matmul(probs, v, 1.0, /*heads_last=*/true);
   context = context.transpose(1, 2).reshape({q.size(0), q.size(2), options_.hidden_size});
   return output->forward(context);
 }
@@ -203,26 +207,26 @@ at::Tensor MultiHeadAttentionImpl::forward(const at::Tensor& query_in, const at:
                                            const at::Tensor& mask, at::Tensor* output_bias) {
   // On the CPU in float32 (training's and evaluation's shapes), the heads are
   // read in place from the projections by one fused operation
-  // (nlp::fused_attention); otherwise split into views and attended. Under
+  // (kernels::fused_attention); otherwise split into views and attended. Under
   // CPU autocast the projections are bfloat16: the fused kernel takes them
   // widened (cheaper than LibTorch 1.13's bfloat16 batched products and
   // softmax over [B, H, T, S]).
   const double dropout = options_.attention_dropout;
   if (options_.cross_attention) {
     TORCH_CHECK(memory.defined(), "cross-attention needs memory");
-    const at::Tensor q = widened_on_cpu(query->forward(query_in));
-    const at::Tensor kv_proj = widened_on_cpu(kv->forward(memory));
-    if (fused_attention_applies(q, kv_proj, options_.num_heads, mask))
+    const at::Tensor q = kernels::widened_on_cpu(query->forward(query_in));
+    const at::Tensor kv_proj = kernels::widened_on_cpu(kv->forward(memory));
+    if (kernels::fused_attention_applies(q, kv_proj, options_.num_heads, mask))
       return output->forward_deferring_bias(
-          fused_attention(q, kv_proj, options_.num_heads, mask, dropout, is_training()),
+          kernels::fused_attention(q, kv_proj, options_.num_heads, mask, dropout, is_training()),
           output_bias);
     auto heads = split_heads(kv_proj, 2);
     return attend(split_heads(q, 1)[0], heads[0], heads[1], mask);
   }
-  const at::Tensor qkv_proj = widened_on_cpu(qkv->forward(query_in));
-  if (fused_attention_applies(qkv_proj, {}, options_.num_heads, mask))
+  const at::Tensor qkv_proj = kernels::widened_on_cpu(qkv->forward(query_in));
+  if (kernels::fused_attention_applies(qkv_proj, {}, options_.num_heads, mask))
     return output->forward_deferring_bias(
-        fused_attention(qkv_proj, {}, options_.num_heads, mask, dropout, is_training()),
+        kernels::fused_attention(qkv_proj, {}, options_.num_heads, mask, dropout, is_training()),
         output_bias);
   auto heads = split_heads(qkv_proj, 3);
   return attend(heads[0], heads[1], heads[2], mask);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "garden/base/error.h"
-#include "garden/nlp/kernels.h"
+#include "garden/kernels/beam_candidates.h"
 
 namespace garden::nlp {
 namespace {
@@ -363,7 +363,7 @@ BeamSearchResult tensor_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
     // log-probability plus the beam's own, in double.
     const int64_t candidates = std::min(2 * beams, beams * vocab_size);
     auto [top_log_probs, top_indices] =
-        top_log_prob_extensions(logits, alive_log_probs, candidates);
+        kernels::top_log_prob_extensions(logits, alive_log_probs, candidates);
     const at::Tensor top_beams = at::div(top_indices, vocab_size, "floor");
     const at::Tensor top_ids = top_indices.remainder(vocab_size);
     const at::Tensor top_seq =
@@ -566,7 +566,7 @@ BeamSearchResult host_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
     const auto C = static_cast<std::size_t>(candidates);
     const at::Tensor alive_tensor =
         as_tensor(alive_log_probs, {static_cast<int64_t>(n), beams}, score_opts).clone();
-    auto [top_log_probs, top_indices] = top_log_prob_extensions(logits, alive_tensor, candidates);
+    auto [top_log_probs, top_indices] = kernels::top_log_prob_extensions(logits, alive_tensor, candidates);
     top_log_probs = top_log_probs.contiguous();
     top_indices = top_indices.contiguous();
     // Finished candidates are scored with the length normalization.
@@ -738,7 +738,7 @@ BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
     }
     const at::Tensor logits = next_logits(symbols_to_logits_fn, seq, step, cache, seq.size(0), -1);
     auto [best_log_prob, best_id] =
-        top_log_prob_extensions(logits, torch::zeros({seq.size(0), 1}, score_opts), 1);
+        kernels::top_log_prob_extensions(logits, torch::zeros({seq.size(0), 1}, score_opts), 1);
     scores = scores + best_log_prob.view({-1});
     seq = torch::cat({seq, best_id}, 1);
     finished = best_id.view({-1}).eq(eos_id).logical_or(limit.le(step + 1));

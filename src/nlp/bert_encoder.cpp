@@ -8,7 +8,10 @@
 
 #include "garden/base/error.h"
 #include "garden/nlp/attention.h"
-#include "garden/nlp/kernels.h"
+#include "garden/kernels/dropout.h"
+#include "garden/kernels/gelu.h"
+#include "garden/kernels/layer_norm.h"
+#include "garden/kernels/linear.h"
 
 namespace garden::nlp {
 
@@ -154,9 +157,9 @@ at::Tensor BertEncoderImpl::forward(const at::Tensor& word_ids, const at::Tensor
   x = position_ids.defined() ? x + position_embeddings->forward(position_ids)
                              : x + position_embeddings->weight.narrow(0, 0, length);
   if (type_ids.defined()) x = x + type_embeddings->forward(type_ids);
-  x = nlp::dropout(layer_norm(x, embedding_norm), options_.dropout_rate, is_training());
+  x = kernels::dropout(layer_norm(x, embedding_norm), options_.dropout_rate, is_training());
   if (embedding_projection)
-    x = nlp::linear(x, embedding_projection->weight, embedding_projection->bias);
+    x = kernels::linear(x, embedding_projection->weight, embedding_projection->bias);
 
   at::Tensor attention_mask;
   // Without padding the mask would add zeros to every layer's [B, H, S, S]
@@ -180,7 +183,7 @@ at::Tensor BertEncoderImpl::forward(const at::Tensor& word_ids, const at::Tensor
 namespace {
 at::Tensor activate(const at::Tensor& x, const std::string& activation) {
   if (activation == "tanh") return at::tanh(x);
-  if (activation == "gelu") return nlp::gelu(x);
+  if (activation == "gelu") return kernels::gelu(x);
   return at::relu(x);
 }
 }  // namespace
@@ -212,7 +215,7 @@ at::Tensor ClassificationHeadImpl::forward(const at::Tensor& sequence) {
                 std::to_string(options_.cls_token_idx));
   at::Tensor x = sequence.select(1, options_.cls_token_idx);
   if (dense) x = activate(dense->forward(x), options_.activation);
-  x = nlp::dropout(x, options_.dropout_rate, is_training());
+  x = kernels::dropout(x, options_.dropout_rate, is_training());
   return out_proj->forward(x);
 }
 

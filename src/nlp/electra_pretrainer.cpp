@@ -8,7 +8,10 @@
 #include <string>
 
 #include "garden/base/error.h"
-#include "garden/nlp/kernels.h"
+#include "garden/kernels/gelu.h"
+#include "garden/kernels/layer_norm.h"
+#include "garden/kernels/linear.h"
+#include "garden/kernels/sampling.h"
 
 namespace garden::nlp {
 
@@ -25,7 +28,7 @@ const at::Tensor& input(const Batch& inputs, const char* key) {
 
 // Model Garden's mlm_activation: the generator's hidden activation, also used
 // by the discriminator's projection.
-at::Tensor activate(const at::Tensor& x, bool gelu) { return gelu ? nlp::gelu(x) : at::relu(x); }
+at::Tensor activate(const at::Tensor& x, bool gelu) { return gelu ? kernels::gelu(x) : at::relu(x); }
 
 const std::set<std::string>& output_names() {
   static const std::set<std::string> names = {"lm_outputs", "sentence_outputs", "disc_logits",
@@ -71,7 +74,7 @@ FakeData get_fake_data(const at::Tensor& input_word_ids, const at::Tensor& maske
   torch::NoGradGuard no_grad;
   at::Tensor original = scatter_update(input_word_ids, masked_lm_ids, masked_lm_positions).first;
   at::Tensor sampled =
-      sample_from_softmax(lm_logits, disallow_correct ? masked_lm_ids : at::Tensor());
+      kernels::sample_from_softmax(lm_logits, disallow_correct ? masked_lm_ids : at::Tensor());
   auto [fake, updated] = scatter_update(original, sampled, masked_lm_positions);
   at::Tensor labels = updated.mul_(fake != original);
   return {fake, labels, sampled};
@@ -165,9 +168,9 @@ Batch ElectraPretrainerImpl::forward(const Batch& inputs) {
   at::Tensor gathered =
       sequence.gather(1, positions.to(at::kLong).unsqueeze(-1).expand({-1, -1, sequence.size(2)}));
   at::Tensor h = layer_norm(
-      activate(nlp::linear(gathered, mlm_dense->weight, mlm_dense->bias), gelu), mlm_norm);
+      activate(kernels::linear(gathered, mlm_dense->weight, mlm_dense->bias), gelu), mlm_norm);
   // One addmm over the flattened positions.
-  at::Tensor lm_outputs = nlp::linear(h.reshape({batch * predictions, h.size(2)}),
+  at::Tensor lm_outputs = kernels::linear(h.reshape({batch * predictions, h.size(2)}),
                                       generator->word_embeddings->weight, mlm_bias)
                               .view({batch, predictions, -1});
   out["lm_outputs"] = lm_outputs;
@@ -190,7 +193,7 @@ at::Tensor ElectraPretrainerImpl::discriminator_logits(const at::Tensor& sequenc
   const bool gelu = options_.generator.hidden_activation == "gelu";
   return discriminator_head
       ->forward(activate(
-          nlp::linear(sequence, discriminator_projection->weight, discriminator_projection->bias),
+          kernels::linear(sequence, discriminator_projection->weight, discriminator_projection->bias),
           gelu))
       .squeeze(-1);
 }

@@ -7,7 +7,7 @@
 #include "garden/base/error.h"
 #include "garden/nlp/bert_pretrain_data.h"
 #include "garden/nlp/electra_pretrainer.h"
-#include "garden/nlp/losses.h"
+#include "garden/kernels/losses.h"
 
 namespace garden::nlp {
 
@@ -184,7 +184,7 @@ Losses ElectraPretrainTask::build_losses(const Batch& labels, const Batch& model
   const at::Tensor lm_logits = input(model_outputs, "lm_outputs").to(at::kFloat);
   const int64_t vocab = lm_logits.size(-1);
   const at::Tensor lm_weights = input(labels, "masked_lm_weights").to(at::kFloat).reshape(-1);
-  const at::Tensor lm_losses = sparse_cross_entropy_rows(
+  const at::Tensor lm_losses = kernels::sparse_cross_entropy_rows(
       lm_logits.reshape({-1, vocab}), input(labels, "masked_lm_ids").reshape(-1));
   const at::Tensor lm_count = lm_weights.sum();
   losses.add("lm_example_loss", mean_over((lm_losses * lm_weights).sum(), lm_count), lm_count);

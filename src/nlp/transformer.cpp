@@ -1,6 +1,6 @@
 #include "garden/nlp/transformer.h"
 
-#include "garden/core/precision.h"
+#include "garden/kernels/autocast.h"
 
 #include <torch/torch.h>
 
@@ -12,6 +12,23 @@
 #include <mutex>
 
 namespace garden::nlp {
+
+std::array<at::Tensor, 2> layer_norm_and_skip(const at::Tensor& x, torch::nn::LayerNorm& norm,
+                                              kernels::LayerNormSkip skip) {
+  const auto& shape = norm->options.normalized_shape();
+  if (shape.size() != 1 || !norm->options.elementwise_affine()) {
+    at::Tensor y = norm->forward(x);
+    return {y, skip == kernels::LayerNormSkip::kInput ? x : y};
+  }
+  return kernels::layer_norm_and_skip(x, norm->weight, norm->bias, norm->options.eps(), skip);
+}
+
+at::Tensor layer_norm(const at::Tensor& x, torch::nn::LayerNorm& norm) {
+  const auto& shape = norm->options.normalized_shape();
+  if (shape.size() != 1 || !norm->options.elementwise_affine()) return norm->forward(x);
+  return kernels::layer_norm(x, norm->weight, norm->bias, norm->options.eps());
+}
+
 
 namespace {
 
@@ -49,13 +66,13 @@ void write_step(at::Tensor& buffer, int64_t step, const at::Tensor& rows,
 template <typename F>
 at::Tensor residual(const at::Tensor& x, torch::nn::LayerNorm& norm, bool norm_first,
                     double dropout_rate, bool training, F&& f) {
-  if (norm_first) return x + nlp::dropout(f(layer_norm(x, norm)), dropout_rate, training);
-  return layer_norm(x + nlp::dropout(f(x), dropout_rate, training), norm);
+  if (norm_first) return x + kernels::dropout(f(layer_norm(x, norm)), dropout_rate, training);
+  return layer_norm(x + kernels::dropout(f(x), dropout_rate, training), norm);
 }
 
 // The same sublayer with f leaving its output projection's bias out and
 // storing it in its at::Tensor* (then the bias, dropout and the residual are
-// one pass: nlp::bias_dropout_add), and with a second handle on the input:
+// one pass: kernels::bias_dropout_add), and with a second handle on the input:
 // skip holds x's values (pre-LN: x itself; post-LN: the handle the layer
 // norm before gave for the residual sum) and is what the residual sum
 // reads. Returns the output and its handle for the next sublayer's residual
@@ -70,14 +87,14 @@ std::array<at::Tensor, 2> residual_with_skip(const at::Tensor& x, const at::Tens
   if (norm_first) {
     // x is read by the norm and by the sum; skip is x itself.
     TORCH_CHECK(skip.is_same(x), "residual: a pre-LN sublayer's skip must be its input");
-    auto [normalized, passed] = layer_norm_and_skip(x, norm, LayerNormSkip::kInput);
+    auto [normalized, passed] = layer_norm_and_skip(x, norm, kernels::LayerNormSkip::kInput);
     const at::Tensor y = f(normalized, &bias);
-    const at::Tensor out = nlp::bias_dropout_add(y, bias, passed, dropout_rate, training);
+    const at::Tensor out = kernels::bias_dropout_add(y, bias, passed, dropout_rate, training);
     return {out, out};
   }
   const at::Tensor y = f(x, &bias);
-  return layer_norm_and_skip(nlp::bias_dropout_add(y, bias, skip, dropout_rate, training), norm,
-                             LayerNormSkip::kOutput);
+  return layer_norm_and_skip(kernels::bias_dropout_add(y, bias, skip, dropout_rate, training), norm,
+                             kernels::LayerNormSkip::kOutput);
 }
 
 torch::nn::LayerNorm make_norm(int64_t width, double epsilon) {
@@ -122,18 +139,18 @@ at::Tensor FeedForwardImpl::forward(const at::Tensor& x, at::Tensor* output_bias
   const at::Tensor& weight = intermediate->weight;
   const bool fused = intermediate->use_bias &&
                      !(intermediate->int8() && !at::GradMode::is_enabled()) &&
-                     !autocast_on(x.device()) && x.device().is_cpu() &&
+                     !kernels::autocast_on(x.device()) && x.device().is_cpu() &&
                      x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat;
   // Fused: the product without its bias, which the activation's pass adds
   // (kernels.h): GELU's always, ReLU's where dropout draws a mask.
   if (gelu_) {
-    h = fused ? nlp::bias_gelu(nlp::linear(x, weight, {}), intermediate->bias)
-              : nlp::gelu(intermediate->forward(x));
-    h = nlp::dropout(h, dropout_, is_training());
+    h = fused ? kernels::bias_gelu(kernels::linear(x, weight, {}), intermediate->bias)
+              : kernels::gelu(intermediate->forward(x));
+    h = kernels::dropout(h, dropout_, is_training());
   } else if (fused && is_training() && dropout_ > 0 && dropout_ < 1) {
-    h = nlp::bias_relu_dropout(nlp::linear(x, weight, {}), intermediate->bias, dropout_, true);
+    h = kernels::bias_relu_dropout(kernels::linear(x, weight, {}), intermediate->bias, dropout_, true);
   } else {
-    h = nlp::relu_dropout(intermediate->forward(x), dropout_, is_training());
+    h = kernels::relu_dropout(intermediate->forward(x), dropout_, is_training());
   }
   return output->forward_deferring_bias(h, output_bias);
 }
@@ -358,27 +375,27 @@ at::Tensor Seq2SeqTransformerImpl::embed(const at::Tensor& ids, int64_t start,
     }
     return x;
   }
-  at::Tensor x = (sparse_gradient ? embedding_rows(weight, ids) : embedding->forward(ids)) *
+  at::Tensor x = (sparse_gradient ? kernels::embedding_rows(weight, ids) : embedding->forward(ids)) *
                  std::sqrt(static_cast<double>(options_.hidden_size));
   x = x * (ids != options_.pad_id).unsqueeze(-1).to(x.scalar_type());
   x = x + relative_position_encoding(ids.size(1), options_.hidden_size, start, 1.0, 1.0e4,
                                      weight.scalar_type(), weight.device());
   const double p = options_.embedding_dropout_rate >= 0 ? options_.embedding_dropout_rate
                                                         : options_.dropout_rate;
-  return nlp::dropout(x, p, is_training());
+  return kernels::dropout(x, p, is_training());
 }
 
 at::Tensor Seq2SeqTransformerImpl::project(const at::Tensor& hidden) {
   if (int8_projection_ && !at::GradMode::is_enabled()) return int8_projection_->forward(hidden);
-  return nlp::linear(hidden, embedding->weight, {});
+  return kernels::linear(hidden, embedding->weight, {});
 }
 
 void Seq2SeqTransformerImpl::use_int8(bool on) {
-  if (on) check_int8_available("int8 decoding", embedding->weight.device());
+  if (on) kernels::check_int8_available("int8 decoding", embedding->weight.device());
   for (const auto& module : modules(/*include_self=*/false))
     if (auto* dense = module->as<DenseImpl>()) dense->use_int8(on);
   int8_projection_ =
-      on ? std::make_shared<const Int8Linear>(embedding->weight, at::Tensor()) : nullptr;
+      on ? std::make_shared<const kernels::Int8Linear>(embedding->weight, at::Tensor()) : nullptr;
 }
 
 EncoderOutput Seq2SeqTransformerImpl::encode(const at::Tensor& src_ids) {
@@ -411,7 +428,7 @@ at::Tensor Seq2SeqTransformerImpl::decode(const at::Tensor& tgt_in, const Encode
 
 at::Tensor Seq2SeqTransformerImpl::forward(const at::Tensor& src_ids, const at::Tensor& tgt_in) {
   // Both lookups' gradients sparse, added into the projection's dense one
-  // (nlp::embedding_rows): no zero-filled [V, D] table and [V, D] sum each.
+  // (kernels::embedding_rows): no zero-filled [V, D] table and [V, D] sum each.
   return project(decode(tgt_in, encode(src_ids, true), true));
 }
 

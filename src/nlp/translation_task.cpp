@@ -14,7 +14,7 @@
 #include "garden/data/record_source.h"
 #include "garden/data/sentencepiece.h"
 #include "garden/nlp/bleu.h"
-#include "garden/nlp/losses.h"
+#include "garden/kernels/losses.h"
 #include "garden/nlp/translation_tokenizer.h"
 
 namespace garden::nlp {
@@ -185,7 +185,7 @@ Batch TranslationTask::call_model(Model& model, const Batch& features, bool) {
 
 Losses TranslationTask::build_losses(const Batch& labels, const Batch& model_outputs,
                                      const at::Tensor& aux_losses) {
-  const PaddedCrossEntropy xent = padded_cross_entropy_loss(
+  const kernels::PaddedCrossEntropy xent = kernels::padded_cross_entropy_loss(
       model_outputs.at("logits"), labels.at("targets"), config_.model.label_smoothing,
       /*pad_id=*/0);
   // Averaged over the non-pad target tokens, and carrying their number.

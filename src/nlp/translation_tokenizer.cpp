@@ -10,7 +10,7 @@
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
-#include "garden/base/stop_signals.h"
+#include "garden/platform/stop_signals.h"
 #include "garden/nlp/sentence_pairs.h"
 
 namespace garden::nlp {

@@ -9,7 +9,7 @@
 #include <map>
 #include <regex>
 
-#include "adam_pass.h"
+#include "garden/kernels/adam.h"
 #include "garden/base/error.h"
 #include "garden/base/torch_features.h"
 
@@ -450,7 +450,7 @@ class Adam : public Optimizer {
       at::parallel_for(int64_t{0}, blocks, 1, [&](int64_t first, int64_t last) {
         for (int64_t b = first; b < last; ++b) {
           const int64_t begin = b * kAdamBlock, count = std::min(kAdamBlock, n - begin);
-          adam_pass(p + begin, g + begin, mp + begin, vp + begin, count,
+          kernels::adam_pass(p + begin, g + begin, mp + begin, vp + begin, count,
                     static_cast<float>(beta_1_), static_cast<float>(beta_2_),
                     static_cast<float>(-lr_t), static_cast<float>(epsilon_), decay > 0,
                     static_cast<float>(decay));

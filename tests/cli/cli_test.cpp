@@ -20,8 +20,11 @@
 #include <vector>
 
 #include "cli/cli_fixture.h"
-#include "garden/core/gemm.h"
+#include "garden/kernels/gemm.h"
+#include "garden/kernels/linear.h"
 #include "garden/core/runtime.h"
+#include "garden/platform/blas.h"
+#include "garden/platform/threads.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_fixture.h"
-#include "garden/nlp/int8.h"
+#include "garden/kernels/int8.h"
 
 namespace {
 
@@ -159,7 +159,7 @@ void ServingCliTest::expect_predict_translates_as_translate(const std::string& f
                                    "' --input '" + path("in.txt") + "'");
   ASSERT_EQ(translated.status, 0) << translated.err;
   if (flags.find("--int8") != std::string::npos) {
-    EXPECT_NE(translated.err.find(", int8 (" + garden::nlp::int8_kernel() + "),"),
+    EXPECT_NE(translated.err.find(", int8 (" + garden::kernels::int8_kernel() + "),"),
               std::string::npos)
         << translated.err;
   }

@@ -10,7 +10,7 @@
 
 #include "cli/cli_fixture.h"
 #include "device_util.h"
-#include "garden/nlp/int8.h"
+#include "garden/kernels/int8.h"
 
 namespace {
 
@@ -200,7 +200,7 @@ TEST_F(TranslateCliTest, Int8TranslatesNearlyEveryLineAsFloat32Does) {
     ASSERT_EQ(fp32.status, 0) << fp32.err;
     const CliRun int8 = translate(input, "--int8 --beam_size " + beam);
     ASSERT_EQ(int8.status, 0) << int8.err;
-    EXPECT_NE(int8.err.find("beam " + beam + ", int8 (" + garden::nlp::int8_kernel() + "),"),
+    EXPECT_NE(int8.err.find("beam " + beam + ", int8 (" + garden::kernels::int8_kernel() + "),"),
               std::string::npos)
         << int8.err;
     const auto a = lines_of(fp32.out), b = lines_of(int8.out);

@@ -21,6 +21,9 @@
 #include "garden/core/precision.h"
 #include "garden/core/progress.h"
 #include "garden/core/runtime.h"
+#include "garden/platform/allocator.h"
+#include "garden/platform/blas.h"
+#include "garden/platform/threads.h"
 
 namespace {
 

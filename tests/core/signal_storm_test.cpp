@@ -6,7 +6,7 @@
 // SIGUSR1s (a handler, no SA_RESTART or with it) every few milliseconds,
 // aborted with "corrupted size vs. prev_size" in every try; with the
 // products on OpenBLAS it did not. Here SIGTERMs storm the process while
-// garden::sgemm runs on every thread: with the signals left to the signal
+// garden::kernels::sgemm runs on every thread: with the signals left to the signal
 // thread the products stay bitwise what they were and the heap intact.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -22,8 +22,8 @@
 #include <numeric>
 #include <vector>
 
-#include "garden/base/stop_signals.h"
-#include "garden/core/gemm.h"
+#include "garden/platform/stop_signals.h"
+#include "garden/kernels/gemm.h"
 
 namespace {
 
@@ -38,10 +38,10 @@ std::vector<float> pattern(int64_t n, int seed) {
   return v;
 }
 
-// The product of `a` and `b`, as garden::sgemm computes it.
+// The product of `a` and `b`, as garden::kernels::sgemm computes it.
 std::vector<float> product(const std::vector<float>& a, const std::vector<float>& b) {
   std::vector<float> c(static_cast<std::size_t>(kSize * kSize), 0.0f);
-  EXPECT_TRUE(garden::sgemm('N', 'N', kSize, kSize, kSize, 1.0f, a.data(), kSize, b.data(), kSize,
+  EXPECT_TRUE(garden::kernels::sgemm('N', 'N', kSize, kSize, kSize, 1.0f, a.data(), kSize, b.data(), kSize,
                             0.0f, c.data(), kSize));
   return c;
 }

@@ -15,7 +15,8 @@
 #include <vector>
 
 #include "garden/nlp/bert_encoder.h"
-#include "garden/nlp/kernels.h"
+#include "garden/kernels/layer_norm.h"
+#include "garden/kernels/sampling.h"
 #include "garden/optim/optimizer.h"
 #include "test_util.h"
 
@@ -121,7 +122,7 @@ TEST(ElectraSampler, FrequenciesMatchTheSoftmax) {
   const int64_t draws = 20000;
   at::Tensor logits = torch::tensor({0.5, -1.0, 2.0, 0.0, 1.0});
   at::Tensor probabilities = torch::softmax(logits, 0);
-  at::Tensor samples = sample_from_softmax(logits.view({1, 1, 5}).expand({draws, 1, 5}));
+  at::Tensor samples = garden::kernels::sample_from_softmax(logits.view({1, 1, 5}).expand({draws, 1, 5}));
   ASSERT_EQ(samples.sizes(), (std::vector<int64_t>{draws, 1}));
   at::Tensor counts = torch::bincount(samples.view({-1}), {}, 5).to(torch::kDouble);
   for (int64_t v = 0; v < 5; ++v) {

@@ -192,7 +192,7 @@ TEST(TransformerTest, InferenceEmbeddingGivesTheOperationsBits) {
 }
 
 // In float32 on the CPU a GELU feed-forward layer runs its first product
-// without the bias and nlp::bias_gelu adds it: the output and every
+// without the bias and kernels::bias_gelu adds it: the output and every
 // gradient as the reference in double (the same weights), in training and
 // without gradients.
 TEST(TransformerTest, GeluFeedForwardWithItsBiasFusedMatchesTheReference) {
@@ -357,7 +357,7 @@ TEST(TransformerTest, DecoderBlockMatchesStepByStepReference) {
 }
 
 // In float32 on the CPU the output projections run without their biases,
-// which nlp::bias_dropout_add adds with dropout and the residual in one
+// which kernels::bias_dropout_add adds with dropout and the residual in one
 // pass: a training block (dropout 0, so no mask to replay) against a double
 // copy of it, whose layers take the unfused operations; output, input and
 // every parameter gradient, the biases random so that a lost one shows.

@@ -28,7 +28,8 @@
 #include "garden/data/sentencepiece.h"
 #include "garden/data/tfrecord.h"
 #include "garden/nlp/bleu.h"
-#include "garden/nlp/losses.h"
+#include "garden/kernels/dropout.h"
+#include "garden/kernels/losses.h"
 #include "garden/nlp/translation.h"
 
 namespace {
@@ -404,7 +405,7 @@ TEST_F(TranslationTest, DecoderInputIsTheTargetShiftedRightAndTheLossIgnoresPadd
   const Batch outputs = task.call_model(*model, {{"inputs", inputs}, {"targets", targets}}, false);
   EXPECT_TRUE(torch::equal(outputs.at("logits"), transformer.forward(inputs, decoder_in)));
   const garden::Losses losses = task.build_losses({{"targets", targets}}, outputs);
-  const auto xent = garden::nlp::padded_cross_entropy_loss(outputs.at("logits"), targets, 0.1);
+  const auto xent = garden::kernels::padded_cross_entropy_loss(outputs.at("logits"), targets, 0.1);
   EXPECT_EQ(xent.weight_sum.item<double>(), 5.0);
   ASSERT_EQ(losses.parts().size(), 1u);
   EXPECT_NEAR(losses.total().item<double>(), (xent.loss_sum / 5.0).item<double>(), 1e-6);

@@ -260,7 +260,7 @@ INSTANTIATE_TEST_SUITE_P(Devices, OptimizerDeviceTest, ::testing::Values("cpu", 
                          });
 
 // A table whose only gradients were sparse lookups' holds a sparse .grad
-// (nlp::embedding_rows): the step makes it dense and updates as with the
+// (kernels::embedding_rows): the step makes it dense and updates as with the
 // dense gradient of the same lookups.
 TEST(OptimizerTest, ASparseGradientIsMadeDenseAndUpdatesAsTheDenseOne) {
   const at::Tensor ids = torch::tensor({{1, 4, 4}, {0, 1, 4}}, at::kLong);

@@ -2,6 +2,7 @@
 // and experiments of its own can build its own `garden`:
 //
 //   int main(int argc, char** argv) {
+//     garden::set_up_process(garden::process_setup_for(argc, argv), argv);
 //     return garden::run_main(argc, argv, [] {
 //       garden::register_task<MyTaskConfig, MyTask>("my/task");
 //       garden::config::register_experiment("my/experiment", "...", my_factory);
@@ -15,8 +16,15 @@
 #include <vector>
 
 #include "garden/config/definitions.h"
+#include "garden/platform/process.h"
 
 namespace garden {
+
+// The process set-up the command in argv[1] declares (platform/process.h):
+// the commands that compute restart with OpenBLAS's best kernels for this
+// CPU, those that compute for long also with passive OpenMP waits; every
+// command keeps freed memory in the heap and takes the stop signals.
+ProcessSetup process_setup_for(int argc, char** argv);
 
 // Runs the CLI; returns the process exit code. Every error is one line on
 // stderr ("garden: error: ...") and a non-zero code.

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "garden/base/error.h"
-#include "garden/base/stop_signals.h"
+#include "garden/platform/stop_signals.h"
 #include "garden/core/trainer.h"
 
 namespace garden {
@@ -53,7 +53,7 @@ class BestCheckpointExporter : public CheckpointExporter {
 };
 
 // Checkpoints on preemption: the training loop stops at a step boundary
-// while a GracefulStop (garden/base/stop_signals.h) lives and a stop signal
+// while a GracefulStop (garden/platform/stop_signals.h) lives and a stop signal
 // is pending, and throws Preempted once the checkpoint is written.
 
 }  // namespace garden

@@ -27,7 +27,7 @@ struct ControllerOptions {
   // Restore the last checkpoint when the training loss diverges.
   std::optional<RecoveryOptions> recovery;
   // Write a checkpoint and stop (throwing Preempted) when a stop signal is
-  // pending (garden/base/stop_signals.h): at the next step, or during an
+  // pending (garden/platform/stop_signals.h): at the next step, or during an
   // evaluation of a training run.
   bool checkpoint_on_preemption = false;
 };

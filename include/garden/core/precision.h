@@ -9,9 +9,6 @@
 
 namespace garden {
 
-// Whether autocast is on for `device`'s type (CPU or CUDA) in this thread.
-bool autocast_on(const c10::Device& device);
-
 // Enables autocast for `dtype` ("bfloat16" or "float16") on `device` while
 // alive; does nothing for null or "float32". Restores the previous state.
 class AutocastGuard {

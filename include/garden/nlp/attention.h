@@ -18,7 +18,9 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
-#include "garden/nlp/int8.h"
+#include "garden/kernels/bias_dropout_add.h"
+#include "garden/kernels/dropout.h"
+#include "garden/kernels/int8.h"
 
 namespace garden::nlp {
 
@@ -65,7 +67,7 @@ class DenseImpl : public torch::nn::Cloneable<DenseImpl> {
   // outputs are stored.
   at::Tensor forward_relu(const at::Tensor& x);
   // forward(x) without the bias, which is stored in `*bias` for the caller
-  // to add in a fused pass (nlp::bias_dropout_add), where that pass runs
+  // to add in a fused pass (kernels::bias_dropout_add), where that pass runs
   // (float32 on the CPU without autocast, not through the int8 copy);
   // otherwise forward(x), `*bias` left undefined. A null `bias` is forward(x).
   at::Tensor forward_deferring_bias(const at::Tensor& x, at::Tensor* bias);
@@ -79,7 +81,7 @@ class DenseImpl : public torch::nn::Cloneable<DenseImpl> {
   at::Tensor weight, bias;
 
  private:
-  std::shared_ptr<const Int8Linear> int8_;
+  std::shared_ptr<const kernels::Int8Linear> int8_;
 };
 TORCH_MODULE(Dense);
 

@@ -20,17 +20,22 @@
 
 #include "garden/nlp/attention.h"
 #include "garden/nlp/cache.h"
-#include "garden/nlp/kernels.h"
+#include "garden/kernels/dropout.h"
+#include "garden/kernels/embedding.h"
+#include "garden/kernels/gelu.h"
+#include "garden/kernels/int8.h"
+#include "garden/kernels/layer_norm.h"
+#include "garden/kernels/linear.h"
 
 namespace garden::nlp {
 
-// A LayerNorm module applied through nlp::layer_norm (garden/nlp/kernels.h)
+// A LayerNorm module applied through kernels::layer_norm (garden/nlp/kernels.h)
 // with its weight, bias and epsilon; the module's own forward when it has no
 // affine parameters or normalizes more than the last dimension.
 at::Tensor layer_norm(const at::Tensor& x, torch::nn::LayerNorm& norm);
 // layer_norm_and_skip (garden/nlp/kernels.h) through the module's parameters.
 std::array<at::Tensor, 2> layer_norm_and_skip(const at::Tensor& x, torch::nn::LayerNorm& norm,
-                                              LayerNormSkip skip);
+                                              kernels::LayerNormSkip skip);
 
 // The Cache (garden/nlp/cache.h) this model fills for incremental decoding. Every tensor has the
 // batch on dim 0: the flattened batch x beam B for "steps/" entries, the examples E for
@@ -214,7 +219,7 @@ class Seq2SeqTransformerImpl : public torch::nn::Module {
   // training, no gradients, float32 on the CPU) one pass with the encodings
   // read from a table kept by the model, the same bits as the operations.
   // sparse_gradient: the table's gradient from this lookup is sparse
-  // (nlp::embedding_rows), for a graph that also projects with the table
+  // (kernels::embedding_rows), for a graph that also projects with the table
   // (forward), whose dense gradient it is added into.
   at::Tensor embed(const at::Tensor& ids, int64_t start, bool sparse_gradient = false);
 
@@ -235,7 +240,7 @@ class Seq2SeqTransformerImpl : public torch::nn::Module {
   struct PositionTable;
   Seq2SeqTransformerOptions options_;
   std::shared_ptr<PositionTable> positions_;
-  std::shared_ptr<const Int8Linear> int8_projection_;  // embedding^T, with use_int8
+  std::shared_ptr<const kernels::Int8Linear> int8_projection_;  // embedding^T, with use_int8
 };
 TORCH_MODULE(Seq2SeqTransformer);
 

@@ -43,7 +43,7 @@ class Optimizer {
 
   void zero_grad();
   // Replaces a sparse .grad (a table's rows from sparse lookups only, e.g.
-  // nlp::embedding_rows without the tied projection in the graph) by its
+  // kernels::embedding_rows without the tied projection in the graph) by its
   // dense form, which everything after backward expects. The Minimizer calls
   // it after each backward, and step() and transform_gradients first.
   void make_gradients_dense();
