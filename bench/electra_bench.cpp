@@ -60,7 +60,7 @@
 #include "garden/core/precision.h"
 #include "garden/platform/allocator.h"
 #include "garden/platform/process.h"
-#include "garden/nlp/electra_pretrainer.h"
+#include "garden/nlp/modeling/electra_pretrainer.h"
 #include "garden/kernels/dropout.h"
 #include "garden/kernels/gelu.h"
 #include "garden/kernels/losses.h"

@@ -18,7 +18,7 @@
 #include "garden/cli/builtins.h"
 #include "garden/cli/cli.h"
 #include "garden/data/sentencepiece.h"
-#include "garden/nlp/translation.h"
+#include "garden/nlp/tasks/translation_task.h"
 
 namespace {
 

@@ -69,7 +69,7 @@
 #include "garden/platform/process.h"
 #include "garden/kernels/dropout.h"
 #include "garden/kernels/losses.h"
-#include "garden/nlp/transformer.h"
+#include "garden/nlp/modeling/transformer.h"
 #include "garden/optim/optimizer.h"
 #include "peer.h"
 #include "profile.h"

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "fuzz_util.h"
-#include "garden/nlp/bleu.h"
-#include "garden/nlp/bleu_tokenizers.h"
+#include "garden/nlp/metrics/bleu.h"
+#include "garden/nlp/metrics/bleu_tokenizers.h"
 
 using namespace garden::nlp;
 

@@ -9,7 +9,7 @@
 
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
-#include "garden/nlp/bleu.h"
+#include "garden/nlp/metrics/bleu.h"
 
 namespace garden {
 

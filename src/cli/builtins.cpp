@@ -2,8 +2,8 @@
 
 #include <mutex>
 
-#include "garden/nlp/electra_experiments.h"
-#include "garden/nlp/translation_experiments.h"
+#include "garden/nlp/tasks/electra_experiments.h"
+#include "garden/nlp/tasks/translation_experiments.h"
 #include "garden/tabular/classification_experiments.h"
 
 namespace garden {

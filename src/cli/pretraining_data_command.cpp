@@ -7,7 +7,7 @@
 #include <string>
 
 #include "garden/base/error.h"
-#include "garden/nlp/pretraining_data.h"
+#include "garden/nlp/data/pretraining_data.h"
 
 namespace garden {
 

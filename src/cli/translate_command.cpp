@@ -26,7 +26,7 @@
 #include "garden/platform/threads.h"
 #include "garden/data/sentencepiece.h"
 #include "garden/kernels/int8.h"
-#include "garden/nlp/translation.h"
+#include "garden/nlp/tasks/translation_task.h"
 #include "garden/serving/export.h"
 #include "garden/serving/predictor.h"
 

@@ -1,6 +1,6 @@
 // kernels::bias_dropout_add: a Transformer sublayer's output bias, dropout and
 // residual in one pass, and kernels::bias_relu_dropout: a feed-forward layer's
-// bias, ReLU and dropout in one; see include/garden/nlp/kernels.h.
+// bias, ReLU and dropout in one; see include/garden/kernels/bias_dropout_add.h.
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <torch/torch.h>

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "garden/base/cpu_isa.h"
 #include "garden/base/error.h"
 
 // GCC 12 warns that the AVX-512 intrinsics' own placeholder (the __Y of
@@ -26,26 +27,12 @@ constexpr int64_t kBlock = 16;  // outputs per 512-bit register of int32 sums
 constexpr int kRows = 4;        // rows of x a tile computes
 constexpr int kBlocks = 4;      // output blocks a tile computes (4 x 16 = 64 outputs)
 
-bool cpu_has_vnni() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vnni");
-  return has;
-}
+bool cpu_has_vnni() { return cpu_isa().avx512_vnni; }
 
-// AMX with int8 (CPUID leaf 7: AMX-TILE is EDX bit 24, AMX-INT8 bit 25), and
-// Linux's permission for this process to use the tiles' 8 KiB of register
-// state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, feature 18; Linux
-// 5.16 and later). The results are turned back into float32 with AVX-512.
-bool cpu_has_amx_int8() {
-  static const bool has = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!cpu_has_vnni() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    if (!((edx >> 24) & 1u) || !((edx >> 25) & 1u)) return false;
-    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  }();
-  return has;
-}
+// AMX with int8, and Linux's permission for this process to use the tiles'
+// register state (base/cpu_isa.h). The results are turned into float32 with
+// AVX-512.
+bool cpu_has_amx_int8() { return request_amx_tile_data(); }
 
 // The kernels a layer can run; the best the CPU has unless a test asks.
 enum class Kernel { kPortable, kVnni, kAmx };

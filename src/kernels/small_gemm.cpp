@@ -15,6 +15,8 @@
 // remain).
 #include "simd/small_gemm.h"
 
+#include "garden/base/cpu_isa.h"
+
 #include "simd/transpose16.h"
 #include "simd/vector_math.h"
 
@@ -180,9 +182,9 @@ void small_product(const SmallProduct& p, float* scratch) {
 }
 
 bool small_product_with_lanes(int lanes, const SmallProduct& p, float* scratch) {
-  if (lanes == 16 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) {
+  if (lanes == 16 && cpu_isa().avx512) {
     product_avx512(p, scratch);
-  } else if (lanes == 8 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+  } else if (lanes == 8 && cpu_isa().avx2_fma) {
     product_avx2(p, scratch);
   } else if (lanes == 4) {
     product_sse(p, scratch);

@@ -1,4 +1,4 @@
-// kernels::attention_matmul (garden/nlp/kernels.h): alpha * a @ b per head, on
+// kernels::attention_matmul (garden/kernels/attention.h): alpha * a @ b per head, on
 // the views attention passes it, against at::matmul in double.
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -1,5 +1,5 @@
 // kernels::top_log_prob_extensions: beam search's candidates, each example's best
-// k of log_softmax(logits) + the beam's score (garden/nlp/kernels.h).
+// k of log_softmax(logits) + the beam's score (garden/kernels/beam_candidates.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

@@ -16,7 +16,7 @@
 #include "garden/kernels/bias_dropout_add.h"
 #include "garden/kernels/dropout.h"
 #include "garden/kernels/linear.h"
-#include "garden/nlp/transformer.h"
+#include "garden/nlp/modeling/transformer.h"
 
 namespace {
 

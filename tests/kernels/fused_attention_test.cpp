@@ -1,4 +1,4 @@
-// kernels::fused_attention (garden/nlp/kernels.h): training's attention from the
+// kernels::fused_attention (garden/kernels/attention.h): training's attention from the
 // projections in one operation, against the definition composed from
 // LibTorch's operations in double, with gradients by LibTorch's autograd of
 // that definition; its dropout against kernels::dropout's mask for the same seed.
@@ -16,7 +16,7 @@
 #include <string>
 
 #include "garden/core/precision.h"
-#include "garden/nlp/attention.h"
+#include "garden/nlp/modeling/attention.h"
 #include "garden/kernels/attention.h"
 #include "garden/kernels/dropout.h"
 #include "kernels/kernel_builds.h"

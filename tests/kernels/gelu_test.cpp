@@ -1,4 +1,4 @@
-// kernels::gelu: LibTorch's forward, Garden's one-pass backward (garden/nlp/kernels.h).
+// kernels::gelu: LibTorch's forward, Garden's one-pass backward (garden/kernels/gelu.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

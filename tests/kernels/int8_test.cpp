@@ -6,10 +6,10 @@
 #include <string>
 
 #include "garden/base/error.h"
-#include "garden/nlp/attention.h"
+#include "garden/nlp/modeling/attention.h"
 #include "garden/kernels/int8.h"
 #include "garden/kernels/linear.h"
-#include "garden/nlp/transformer.h"
+#include "garden/nlp/modeling/transformer.h"
 
 namespace garden::kernels {
 namespace {

@@ -1,4 +1,4 @@
-// kernels::layer_norm (garden/nlp/kernels.h): Garden's layer normalization
+// kernels::layer_norm (garden/kernels/layer_norm.h): Garden's layer normalization
 // against at::layer_norm computed in double, its gradients by autograd of
 // that definition and by finite differences.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "garden/kernels/layer_norm.h"
-#include "garden/nlp/transformer.h"
+#include "garden/nlp/modeling/transformer.h"
 
 namespace garden::kernels {
 namespace {

@@ -1,5 +1,5 @@
 // kernels::linear: x W^T + b with Garden's GEMM, forward and backward
-// (garden/nlp/kernels.h).
+// (garden/kernels/linear.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

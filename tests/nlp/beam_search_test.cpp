@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "garden/base/error.h"
-#include "garden/nlp/beam_search.h"
+#include "garden/nlp/modeling/beam_search.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "garden/config/yaml_io.h"
-#include "garden/nlp/bert_pretrain_data.h"
+#include "garden/nlp/data/bert_pretrain_data.h"
 #include "reference_formats.h"
 #include "test_util.h"
 

@@ -1,7 +1,7 @@
 // BLEU against sacreBLEU's published scores (README and test/test_bleu.py of
 // github.com/mjpost/sacrebleu), hand-computed cases, the tokenizers, and Model
 // Garden's official/nlp/metrics/bleu.py.
-#include "garden/nlp/bleu.h"
+#include "garden/nlp/metrics/bleu.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // frequencies against the softmax, the BERT encoder's gradients by finite
 // differences, the masked-LM logits recomputed from the module's own weights,
 // embedding tying and the truncated-normal initializer.
-#include "garden/nlp/electra_pretrainer.h"
+#include "garden/nlp/modeling/electra_pretrainer.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "garden/nlp/bert_encoder.h"
+#include "garden/nlp/modeling/bert_encoder.h"
 #include "garden/kernels/layer_norm.h"
 #include "garden/kernels/sampling.h"
 #include "garden/optim/optimizer.h"

@@ -13,7 +13,7 @@
 #include "garden/cli/builtins.h"
 #include "garden/config/registry.h"
 #include "garden/config/yaml_io.h"
-#include "garden/nlp/electra_task.h"
+#include "garden/nlp/tasks/electra_task.h"
 #include "test_util.h"
 
 namespace {

@@ -19,9 +19,9 @@
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
 #include "garden/data/sentencepiece.h"
-#include "garden/nlp/bert_encoder.h"
-#include "garden/nlp/electra_task.h"
-#include "garden/nlp/pretraining_data.h"
+#include "garden/nlp/modeling/bert_encoder.h"
+#include "garden/nlp/tasks/electra_task.h"
+#include "garden/nlp/data/pretraining_data.h"
 #include "test_util.h"
 
 namespace {

@@ -21,8 +21,8 @@
 
 #include "garden/data/sentencepiece.h"
 #include "garden/data/wordpiece.h"
-#include "garden/nlp/pretraining_data.h"
-#include "garden/nlp/pretraining_instances.h"
+#include "garden/nlp/data/pretraining_data.h"
+#include "garden/nlp/data/pretraining_instances.h"
 #include "reference_formats.h"
 #include "test_util.h"
 

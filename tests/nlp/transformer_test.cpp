@@ -1,9 +1,9 @@
 // The hand-written Transformer layers against plain reference computations
 // (explicit per-head loops, step-by-step blocks) in double precision, finite
 // difference gradients, masks, cached decoding and weight tying.
-#include "garden/nlp/transformer.h"
+#include "garden/nlp/modeling/transformer.h"
 
-#include "garden/nlp/beam_search.h"
+#include "garden/nlp/modeling/beam_search.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -594,7 +594,7 @@ Seq2SeqTransformer evaluated_model(uint64_t seed, torch::Dtype dtype) {
   return model;
 }
 
-// "step_rows" (garden/nlp/cache.h): decode_step reads and writes the
+// "step_rows" (garden/nlp/modeling/cache.h): decode_step reads and writes the
 // self-attention keys through the index. Its own rows at first, so the
 // steps decode as the forward pass does, in double (keys gathered) and in
 // float (the kernel reads them in place).

@@ -27,10 +27,10 @@
 #include "garden/data/example.h"
 #include "garden/data/sentencepiece.h"
 #include "garden/data/tfrecord.h"
-#include "garden/nlp/bleu.h"
+#include "garden/nlp/metrics/bleu.h"
 #include "garden/kernels/dropout.h"
 #include "garden/kernels/losses.h"
-#include "garden/nlp/translation.h"
+#include "garden/nlp/tasks/translation_task.h"
 
 namespace {
 

@@ -1,5 +1,4 @@
-// Helpers of the CPU kernels in this folder (kernels.cpp, losses.cpp,
-// small_gemm.cpp): dispatch to the widest instruction set the CPU runs, and
+// Helpers of the CPU kernels: dispatch to the widest instruction set the CPU runs, and
 // exponentials written without libm calls, so the loops that use them
 // vectorize.
 #pragma once
@@ -8,14 +7,16 @@
 #include <cstdint>
 #include <cstring>
 
+#include "garden/base/cpu_isa.h"
+
 namespace garden::kernels {
 
 // The widest of a kernel's builds this CPU runs: AVX-512 (F, DQ), AVX2 with
 // FMA, or the portable one.
 template <typename Kernel>
 inline Kernel widest_kernel(Kernel avx512, Kernel avx2, Kernel portable) {
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) return avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return avx2;
+  if (cpu_isa().avx512) return avx512;
+  if (cpu_isa().avx2_fma) return avx2;
   return portable;
 }
 

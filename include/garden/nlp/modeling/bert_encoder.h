@@ -1,0 +1,110 @@
+// Model Garden's BertEncoder (official/nlp/modeling/networks/bert_encoder.py)
+// written by hand: word, position and type embeddings (a projection to the
+// hidden size when embedding_size differs), then post- or pre-layer-norm
+// Transformer blocks, BERT's truncated-normal initializer throughout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include "garden/nlp/modeling/transformer.h"
+
+namespace garden::nlp {
+
+// Model Garden's BertEncoderConfig, as the model takes it.
+struct BertEncoderOptions {
+  int64_t vocab_size = 30522;
+  int64_t hidden_size = 768;
+  int64_t num_layers = 12;
+  int64_t num_attention_heads = 12;
+  std::string hidden_activation = "gelu";  // gelu (exact, erf) or relu
+  int64_t intermediate_size = 3072;
+  double dropout_rate = 0.1;  // embeddings and each block's sublayer outputs
+  double attention_dropout_rate = 0.1;
+  int64_t max_position_embeddings = 512;
+  int64_t type_vocab_size = 2;
+  double initializer_range = 0.02;  // stddev of the truncated normal
+  int64_t embedding_size = -1;      // -1: hidden_size (no projection)
+  bool norm_first = false;          // pre-layer-norm blocks
+  double norm_epsilon = 1e-12;
+
+  int64_t embedding_width() const { return embedding_size > 0 ? embedding_size : hidden_size; }
+};
+
+// Fills `weight` from a normal of stddev `stddev` truncated at two stddevs
+// (Keras's TruncatedNormal: values beyond are drawn again, so the result's
+// stddev is about 0.88 * stddev), from LibTorch's default generator.
+void truncated_normal_(at::Tensor weight, double stddev);
+
+// BERT's initializer for every layer registered under `module` (itself
+// included): Linear and Embedding weights truncated_normal_(range), biases
+// zero, LayerNorm weight 1 and bias 0.
+void init_bert_weights(torch::nn::Module& module, double initializer_range);
+
+class BertEncoderImpl : public torch::nn::Module {
+ public:
+  // `shared_word_embeddings`, when given, is used as this encoder's word
+  // embeddings, NOT registered here (its owner registers it, so it is one
+  // parameter of the model, updated and saved once): ELECTRA's generator
+  // shares the discriminator's. Its shape must be [vocab_size,
+  // options.embedding_width()].
+  explicit BertEncoderImpl(const BertEncoderOptions& options,
+                           torch::nn::Embedding shared_word_embeddings = nullptr);
+
+  // word_ids, type_ids [B, S] int64; mask [B, S] 1 for real tokens, 0 for
+  // padding (any integer or float dtype); position_ids [B, S] or undefined
+  // (0 .. S-1). Returns the sequence output [B, S, hidden_size].
+  at::Tensor forward(const at::Tensor& word_ids, const at::Tensor& mask, const at::Tensor& type_ids,
+                     const at::Tensor& position_ids = {});
+
+  const BertEncoderOptions& options() const { return options_; }
+
+  torch::nn::Embedding word_embeddings{nullptr};      // [V, E]
+  torch::nn::Embedding position_embeddings{nullptr};  // [max_position_embeddings, E]
+  torch::nn::Embedding type_embeddings{nullptr};      // [type_vocab_size, E]
+  torch::nn::LayerNorm embedding_norm{nullptr};
+  torch::nn::Linear embedding_projection{nullptr};  // E -> H, only when E != H
+  std::vector<TransformerEncoderBlock> layers;
+  torch::nn::LayerNorm output_norm{nullptr};  // only when norm_first
+
+ private:
+  BertEncoderOptions options_;
+};
+TORCH_MODULE(BertEncoder);
+
+// Model Garden's ClassificationHead (ClsHeadConfig): dense(inner_dim,
+// activation) on the token at cls_token_idx, dropout, dense(num_classes).
+struct ClassificationHeadOptions {
+  int64_t input_width = 768;
+  int64_t inner_dim = 0;  // 0: no inner dense layer
+  int64_t num_classes = 2;
+  std::string activation = "tanh";  // tanh, gelu or relu
+  double dropout_rate = 0.0;
+  int64_t cls_token_idx = 0;
+  double initializer_range = 0.02;
+  std::string name = "cls";
+};
+
+class ClassificationHeadImpl : public torch::nn::Module {
+ public:
+  explicit ClassificationHeadImpl(const ClassificationHeadOptions& options);
+  // sequence [B, S, input_width] -> logits [B, num_classes].
+  at::Tensor forward(const at::Tensor& sequence);
+  const ClassificationHeadOptions& options() const { return options_; }
+
+  torch::nn::Linear dense{nullptr};  // only when inner_dim > 0
+  torch::nn::Linear out_proj{nullptr};
+
+ private:
+  ClassificationHeadOptions options_;
+};
+TORCH_MODULE(ClassificationHead);
+
+}  // namespace garden::nlp

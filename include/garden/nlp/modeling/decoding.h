@@ -1,0 +1,34 @@
+// Translating source ids with a trained Seq2SeqTransformer: Model Garden's
+// beam search (or greedy decoding) over the model's KV-cached decoder.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "garden/nlp/modeling/transformer.h"
+
+namespace garden::nlp {
+
+// How to decode; built from TranslationModelConfig by decode_options().
+struct DecodeOptions {
+  int64_t beam_size = 4;  // 1: greedy
+  double alpha = 0.6;
+  // The longest output of a sentence in tokens (EOS included):
+  // decode_max_length when set, otherwise the sentence's own length (its
+  // non-pad tokens, EOS included) + extra_decode_length, whatever the batch's
+  // padded length (Model Garden uses that one), so a sentence translates the
+  // same in any batch.
+  std::optional<int64_t> decode_max_length;
+  int64_t extra_decode_length = 0;
+};
+
+// Translates a batch of source ids [B, S] (pad 0, each row ending in EOS);
+// returns each row's best output ids without the EOS.
+std::vector<std::vector<int64_t>> translate_ids(Seq2SeqTransformerImpl& model,
+                                                const at::Tensor& source_ids, int64_t eos_id,
+                                                const DecodeOptions& options);
+
+}  // namespace garden::nlp

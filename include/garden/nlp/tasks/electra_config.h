@@ -1,0 +1,91 @@
+// The ELECTRA pretraining task's config: Model Garden's ElectraPretrainConfig
+// (official/nlp/tasks/electra_task.py) with ElectraPretrainerConfig
+// (official/nlp/configs/electra.py), EncoderConfig / BertEncoderConfig
+// (official/nlp/configs/encoders.py) and ClsHeadConfig (configs/bert.py):
+// their keys and defaults.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "garden/config/definitions.h"
+#include "garden/nlp/data/bert_pretrain_data.h"
+#include "garden/nlp/modeling/electra_pretrainer.h"
+
+namespace garden::nlp {
+
+// Model Garden's BertEncoderConfig.
+struct BertEncoderConfig : config::Config {
+  int64_t vocab_size = 30522;
+  int64_t hidden_size = 768;
+  int64_t num_layers = 12;
+  int64_t num_attention_heads = 12;
+  std::string hidden_activation = "gelu";
+  int64_t intermediate_size = 3072;
+  double dropout_rate = 0.1;
+  double attention_dropout_rate = 0.1;
+  int64_t max_position_embeddings = 512;
+  int64_t type_vocab_size = 2;
+  double initializer_range = 0.02;
+  std::optional<int64_t> embedding_size;  // null: hidden_size
+  // Model Garden's keys that Garden does not implement: refused unless at
+  // their defaults.
+  std::optional<int64_t> output_range;
+  bool return_all_encoder_outputs = false;
+  bool return_attention_scores = false;
+  bool norm_first = false;
+  void visit(config::Visitor& v) override;
+  void validate() const override;
+  BertEncoderOptions options() const;
+};
+
+// Model Garden's EncoderConfig, a one-of; Garden builds `bert`.
+struct EncoderConfig : config::OneOfConfig {
+  EncoderConfig() { type = "bert"; }
+  BertEncoderConfig bert;
+  void visit(config::Visitor& v) override;
+  void validate() const override;
+};
+
+// Model Garden's ClsHeadConfig.
+struct ClsHeadConfig : config::Config {
+  int64_t inner_dim = 0;
+  int64_t num_classes = 2;
+  std::string activation = "tanh";
+  double dropout_rate = 0.0;
+  int64_t cls_token_idx = 0;
+  std::string name;
+  void visit(config::Visitor& v) override;
+  void validate() const override;
+};
+
+// Model Garden's ElectraPretrainerConfig.
+struct ElectraPretrainerConfig : config::Config {
+  int64_t num_masked_tokens = 76;
+  int64_t sequence_length = 512;
+  int64_t num_classes = 2;
+  double discriminator_loss_weight = 50.0;
+  bool tie_embeddings = true;
+  bool disallow_correct = false;
+  EncoderConfig generator_encoder;
+  EncoderConfig discriminator_encoder;
+  std::vector<ClsHeadConfig> cls_heads;
+  void visit(config::Visitor& v) override;
+  void validate() const override;
+  ElectraPretrainerOptions options() const;
+};
+
+// Model Garden's ElectraPretrainConfig: its default model carries one
+// classification head, next_sentence (inner_dim 768, dropout 0.1).
+struct ElectraPretrainConfig
+    : config::TaskConfigWith<ElectraPretrainerConfig, BertPretrainDataConfig> {
+  ElectraPretrainConfig();
+  void validate() const override;
+
+ protected:
+  void visit_task_fields(config::Visitor& v) override;
+};
+
+}  // namespace garden::nlp

@@ -1,0 +1,98 @@
+// Model Garden's translation task (official/nlp/tasks/translation.py) with its
+// data (official/nlp/data/wmt_dataloader.py) and model
+// (official/nlp/modeling/models/seq2seq_transformer.py): a Transformer trained
+// on sentence pairs tokenized by one joint SentencePiece model, validated by
+// teacher-forced loss plus beam-search decoding scored with BLEU.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "garden/core/task.h"
+#include "garden/nlp/modeling/decoding.h"
+#include "garden/nlp/data/sentence_pairs.h"
+#include "garden/nlp/tasks/translation_config.h"
+
+namespace garden::data {
+class SentencePieceTokenizer;
+}
+
+namespace garden::nlp {
+
+class TranslationTask : public Task {
+ public:
+  // The file name, in model_dir, of the SentencePiece model the task trains.
+  static constexpr const char* kSentencePieceFile = "sentencepiece.model";
+
+  TranslationTask(std::shared_ptr<const TranslationConfig> params, std::string logging_dir = "");
+  ~TranslationTask() override;
+
+  DatasetPtr build_inputs(const config::DataConfig& params,
+                          const InputContext& input_context) override;
+  ModelPtr build_model() override;
+  // features: "inputs" [B, S], "targets" [B, T]; returns "logits" [B, T, V]
+  // with the decoder input being the targets shifted right (0 first).
+  Batch call_model(Model& model, const Batch& features, bool training) override;
+  // Label-smoothed cross-entropy averaged over the non-pad target tokens
+  // (their number is the loss's count).
+  Losses build_losses(const Batch& labels, const Batch& model_outputs,
+                      const at::Tensor& aux_losses = {}) override;
+  // bleu_score and sacrebleu_score.
+  std::vector<std::string> aggregated_log_names() const override;
+  // The tokenizer: a resumed run keeps the one model_dir holds.
+  std::vector<std::string> keys_fixed_by_training() const override {
+    return {"task.sentencepiece_model_path", "task.sentencepiece_vocab_size"};
+  }
+  // The teacher-forced loss plus the decoded outputs ("translations": ids)
+  // of each example ("unique_ids").
+  Logs validation_step(const Batch& inputs, Model& model, MetricList& metrics) override;
+  // Adds "outputs": the decoded ids [B, L] (0-padded, without EOS).
+  Batch inference_step(const Batch& inputs, Model& model) override;
+  void aggregate_logs(Logs& state, const Logs& step_logs) override;
+  // bleu_score (Model Garden's, uncased) and sacrebleu_score (13a, cased)
+  // against the references read from validation_data, plus a few examples
+  // as text ("translations").
+  Logs reduce_aggregated_logs(const Logs& aggregated_logs, int64_t global_step) override;
+  nlohmann::json checkpoint_metadata() const override;
+  void restore_checkpoint_metadata(const nlohmann::json& metadata) override;
+  // Sentences, not tokens.
+  int64_t num_examples(const Batch& batch) const override;
+
+  // Serving: "inputs", a source sentence (DT_STRING) -> "outputs", its
+  // translation by beam search (DT_STRING). The SentencePiece model is the
+  // export's asset "sentencepiece.model".
+  ServingSignature serving_signature() override;
+  std::map<std::string, std::string> serving_assets() override;
+  void prepare_serving(const nlohmann::json& task_metadata,
+                       const std::map<std::string, std::string>& assets) override;
+  Batch serving_inputs(const std::vector<nlohmann::json>& instances) override;
+  std::vector<nlohmann::json> serving_outputs(const Batch& outputs, std::size_t count) override;
+  // Every dense layer and the output projection in int8 (garden/nlp/int8.h).
+  void use_int8_inference(Model& model) override;
+
+  // The tokenizer: sentencepiece_model_path, or model_dir's trained one,
+  // trained now when it is not there yet (unless training is off: then its
+  // absence is an error).
+  const data::SentencePieceTokenizer& tokenizer();
+  void set_tokenizer_training(bool allowed) { tokenizer_training_ = allowed; }
+  std::string tokenizer_path() const;
+
+  // Source text -> ids ending in EOS, at most `max_length` of them (the
+  // last kept one is EOS). `truncated` tells whether tokens were cut.
+  std::vector<int64_t> encode_source(const std::string& text, int64_t max_length,
+                                     bool* truncated = nullptr);
+  DecodeOptions decode_options() const;
+  const TranslationConfig& config() const { return config_; }
+
+ private:
+  const TranslationConfig& config_;
+  std::unique_ptr<data::SentencePieceTokenizer> tokenizer_;
+  bool tokenizer_training_ = true;
+  std::string serving_tokenizer_path_;  // set by prepare_serving
+};
+
+}  // namespace garden::nlp

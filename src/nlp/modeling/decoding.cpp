@@ -1,0 +1,53 @@
+#include "garden/nlp/modeling/decoding.h"
+
+#include <torch/torch.h>
+
+#include "garden/nlp/modeling/beam_search.h"
+
+namespace garden::nlp {
+
+std::vector<std::vector<int64_t>> translate_ids(Seq2SeqTransformerImpl& model,
+                                                const at::Tensor& source_ids, int64_t eos_id,
+                                                const DecodeOptions& options) {
+  torch::NoGradGuard no_grad;
+  const int64_t batch = source_ids.size(0);
+  if (batch == 0) return {};
+  // Each sentence's own limit, so that it translates the same in any batch.
+  const at::Tensor max_lengths =
+      options.decode_max_length
+          ? torch::full({batch}, *options.decode_max_length, torch::kLong)
+          : source_ids.ne(model.options().pad_id).sum(1).add(options.extra_decode_length).cpu();
+  const EncoderOutput encoded = model.encode(source_ids);
+  // Room for the longest decode, so no step reallocates the self-attention
+  // keys. On the CPU the searches move indices into them, not the keys
+  // ("step_rows", garden/nlp/modeling/cache.h).
+  const int64_t max_steps = max_lengths.max().item<int64_t>();
+  Cache cache = model.init_cache(encoded, batch, max_steps,
+                                 /*step_rows=*/source_ids.device().is_cpu() && max_steps > 0);
+  const SymbolsToLogitsFn step_fn = [&model](const at::Tensor& ids, int64_t step, Cache& c) {
+    return model.decode_step(ids.select(1, step), step, c);
+  };
+  // The search runs where the model does (the source ids' device).
+  const at::Tensor initial = torch::zeros({batch}, source_ids.options().dtype(torch::kLong));
+  const BeamSearchResult result =
+      options.beam_size <= 1
+          ? greedy_decode(step_fn, initial, std::move(cache), max_lengths, eos_id)
+          : sequence_beam_search(step_fn, initial, std::move(cache), model.options().vocab_size,
+                                 options.beam_size, options.alpha, max_lengths, eos_id);
+  // The best sequence of each example, without the initial id, up to EOS.
+  const at::Tensor best = result.sequences.select(1, 0).slice(1, 1).contiguous().cpu();
+  std::vector<std::vector<int64_t>> outputs(static_cast<std::size_t>(batch));
+  const int64_t length = best.size(1);
+  const int64_t* data = best.data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    auto& out = outputs[static_cast<std::size_t>(b)];
+    for (int64_t t = 0; t < length; ++t) {
+      const int64_t id = data[b * length + t];
+      if (id == eos_id || id == 0) break;
+      out.push_back(id);
+    }
+  }
+  return outputs;
+}
+
+}  // namespace garden::nlp
