@@ -77,7 +77,7 @@ inline DeviceRun train_loop_on(const c10::Device& device,
   std::shared_ptr<garden::optim::Optimizer> optimizer =
       garden::Task::create_optimizer(params->trainer.optimizer_config, params->runtime,
                                      params->task->differential_privacy_config, *model);
-  garden::Trainer trainer(params, task, model, optimizer, /*train=*/true, /*evaluate=*/false);
+  garden::Trainer trainer(params, task, model, optimizer, garden::TrainerMode::kTrain);
   trainer.train_loop_begin();
   for (int i = 0; i < steps; ++i) {
     std::optional<NoHostWait> guard;

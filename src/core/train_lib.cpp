@@ -15,6 +15,7 @@
 #include "garden/core/controller.h"
 #include "garden/core/parameter_server.h"
 #include "garden/core/run_directory.h"
+#include "garden/core/strategy.h"
 #include "garden/core/runtime.h"
 #include "garden/core/task.h"
 #include "garden/core/trainer.h"
@@ -214,14 +215,20 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
   if (async && !chief) {
     // A worker computes steps until the chief ends the run, whatever the
     // mode; it evaluates nothing and writes nothing.
-    Trainer worker(params, task, model, optimizer, /*train=*/true, /*evaluate=*/false, nullptr,
-                   nullptr, nullptr, nullptr, servers);
+    Trainer worker(params, task, model, optimizer, TrainerMode::kTrain,
+                   parameter_server_strategy(servers));
     torch::manual_seed(static_cast<uint64_t>(*params->runtime.seed + group->rank()));
     worker.run_async_worker();
     return {};
   }
-  Trainer trainer(params, task, model, optimizer, trains, evaluates, nullptr, nullptr, exporter,
-                  async ? nullptr : group, servers);
+  const auto strategy = async   ? parameter_server_strategy(servers)
+                        : group ? mirrored_strategy(group)
+                                : single_process_strategy();
+  Trainer trainer(params, task, model, optimizer,
+                  !evaluates ? TrainerMode::kTrain
+                  : trains   ? TrainerMode::kTrainAndEvaluate
+                             : TrainerMode::kEvaluate,
+                  strategy, exporter);
   if (exporter) check_best_checkpoint_metric(exporter->metric(), trainer, *task);
   if (evaluates) trainer.check_validation_data();
 

@@ -193,7 +193,7 @@ TEST_F(ActionsTest, BestCheckpointIsExportedOnlyWhenStrictlyBetter) {
   garden::finalize_config(*params);
   auto task = garden::get_task(params->task);
   auto model = task->build_model();
-  garden::Trainer trainer(params, task, model, nullptr, /*train=*/false, /*evaluate=*/true);
+  garden::Trainer trainer(params, task, model, nullptr, garden::TrainerMode::kEvaluate);
   const auto dir = (root_ / "best" / "best_ckpt").string();
   garden::BestCheckpointExporter exporter(dir, "accuracy", "higher");
   auto logs = [](double accuracy) { return garden::Logs{{"accuracy", accuracy}, {"loss", 1.0}}; };

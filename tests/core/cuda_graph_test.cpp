@@ -80,7 +80,7 @@ class CudaGraphTrainerTest : public ::testing::Test {
     std::shared_ptr<garden::optim::Optimizer> optimizer =
         garden::Task::create_optimizer(params->trainer.optimizer_config, params->runtime,
                                        params->task->differential_privacy_config, *model);
-    return what_of([&] { garden::Trainer trainer(params, task, model, optimizer, true, false); });
+    return what_of([&] { garden::Trainer trainer(params, task, model, optimizer, garden::TrainerMode::kTrain); });
   }
 };
 
@@ -169,7 +169,7 @@ TEST_F(CudaGraphTrainerTest, ReplayedTrainerStepsEndWhereEagerStepsEnd) {
     std::shared_ptr<garden::optim::Optimizer> optimizer =
         garden::Task::create_optimizer(params->trainer.optimizer_config, params->runtime,
                                        params->task->differential_privacy_config, *model);
-    garden::Trainer trainer(params, task, model, optimizer, true, false);
+    garden::Trainer trainer(params, task, model, optimizer, garden::TrainerMode::kTrain);
     trainer.train_loop_begin();
     for (int i = 0; i < 8; ++i) {
       std::optional<garden_test::NoHostWait> guard;

@@ -15,17 +15,14 @@
 #include "garden/config/definitions.h"
 #include "garden/core/checkpoint.h"
 #include "garden/core/minimizer.h"
+#include "garden/core/step_scalars.h"
 #include "garden/core/task.h"
 #include "garden/distribute/process_group.h"
-
-namespace garden::distribute {
-class GradientSync;
-}
 
 namespace garden {
 
 class Trainer;
-class ParameterServers;
+class DistributionStrategy;
 class StepGraphs;
 
 // Called after each evaluation with its logs (best-checkpoint export).
@@ -44,6 +41,9 @@ class Coordinator {
   virtual void join() = 0;
 };
 
+// What a Trainer does: Model Garden's Trainer(train=..., evaluate=...).
+enum class TrainerMode { kTrain, kEvaluate, kTrainAndEvaluate };
+
 class Trainer {
  public:
   using LoopFn = std::function<void(int64_t num_steps)>;
@@ -51,12 +51,15 @@ class Trainer {
   using DatasetFn =
       std::function<DatasetPtr(const config::DataConfig&, const InputContext& context)>;
 
+  // `strategy` spreads the work over processes (core/strategy.h; null: one
+  // process). The datasets are built from the task's data configs unless
+  // given.
   Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr task, ModelPtr model,
-          std::shared_ptr<optim::Optimizer> optimizer, bool train = true, bool evaluate = true,
-          DatasetPtr train_dataset = nullptr, DatasetPtr validation_dataset = nullptr,
+          std::shared_ptr<optim::Optimizer> optimizer,
+          TrainerMode mode = TrainerMode::kTrainAndEvaluate,
+          std::shared_ptr<DistributionStrategy> strategy = nullptr,
           std::shared_ptr<CheckpointExporter> checkpoint_exporter = nullptr,
-          distribute::ProcessGroupPtr process_group = nullptr,
-          std::shared_ptr<ParameterServers> parameter_servers = nullptr);
+          DatasetPtr train_dataset = nullptr, DatasetPtr validation_dataset = nullptr);
   ~Trainer();
 
   // Orbit's AbstractTrainer.train: begin, num_steps steps, end.
@@ -94,10 +97,11 @@ class Trainer {
 
   // Restores task_config().init_checkpoint (task.initialize).
   void initialize();
-  // Builds a dataset for this process's input pipeline: the whole input in
-  // one process; over several workers, this worker's shard (by file, or by
-  // record when there are fewer files than workers) with sharding: true,
-  // or its rows of every global batch with sharding: false.
+  // Builds a dataset for this process's input pipeline (the strategy's):
+  // the whole input in one process; over several workers, this worker's
+  // shard (by file, or by record when there are fewer files than workers)
+  // with sharding: true, or its rows of every global batch with sharding:
+  // false.
   DatasetPtr distribute_dataset(const DatasetFn& dataset_fn, const config::DataConfig& params);
   // Asynchronous (parameter-server) training, Model Garden's names. On the
   // chief: init_async sends the ps tasks the weights and the optimizer state
@@ -126,9 +130,10 @@ class Trainer {
   const DatasetPtr& validation_dataset() const { return validation_dataset_; }
   CheckpointExporter* checkpoint_exporter() { return checkpoint_exporter_.get(); }
   const at::Device& device() const { return device_; }
-  // The workers this Trainer trains with (null: one process).
-  const distribute::ProcessGroupPtr& process_group() const { return group_; }
-  bool is_chief() const { return !group_ || group_->is_chief(); }
+  // The synchronous workers this Trainer trains with (null: none).
+  const distribute::ProcessGroupPtr& process_group() const;
+  bool is_chief() const;
+  DistributionStrategy& strategy() { return *strategy_; }
   // Whether some worker received SIGTERM / SIGINT before the last training
   // step, agreed by all of them at that step (one process: this one).
   bool stop_requested() const;
@@ -161,30 +166,21 @@ class Trainer {
  private:
   Batch to_device(const Batch& batch) const;
   void swap_back_ema();
-
-  // Folds one scalar log value into a running mean: plainly (training, Model
-  // Garden's Mean of step values) or weighted by what an Average averages.
-  class ScalarFolder {
-   public:
-    void add(const LogValue& value, bool weighted);
-    double result() const;
-    void reset() { *this = ScalarFolder(); }
-    // The sums, to fold another worker's folder in with merge().
-    nlohmann::json state() const;
-    void merge(const nlohmann::json& state);
-
-   private:
-    double plain_total_ = 0.0;
-    int64_t plain_count_ = 0;
-    // Per Average term: sum of value * count, sum of count, weight.
-    std::vector<std::array<double, 3>> terms_;
-    bool weighted_ = false;
-  };
+  // The task's step over `inputs` (in accumulation parts when asked), its
+  // logs merged.
+  Logs run_task_step(const Batch& inputs);
+  // runtime.cuda_graphs (graphed_step.cpp): checks that this run's step can
+  // be captured and sets up the graphs; the step then runs through them.
+  void enable_cuda_graphs();
+  Logs run_graphed_step(const Batch& inputs);
+  // The parameter-server chief's loop: the workers' steps, coordinated.
+  void wait_for_async_steps(int64_t num_steps);
 
   std::shared_ptr<const config::ExperimentConfig> config_;
   TaskPtr task_;
   ModelPtr model_;
   std::shared_ptr<optim::Optimizer> optimizer_;
+  std::shared_ptr<DistributionStrategy> strategy_;
   DatasetPtr train_dataset_;
   DatasetPtr validation_dataset_;
   std::shared_ptr<CheckpointExporter> checkpoint_exporter_;
@@ -193,8 +189,9 @@ class Trainer {
   int64_t examples_seen_ = 0;
   std::unique_ptr<Minimizer> minimizer_;
   std::string params_yaml_;
-  std::map<std::string, ScalarFolder> train_scalars_;
-  std::map<std::string, ScalarFolder> eval_scalars_;
+  PendingStepScalars pending_scalars_;
+  std::map<std::string, ScalarMean> train_scalars_;
+  std::map<std::string, ScalarMean> eval_scalars_;
   int64_t eval_batches_ = 0;
   MetricList train_metrics_;
   MetricList validation_metrics_;
@@ -202,54 +199,10 @@ class Trainer {
   std::function<void()> eval_batch_observer_;
   bool ema_swapped_ = false;
   bool random_state_restored_ = false;
-
-  // Over several workers: each step's scalar terms (value * count, count,
-  // weight), folded into train_scalars_ over every worker at the loop's end.
-  void fold_worker_scalars();
-  void reduce_metrics(MetricList& metrics, const std::string& what);
-  Logs gather_aggregated_logs(const Logs& local);
-  distribute::ProcessGroupPtr group_;
-  std::unique_ptr<distribute::GradientSync> gradient_sync_;
-  // Parameter servers: the chief's train loop waits for the workers' steps;
-  // a worker's optimizer step becomes a push of its gradients.
-  std::shared_ptr<ParameterServers> servers_;
-  std::vector<at::Tensor> pending_push_;
-  // The task's step over `inputs` (in accumulation parts when asked), its
-  // logs merged.
-  Logs run_task_step(const Batch& inputs);
-  // runtime.cuda_graphs: checks that this run's step can be captured and
-  // sets up the graphs; the step then runs through them.
-  void enable_cuda_graphs();
-  Logs run_graphed_step(const Batch& inputs);
   std::unique_ptr<StepGraphs> graphs_;
   // The logs of a captured step per batch shape: their tensors are the
   // graph's outputs, in order.
   std::map<std::string, Logs> graph_logs_;
-  void wait_for_async_steps(int64_t num_steps);
-  std::vector<std::map<std::string, std::vector<std::array<double, 3>>>> loop_steps_;
-  // A training step's scalar logs until the loop ends: their tensors in one
-  // double vector on the device (`values`), read to the host once per loop
-  // by fold_pending_steps() (no host wait per step on a GPU). A term's
-  // *_at indexes `values`; -1 means its number is the host value beside it.
-  struct PendingStep {
-    struct Term {
-      double value, count, weight;
-      int64_t value_at, count_at;
-    };
-    struct Entry {
-      std::string key;
-      bool average;  // an Average (value and count per term), else one number
-      std::vector<Term> terms;
-    };
-    std::vector<Entry> entries;
-    at::Tensor values;
-  };
-  void keep_step_scalars(const Logs& logs);
-  // Into train_scalars_ (one process) or loop_steps_ (several workers).
-  void fold_pending_steps();
-  std::vector<PendingStep> pending_steps_;
-  int64_t loop_examples_ = 0;
-  bool stop_agreed_ = false;
 };
 
 }  // namespace garden
