@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ELECTRA quality per wall-clock time against the PyTorch peer (issue 11):
 # bench/peers/peer_electra_quality.py trains the tiny ELECTRA for BUDGET
-# seconds on ../shared/data/man-en, then Garden's electra/tiny trains for the
+# seconds on the man-en corpus (MAN_EN=DIR holding train.txt and valid.txt),
+# then Garden's electra/tiny trains for the
 # same BUDGET on the same data, one after the other on this machine.
 # bench/electra_peer_data.py writes the peer's own sequences as TFRecords
 # for Garden: its training stream (its SentencePiece model, packing and
@@ -22,7 +23,8 @@ budget=${1:-1800}
 out=${2:-runs/electra_quality}
 eval_steps=${3:-600}
 part=${4:-all}
-data=$(cd .. && pwd)/shared/data/man-en
+data=${MAN_EN:?set MAN_EN to the directory holding man-en's train.txt and valid.txt}
+[ -f "$data/train.txt" ] || { echo "electra_quality.sh: no train.txt in MAN_EN=$data" >&2; exit 2; }
 mkdir -p "$out"
 # The peer runs with the OpenMP and OpenBLAS settings garden starts with.
 eval "$(./build/garden env)"

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -47,6 +48,14 @@ inline std::string ref_encode_record(std::string_view data) {
   append_le(out, ref_mask(ref_crc32c(out)), 4);
   out.append(data);
   append_le(out, ref_mask(ref_crc32c(data)), 4);
+  return out;
+}
+
+// `n` bytes drawn from a fixed seed: test input that exercises every byte value.
+inline std::string random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string out(n, '\0');
+  for (char& c : out) c = static_cast<char>(rng() & 0xFF);
   return out;
 }
 

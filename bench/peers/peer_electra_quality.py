@@ -11,8 +11,8 @@ the first 1,024 sequences of DATA/valid.txt (or --valid FILE):
   discriminator_accuracy replaced-token detection over all real tokens
   rtd_precision / rtd_recall   of the "replaced" class
 
-DATA (--data DIR) is the man-en set (train.txt, valid.txt), by default
-../shared/data/man-en next to the repository (bench/electra_quality.sh passes it).
+DATA (--data DIR, required) is the man-en set (train.txt, valid.txt);
+bench/electra_quality.sh passes it.
 
 Data: a SentencePiece unigram model (vocab 8000, trained on the first 200,000
 lines); each document's sentences packed into sequences of at most 128 pieces,
@@ -37,8 +37,7 @@ ap.add_argument("budget", type=float)
 ap.add_argument("--eval", type=float, default=300.0)
 ap.add_argument("--threads", type=int, default=1)
 ap.add_argument("--valid", default=None)
-ap.add_argument("--data", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
-                                               "shared", "data", "man-en"))
+ap.add_argument("--data", required=True, help="directory holding man-en's train.txt and valid.txt")
 ap.add_argument("--batch", type=int, default=32)
 a = ap.parse_args()
 torch.set_num_threads(a.threads)

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "garden/base/error.h"
+#include "garden/base/unicode_case.h"
 
 namespace garden::data {
 
@@ -108,7 +109,7 @@ std::vector<std::string> WordPieceTokenizer::basic_tokenize(std::string_view tex
     const std::u32string* source = &word;
     if (do_lower_case_) {
       std::u32string lowered;
-      for (char32_t cp : word) append_lower(cp, lowered);
+      for (char32_t cp : word) garden::unicode::append_lower(cp, lowered);
       normalized.clear();
       for (char32_t cp : lowered) append_stripped(cp, normalized);
       source = &normalized;

@@ -28,6 +28,55 @@ std::string Cluster::describe() const {
   return text;
 }
 
+TfConfig parse_tf_config(const std::string& text) {
+  TfConfig tf;
+  try {
+    tf.json = text.empty() ? nlohmann::json::object() : nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("TF_CONFIG is not valid JSON: " + std::string(e.what()));
+  }
+  if (!tf.json.is_object())
+    throw Error("TF_CONFIG must be a JSON object with 'cluster' and 'task'");
+  if (tf.json.contains("cluster")) {
+    tf.cluster = tf.json.at("cluster");
+    if (!tf.cluster.is_object() && !tf.cluster.is_null())
+      throw Error("TF_CONFIG 'cluster' must be an object of job lists");
+  }
+  if (tf.cluster.is_object()) {
+    for (const auto& [job, hosts] : tf.cluster.items()) {
+      if (job != "chief" && job != "master" && job != "worker" && job != "ps" && job != "evaluator")
+        throw Error("TF_CONFIG cluster has job '" + job +
+                    "'; the jobs are chief (or master), worker, ps and evaluator");
+      if (!hosts.is_array())
+        throw Error("TF_CONFIG cluster." + job + " must be a list of host:port");
+      for (const auto& host : hosts) {
+        if (!host.is_string())
+          throw Error("TF_CONFIG cluster." + job + " holds " + host.dump() + ", not \"host:port\"");
+        tf.jobs[job == "master" ? "chief" : job].push_back(host.get<std::string>());
+      }
+    }
+    if (tf.cluster.contains("chief") && tf.cluster.contains("master"))
+      throw Error("TF_CONFIG cluster has both chief and master (the same job under two names)");
+    if (tf.jobs["chief"].size() > 1)
+      throw Error("TF_CONFIG cluster.chief has " + std::to_string(tf.jobs["chief"].size()) +
+                  " hosts; there is at most one chief");
+  }
+  if (tf.json.contains("task") && !(tf.json.at("task").is_object() && tf.json.at("task").empty())) {
+    const auto& task = tf.json.at("task");
+    if (!task.is_object())
+      throw Error("TF_CONFIG has no 'task' object ({\"type\": ..., \"index\": ...})");
+    if (!task.contains("type") || !task["type"].is_string())
+      throw Error("TF_CONFIG task.type must be a string (chief, worker or evaluator)");
+    tf.task_type = task["type"].get<std::string>();
+    const auto index_json = task.value("index", nlohmann::json(0));
+    if (!index_json.is_number_integer() || index_json.get<int64_t>() < 0)
+      throw Error("TF_CONFIG task.index must be a whole number >= 0, not " + index_json.dump());
+    tf.task_index = index_json.get<int64_t>();
+    tf.has_task = true;
+  }
+  return tf;
+}
+
 namespace {
 
 const char* get(const Environment& env, const std::string& name) {
@@ -61,8 +110,8 @@ std::pair<std::string, int> split_address(const std::string& address, const std:
   std::string host = address.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
-  const int port =
-      static_cast<int>(parse_int(address.substr(colon + 1), what + " '" + address + "' port", 1, 65535));
+  const int port = static_cast<int>(
+      parse_int(address.substr(colon + 1), what + " '" + address + "' port", 1, 65535));
   return {host, port};
 }
 
@@ -86,46 +135,14 @@ void read_master(const Environment& env, Cluster& cluster, const std::string& so
 }
 
 Cluster from_tf_config(const std::string& text) {
-  nlohmann::json tf;
-  try {
-    tf = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("TF_CONFIG is not valid JSON: " + std::string(e.what()));
-  }
-  if (!tf.is_object()) throw Error("TF_CONFIG must be a JSON object with 'cluster' and 'task'");
-  const auto cluster_json = tf.value("cluster", nlohmann::json::object());
-  if (!cluster_json.is_object()) throw Error("TF_CONFIG 'cluster' must be an object of job lists");
-  std::map<std::string, std::vector<std::string>> jobs;
-  for (const auto& [job, hosts] : cluster_json.items()) {
-    if (job != "chief" && job != "master" && job != "worker" && job != "ps" && job != "evaluator")
-      throw Error("TF_CONFIG cluster has job '" + job +
-                  "'; the jobs are chief (or master), worker, ps and evaluator");
-    if (!hosts.is_array()) throw Error("TF_CONFIG cluster." + job + " must be a list of host:port");
-    for (const auto& host : hosts) {
-      if (!host.is_string())
-        throw Error("TF_CONFIG cluster." + job + " holds " + host.dump() + ", not \"host:port\"");
-      jobs[job == "master" ? "chief" : job].push_back(host.get<std::string>());
-    }
-  }
-  if (cluster_json.contains("chief") && cluster_json.contains("master"))
-    throw Error("TF_CONFIG cluster has both chief and master (the same job under two names)");
-  if (jobs["chief"].size() > 1)
-    throw Error("TF_CONFIG cluster.chief has " + std::to_string(jobs["chief"].size()) +
-                " hosts; there is at most one chief");
-  if (!tf.contains("task") || !tf["task"].is_object())
-    throw Error("TF_CONFIG has no 'task' object ({\"type\": ..., \"index\": ...})");
-  const auto& task = tf["task"];
-  if (!task.contains("type") || !task["type"].is_string())
-    throw Error("TF_CONFIG task.type must be a string (chief, worker or evaluator)");
-  std::string type = task["type"].get<std::string>();
-  if (type == "master") type = "chief";
-  const auto index_json = task.value("index", nlohmann::json(0));
-  if (!index_json.is_number_integer() || index_json.get<int64_t>() < 0)
-    throw Error("TF_CONFIG task.index must be a whole number >= 0, not " + index_json.dump());
-  const int64_t index = index_json.get<int64_t>();
+  const TfConfig tf = parse_tf_config(text);
+  if (!tf.has_task) throw Error("TF_CONFIG has no 'task' object ({\"type\": ..., \"index\": ...})");
+  std::string type = tf.task_type == "master" ? "chief" : tf.task_type;
+  const int64_t index = tf.task_index;
   if (type != "chief" && type != "worker" && type != "ps" && type != "evaluator")
     throw Error("TF_CONFIG task.type '" + type +
                 "' is not one of chief, master, worker, ps, evaluator");
+  auto jobs = tf.jobs;
 
   const auto& chief = jobs["chief"];
   const auto& workers = jobs["worker"];
@@ -140,11 +157,13 @@ Cluster from_tf_config(const std::string& text) {
   if (!ps.empty()) {
     // Parameter servers: the chief coordinates, the workers compute.
     if (chief.empty())
-      throw Error("TF_CONFIG cluster has ps tasks but no chief: parameter_server training needs "
-                  "a chief to coordinate");
+      throw Error(
+          "TF_CONFIG cluster has ps tasks but no chief: parameter_server training needs "
+          "a chief to coordinate");
     if (workers.empty())
-      throw Error("TF_CONFIG cluster has ps tasks but no worker: parameter_server training needs "
-                  "at least one worker to compute");
+      throw Error(
+          "TF_CONFIG cluster has ps tasks but no worker: parameter_server training needs "
+          "at least one worker to compute");
     cluster.strategy = "parameter_server";
     cluster.num_workers = static_cast<int64_t>(workers.size());
     cluster.num_ps = static_cast<int64_t>(ps.size());
@@ -157,15 +176,15 @@ Cluster from_tf_config(const std::string& text) {
     cluster.rank = type == "chief" ? 0
                    : type == "ps"  ? index + static_cast<int64_t>(chief.size() + workers.size())
                                    : index + static_cast<int64_t>(chief.size());
-    cluster.own_host = split_address(mine[index], "TF_CONFIG cluster." + type + "[" +
-                                                      std::to_string(index) + "]")
-                           .first;
+    cluster.own_host =
+        split_address(mine[index], "TF_CONFIG cluster." + type + "[" + std::to_string(index) + "]")
+            .first;
   } else {
     cluster.rank = -1;
   }
   const std::string master = chief.empty() ? workers[0] : chief[0];
-  const auto [host, port] =
-      split_address(master, chief.empty() ? "TF_CONFIG cluster.worker[0]" : "TF_CONFIG cluster.chief[0]");
+  const auto [host, port] = split_address(
+      master, chief.empty() ? "TF_CONFIG cluster.worker[0]" : "TF_CONFIG cluster.chief[0]");
   cluster.master_addr = host;
   cluster.master_port = port;
   // Every address is checked, so a typo in another task's entry is found
@@ -198,9 +217,11 @@ Cluster from_worker_hosts(const config::RuntimeConfig& runtime) {
   const std::string& text = *runtime.worker_hosts;
   for (std::size_t start = 0; start <= text.size();) {
     const auto comma = text.find(',', start);
-    std::string host = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    std::string host =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     while (!host.empty() && std::isspace(static_cast<unsigned char>(host.back()))) host.pop_back();
-    while (!host.empty() && std::isspace(static_cast<unsigned char>(host.front()))) host.erase(0, 1);
+    while (!host.empty() && std::isspace(static_cast<unsigned char>(host.front())))
+      host.erase(0, 1);
     if (host.empty()) throw Error("runtime.worker_hosts '" + text + "' has an empty entry");
     hosts.push_back(host);
     if (comma == std::string::npos) break;
@@ -295,8 +316,8 @@ Cluster resolve_cluster(const Environment& env, const config::RuntimeConfig& run
                           "OMPI_COMM_WORLD_LOCAL_RANK");
     // All on one node: the chief is on this host.
     const char* local_size = get(env, "OMPI_COMM_WORLD_LOCAL_SIZE");
-    const bool one_node =
-        local_size && env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, kMaxProcesses) == cluster.world_size;
+    const bool one_node = local_size && env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1,
+                                                kMaxProcesses) == cluster.world_size;
     read_master(env, cluster, "OMPI_COMM_WORLD_SIZE", one_node ? "127.0.0.1" : "");
   }
   const bool hosts_given = runtime.worker_hosts && !runtime.worker_hosts->empty();
@@ -319,8 +340,9 @@ Cluster resolve_cluster(const Environment& env, const config::RuntimeConfig& run
       throw Error("TF_CONFIG has ps tasks but runtime.distribution_strategy is '" + strategy +
                   "'; set it to parameter_server, or remove the ps tasks");
     if (hosts_given)
-      throw Error("runtime.worker_hosts cannot describe parameter servers; give the cluster in "
-                  "TF_CONFIG alone");
+      throw Error(
+          "runtime.worker_hosts cannot describe parameter servers; give the cluster in "
+          "TF_CONFIG alone");
     if (cluster.is_evaluator()) cluster.world_size = 1;
     return cluster;
   }

@@ -3,7 +3,6 @@
 #include "simd/small_gemm.h"
 #include "simd/vector_math.h"
 
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -93,8 +92,8 @@ BlasOperand blas_operand(const at::Tensor& x) {
 // A decoding step attends with one query per head and beam: products of
 // [m, k] x [k, n] with m 1 (self-attention) or the beam count
 // (cross-attention, where an example's beams share the keys), which OpenBLAS
-// packs as if they were large (16 % of an int8 beam-4 run on the tiny model,
-// most of it packing). Written out, the scores are dot products with the keys
+// packs as if they were large. Written out, the scores are dot products with
+// the keys
 // (b's columns are contiguous) and the context is a weighted sum of the
 // values (b's rows are contiguous); a head's keys and values stay in cache
 // across the m rows.
@@ -293,7 +292,6 @@ bool blas_attention_applies(const at::Tensor& a, const at::Tensor& b) {
     if (d == 0 || d > limit / 4) return false;
   return a.numel() > 0 && b.numel() > 0;
 }
-
 
 }  // namespace
 

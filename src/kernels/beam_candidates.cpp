@@ -2,7 +2,6 @@
 
 #include "simd/vector_math.h"
 
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -28,15 +27,14 @@ namespace garden::kernels {
 namespace {
 
 // ---- Beam search's candidates ------------------------------------------------------
-// Each decoding step used to turn the logits [rows, V] into double, take
-// their log-softmax (LibTorch's double exp), add each beam's score, and run
-// topk over [n, beams * V]: 3.4 to 6 ms of a 32-sentence beam-4 step over
-// V 8000, against 1.4 ms here. Here, per row, one pass
-// finds the maximum, one sums e^(x - max), and one selects; the [rows, V]
-// log-probabilities are never written. The exponentials are float32's (16
-// lanes, a degree-7 polynomial), summed in double: the logits are float32
-// and carry more error than that, and exponentials in double made this
-// pass about 10 % of an int8 beam-4 decoding (docs/PERFORMANCE.md).
+// LibTorch's way turns the logits [rows, V] into double, takes their
+// log-softmax, adds each beam's score and runs topk over [n, beams * V],
+// writing every intermediate. Here, per row, one pass finds the maximum, one
+// sums e^(x - max), and one selects; the [rows, V] log-probabilities are
+// never written. The exponentials are float32's (16 lanes, a degree-7
+// polynomial), summed in double: the logits are float32 and carry more
+// error than that, and exponentials in double would cost several times
+// more.
 
 // sum_v e^(x_v - top) of a float row whose largest element is top: each
 // exponential in float (vector_math.h's, 16 lanes), summed in double.
@@ -98,8 +96,7 @@ __attribute__((always_inline)) inline float largest_lane(const Lanes16& lanes) {
 // The largest element of a float row, in four running vectors of 16
 // (a single one would wait on its own maximum at every vector). NaNs are
 // passed over: the sum of exponentials after it turns a NaN into NaN.
-// Replaces one LibTorch amax over all the rows: about 2 % of an int8
-// beam-4 decoding's samples went to that reduction (docs/PERFORMANCE.md).
+// Replaces one LibTorch amax over all the rows (one more pass).
 __attribute__((always_inline)) inline float row_max_loop(const float* __restrict x, int64_t n) {
   constexpr float kLow = -std::numeric_limits<float>::infinity();
   Lanes16 m[4];

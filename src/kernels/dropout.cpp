@@ -1,9 +1,8 @@
 #include "garden/kernels/dropout.h"
 
+#include "garden/kernels/widen.h"
 #include "simd/dropout_bits.h"
 #include "simd/vector_math.h"
-#include "garden/kernels/widen.h"
-
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/OpMathType.h>
@@ -31,8 +30,8 @@ namespace {
 
 // ---- dropout ---------------------------------------------------------------------
 // LibTorch's CPU dropout draws every mask bit through bernoulli_ with a
-// mt19937 draw per element; without MKL that was the largest non-matmul cost
-// of a translation training step (bench/translation_bench --profile). This one
+// mt19937 draw per element; without MKL that is the largest non-matmul cost
+// of a translation training step. This one
 // is the same inverted dropout (each element is zeroed with probability p, the
 // rest scaled by 1 / (1 - p)) with the bits from a counter-based generator:
 // element pair j of a call gets splitmix64(seed + j * golden_gamma), 32 bits
@@ -46,8 +45,7 @@ constexpr int64_t kDropoutGrain = 32768;  // element pairs per parallel task
 // first, one splitmix64 per pair in a loop that vectorizes (64-bit
 // multiplies: AVX-512 DQ has them), then its elements in another. The same
 // bits and products as the loop of dropout_forward_kernel below, so the same
-// mask and values to the bit; that scalar loop took 6.5 % of a translation
-// tiny step (perf, `translation_bench --threads 2`).
+// mask and values to the bit; GCC leaves that loop scalar.
 template <bool Relu>
 __attribute__((always_inline)) inline void dropout_pairs_loop(
     const float* __restrict x, float* __restrict y, uint8_t* __restrict keep, int64_t n,
@@ -71,8 +69,7 @@ __attribute__((always_inline)) inline void dropout_pairs_loop(
       out[i] = v * (k ? scale : 0.0f);
     }
 #pragma GCC ivdep
-    for (int64_t i = 0; i < count; ++i)
-      kept[i] = (bits[i] >= threshold) & (!Relu || in[i] > 0.0f);
+    for (int64_t i = 0; i < count; ++i) kept[i] = (bits[i] >= threshold) & (!Relu || in[i] > 0.0f);
   }
 }
 
@@ -142,14 +139,16 @@ __attribute__((always_inline)) inline void dropout_backward_loop(const float* __
 
 using DropoutBackward = void (*)(const float*, const uint8_t*, float*, int64_t, int64_t, float);
 
-__attribute__((target("avx512f,avx512dq"))) void dropout_backward_avx512(
-    const float* grad, const uint8_t* keep, float* out, int64_t begin, int64_t end, float scale) {
+__attribute__((target("avx512f,avx512dq"))) void dropout_backward_avx512(const float* grad,
+                                                                         const uint8_t* keep,
+                                                                         float* out, int64_t begin,
+                                                                         int64_t end, float scale) {
   dropout_backward_loop(grad, keep, out, begin, end, scale);
 }
 __attribute__((target("avx2,fma"))) void dropout_backward_avx2(const float* grad,
-                                                              const uint8_t* keep, float* out,
-                                                              int64_t begin, int64_t end,
-                                                              float scale) {
+                                                               const uint8_t* keep, float* out,
+                                                               int64_t begin, int64_t end,
+                                                               float scale) {
   dropout_backward_loop(grad, keep, out, begin, end, scale);
 }
 void dropout_backward_portable(const float* grad, const uint8_t* keep, float* out, int64_t begin,

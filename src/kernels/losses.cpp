@@ -13,8 +13,8 @@
 #include <type_traits>
 
 #include "garden/base/error.h"
-#include "simd/vector_math.h"
 #include "garden/kernels/widen.h"
+#include "simd/vector_math.h"
 
 namespace garden::kernels {
 
@@ -30,8 +30,8 @@ namespace {
 // for the second. Then log p_v = x_v - lse with lse = m + log S, and
 // sum_v log p_v = sum_v x_v - V lse. The backward is one pass over the saved
 // e: g * (e_v / S - target_v), since the soft target sums to 1. The [N, V]
-// probabilities are never written normalized (LibTorch's softmax took a
-// third pass, and up to 60 ms of a base translation step).
+// probabilities are never written normalized (LibTorch's softmax takes a
+// third pass).
 struct RowStats {
   double sum;      // of the logits
   double sum_exp;  // S
@@ -79,9 +79,8 @@ __attribute__((always_inline)) inline void row_top_loop(const T* __restrict row,
 // e^(x - m), written and summed in double; a NaN or infinite logit makes
 // S NaN, and with it the row's loss and gradient.
 template <typename T>
-__attribute__((always_inline)) inline void row_exp_loop(const T* __restrict row,
-                                                        T* __restrict exps, int64_t vocab,
-                                                        RowStats& stats) {
+__attribute__((always_inline)) inline void row_exp_loop(const T* __restrict row, T* __restrict exps,
+                                                        int64_t vocab, RowStats& stats) {
   constexpr int kLanes = 16;
   const T shift = row[stats.argmax];
   double lane_sum[kLanes] = {};
@@ -111,14 +110,14 @@ __attribute__((always_inline)) inline RowStats row_stats_loop(const T* __restric
 
 // row_top_loop for float32 in AVX-512, to the bit: GCC built that loop from
 // scalar loads, and the search for the maximum's first id compared element
-// by element (in a base translation step the loss's forward took 63 ms
-// where one read and one write of the logits take about 26). Here each of
+// by element, several times what one read and one write of the logits
+// cost. Here each of
 // the 16 lanes keeps its maximum and the first id that reached it (an id
 // replaces the lane's only on a strictly larger value); the first id of the
 // row's maximum is the least of the ids of the lanes that hold it. A row
 // with no finite maximum (all -inf or NaN) takes the scalar search.
-__attribute__((target("avx512f,avx512dq"), noinline)) void row_top_avx512(const float* __restrict row,
-                                                                int64_t vocab, RowStats& stats) {
+__attribute__((target("avx512f,avx512dq"), noinline)) void row_top_avx512(
+    const float* __restrict row, int64_t vocab, RowStats& stats) {
   constexpr int kLanes = 16;
   const float lowest = -std::numeric_limits<float>::infinity();
   __m512d sum_low = _mm512_setzero_pd(), sum_high = _mm512_setzero_pd();

@@ -1,10 +1,9 @@
 // One attention head's product, C = alpha A B, for training's short
 // sequences: [32, 64] x [64, 32] and the like, 512 of them in each product
 // of a base translation layer. Called once per head, OpenBLAS packs both
-// operands each time: 64 to 75 GFLOP/s on those heads, one thread, against
-// 130 to 140 here where b is read in place (about 70 where it is repacked),
-// built for AVX-512, AVX2 and SSE (GCC contracts the multiply-adds into
-// FMAs in C++ by default).
+// operands each time, which costs as much as the product at these sizes;
+// here b is read in place where it can be. Built for AVX-512, AVX2 and SSE
+// (GCC contracts the multiply-adds into FMAs in C++ by default).
 //
 // The scheme: b is read as rows of n floats, in place when its rows are
 // contiguous and n is a multiple of the block width, otherwise repacked once
@@ -103,8 +102,9 @@ __attribute__((always_inline)) inline void column_block(const SmallProduct& p, c
 // registers; returns n16. Element by element, that copy took about a third
 // of the products' time on a base translation layer's heads ([32, 64] x
 // [64, 32]: 2,048 scalar stores, ldb apart, for 65,536 multiply-adds).
-__attribute__((target("avx512f,avx512dq"))) int64_t transpose_columns_avx512(
-    const SmallProduct& p, float* scratch, int64_t ldb) {
+__attribute__((target("avx512f,avx512dq"))) int64_t transpose_columns_avx512(const SmallProduct& p,
+                                                                             float* scratch,
+                                                                             int64_t ldb) {
   const int64_t n16 = p.n / 16 * 16, k16 = p.k / 16 * 16;
   for (int64_t j = 0; j < n16; j += 16) {
     const float* column = p.b + j * p.b_col_stride;
@@ -146,11 +146,8 @@ __attribute__((always_inline)) inline void product(const SmallProduct& p, float*
   int64_t j = 0;
   // With 32 vector registers (AVX-512), four vectors of columns at a time
   // where a whole 4-vector block fits: 24 sums, each row's broadcast serving
-  // four multiply-adds rather than two. On the project's Intel machine the
-  // six products of an ELECTRA-small head (128 queries, Dh 64), one thread,
-  // took 97 us against 117 with 6 by 32 blocks only, alternated call by
-  // call; in a training step, where the head's operands come from memory,
-  // the attention gained about 5 %. Each element's sum is the same chain of
+  // four multiply-adds rather than two (bench/linear_bench and the step
+  // benchmarks time it). Each element's sum is the same chain of
   // multiply-adds either way, so to the same bits.
   if constexpr (Lanes == 16)
     for (; j + 4 * Lanes <= p.n; j += 4 * Lanes) column_block<Lanes, 4>(p, b, ldb, j, 4 * Lanes);

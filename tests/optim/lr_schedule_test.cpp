@@ -1,5 +1,6 @@
-// Model Garden's power schedules, offsets and warmups at their boundary
-// steps, against values computed by hand.
+// Model Garden's learning-rate schedules (stepwise, polynomial, exponential,
+// cosine, power), offsets and warmups at their boundary steps, against values
+// computed by hand.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -172,6 +173,80 @@ TEST(WarmupTest, PowerDecayIsEvaluatedAtTheRawStepAfterWarmup) {
   EXPECT_DOUBLE_EQ(lr_at(c, 15), 0.25 * 15.0 / 16.0);
   EXPECT_DOUBLE_EQ(lr_at(c, 16), 0.25);
   EXPECT_DOUBLE_EQ(lr_at(c, 64), 0.125);
+}
+
+TEST(ScheduleTest, StepwiseChangesAfterEachBoundary) {
+  OptimizationConfig c;
+  c.learning_rate.type = "stepwise";
+  c.learning_rate.stepwise.boundaries = std::vector<int64_t>{10, 20};
+  c.learning_rate.stepwise.values = std::vector<double>{1.0, 0.5, 0.1};
+  EXPECT_EQ(lr_at(c, 0), 1.0);
+  EXPECT_EQ(lr_at(c, 10), 1.0);
+  EXPECT_EQ(lr_at(c, 11), 0.5);
+  EXPECT_EQ(lr_at(c, 20), 0.5);
+  EXPECT_EQ(lr_at(c, 21), 0.1);
+}
+
+TEST(ScheduleTest, PolynomialExponentialAndCosine) {
+  OptimizationConfig c;
+  c.learning_rate.type = "polynomial";
+  c.learning_rate.polynomial.initial_learning_rate = 1.0;
+  c.learning_rate.polynomial.decay_steps = 100;
+  c.learning_rate.polynomial.end_learning_rate = 0.1;
+  c.learning_rate.polynomial.power = 2.0;
+  EXPECT_DOUBLE_EQ(lr_at(c, 0), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at(c, 50), 0.9 * 0.25 + 0.1);
+  EXPECT_DOUBLE_EQ(lr_at(c, 100), 0.1);
+  EXPECT_DOUBLE_EQ(lr_at(c, 500), 0.1);
+
+  c.learning_rate.type = "exponential";
+  c.learning_rate.exponential.initial_learning_rate = 2.0;
+  c.learning_rate.exponential.decay_steps = 10;
+  c.learning_rate.exponential.decay_rate = 0.5;
+  EXPECT_DOUBLE_EQ(lr_at(c, 15), 2.0 * std::pow(0.5, 1.5));
+  c.learning_rate.exponential.staircase = true;
+  EXPECT_DOUBLE_EQ(lr_at(c, 15), 1.0);
+
+  c.learning_rate.type = "cosine";
+  c.learning_rate.cosine.initial_learning_rate = 1.0;
+  c.learning_rate.cosine.decay_steps = 100;
+  c.learning_rate.cosine.alpha = 0.2;
+  EXPECT_DOUBLE_EQ(lr_at(c, 0), 1.0);
+  EXPECT_NEAR(lr_at(c, 50), 0.8 * 0.5 + 0.2, 1e-15);
+  EXPECT_DOUBLE_EQ(lr_at(c, 100), 0.2);
+}
+
+TEST(ScheduleTest, LinearWarmupRisesToTheBaseScheduleAtWarmupSteps) {
+  OptimizationConfig c;
+  c.learning_rate.type = "polynomial";
+  c.learning_rate.polynomial.initial_learning_rate = 1.0;
+  c.learning_rate.polynomial.decay_steps = 100;
+  c.learning_rate.polynomial.end_learning_rate = 0.0;
+  c.warmup.type = "linear";
+  c.warmup.linear.warmup_steps = 10;
+  c.warmup.linear.warmup_learning_rate = 0.0;
+  // The target is the base schedule at step 10 (0.9); the base is evaluated
+  // at the raw step afterwards.
+  EXPECT_DOUBLE_EQ(lr_at(c, 0), 0.0);
+  EXPECT_DOUBLE_EQ(lr_at(c, 5), 0.45);
+  EXPECT_DOUBLE_EQ(lr_at(c, 10), 0.9);
+  EXPECT_DOUBLE_EQ(lr_at(c, 20), 0.8);
+  c.warmup.type = "polynomial";
+  c.warmup.polynomial.warmup_steps = 10;
+  c.warmup.polynomial.power = 2.0;
+  EXPECT_DOUBLE_EQ(lr_at(c, 5), 0.9 * 0.25);
+}
+
+TEST(ScheduleTest, MissingRequiredValuesNameTheKey) {
+  OptimizationConfig c;
+  c.learning_rate.type = "cosine";
+  try {
+    lr_at(c, 0);
+    FAIL();
+  } catch (const garden::config::ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "trainer.optimizer_config.learning_rate.cosine.initial_learning_rate must be set");
+  }
 }
 
 }  // namespace

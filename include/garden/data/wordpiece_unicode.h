@@ -21,8 +21,7 @@ bool is_control(char32_t cp);          // categories Cc, Cf, Co (not \t \n \r)
 bool is_punctuation(char32_t cp);      // ASCII symbol ranges, or category P*
 bool is_cjk(char32_t cp);              // BERT's _is_chinese_char ranges
 bool is_nonspacing_mark(char32_t cp);  // category Mn
-// Python's str.lower() for single code points (U+0130 gives "i\u0307").
-void append_lower(char32_t cp, std::u32string& out);
+// (Lower-casing: garden::unicode::append_lower, garden/base/unicode_case.h.)
 // NFD then drop category Mn, for the covered ranges.
 void append_stripped(char32_t cp, std::u32string& out);
 }  // namespace unicode

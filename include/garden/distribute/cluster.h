@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "garden/config/definitions.h"
 
 namespace garden::distribute {
@@ -59,6 +61,23 @@ struct Cluster {
   // "rank 1 (worker 0)": how messages name a process.
   std::string describe() const;
 };
+
+// TF_CONFIG's JSON, read and checked once for every reader of it (here and
+// TensorFX's Configuration): an object; "cluster", when present, an object
+// of job lists of strings (chief or master, worker, ps, evaluator; at most
+// one chief, not under both names); "task", when present, an object with a
+// string "type" and a whole "index" >= 0 (0 when absent). "" reads as {}.
+// Errors name what is wrong, as "TF_CONFIG ...".
+struct TfConfig {
+  nlohmann::json json;     // the whole object
+  nlohmann::json cluster;  // as written; null when absent
+  // The cluster's hosts by job, master's under "chief".
+  std::map<std::string, std::vector<std::string>> jobs;
+  bool has_task = false;
+  std::string task_type;  // as written ("master" stays "master")
+  int64_t task_index = 0;
+};
+TfConfig parse_tf_config(const std::string& text);
 
 // Reads the cluster from `env` and `runtime`. Precedence: TF_CONFIG,
 // torchrun (RANK / WORLD_SIZE), SLURM (SLURM_PROCID / SLURM_NTASKS), OpenMPI

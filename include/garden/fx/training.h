@@ -1,4 +1,5 @@
-// TensorFX's training API (tensorfx.training) on Garden: ModelArguments,
+// TensorFX's training API (tensorfx.training; garden::fx is TensorFX, not
+// torch.fx) on Garden: ModelArguments,
 // Configuration, ModelBuilder and ModelTrainer, with TensorFX's names.
 //
 //   auto args = fx::ModelArguments::parse<fx::FeedForwardClassificationArguments>(argv_list);

@@ -13,9 +13,9 @@
 // an instruction), otherwise on a portable loop. All three give the same
 // integers and the same float32 results, to the bit (correct everywhere,
 // fast with VNNI or AMX).
-// LibTorch's own int8 linear (oneDNN on Debian's 1.13) was tried first: it
-// builds a new kernel on every call, 0.4 ms and more, which made decoding 3
-// to 6 times slower than float32 (docs/PERFORMANCE.md).
+// Not LibTorch's own int8 linear (oneDNN on Debian's 1.13): it builds a new
+// kernel on every call, which costs more than the product at decoding's
+// sizes.
 //
 // For decoding only: the quantized weight is a copy, so a weight that
 // changes afterwards (training) is not seen, and there is no gradient.

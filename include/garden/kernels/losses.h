@@ -48,8 +48,7 @@ at::Tensor smoothed_cross_entropy_rows(const at::Tensor& logits, const at::Tenso
 // its gradient returned in bfloat16) it is the fused kernel of
 // padded_cross_entropy_loss, without smoothing: two passes over each row
 // forward and one in place backward, where LibTorch's log_softmax, its
-// backward and the gather took six (its backward alone was 27 ms of an
-// ELECTRA-small step's 550). Elsewhere LibTorch's operations, which check
+// backward and the gather take six. Elsewhere LibTorch's operations, which check
 // the ids on the device (no host read per step). An id outside [0, V) is an
 // Error naming the range (LibTorch's own error off the fused kernel).
 // Differentiable once.

@@ -59,9 +59,8 @@ __attribute__((always_inline)) inline double exp_nonpositive(double u) {
 // Taylor polynomial of degree 7 (relative error about 1e-8 before the
 // float rounding). 0 below -87.3 (e^-87.3 is 1.2e-38). NaN stays NaN.
 // Every coefficient is a constant factor: the last was written as a
-// division by 5040, which GCC must keep (1 / 5040 is not exact): a vdivps
-// in every 16 exponentials (the candidates kernel alone was 11 % faster
-// without it, docs/PERFORMANCE.md). The double version likewise.
+// division by 5040 would be one GCC must keep (1 / 5040 is not exact): a
+// vdivps in every 16 exponentials. The double version likewise.
 __attribute__((always_inline)) inline float exp_nonpositive(float u) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;

@@ -1,6 +1,6 @@
 // The registered ELECTRA experiments: Model Garden's electra/pretraining, the
 // ELECTRA paper's small model, and a tiny one sized for a CPU (the sizes of
-// ../shared/bench/peer_electra.py's tiny preset).
+// bench/peers/peer_electra.py's tiny preset).
 #include "garden/nlp/tasks/electra_experiments.h"
 
 #include "garden/config/registry.h"
@@ -118,7 +118,7 @@ std::shared_ptr<config::ExperimentConfig> tiny_experiment() {
   opt.warmup.linear.warmup_steps = 500;
   experiment->runtime.distribution_strategy = "one_device";
   // runtime.intra_op_parallelism_threads stays 0, every core, as for the
-  // translation experiments (docs/PERFORMANCE.md, "Threads").
+  // translation experiments (docs/runtime.md).
   return experiment;
 }
 

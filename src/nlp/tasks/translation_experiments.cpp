@@ -100,7 +100,7 @@ std::shared_ptr<config::ExperimentConfig> cpu_experiment(const CpuRecipe& recipe
   task->train_data.max_seq_length = recipe.train_max_length;
   task->train_data.shuffle_buffer_size = recipe.shuffle_buffer_size;
   // Short UI strings dominate gettext-style data: buckets from length 1, not
-  // 8, keep the padding under 10% (docs/PERFORMANCE.md).
+  // 8, keep the padding small.
   task->train_data.bucket_min_boundary = 1;
   task->validation_data.file_type = "tsv";
   task->validation_data.global_batch_size = 4096;
@@ -121,8 +121,8 @@ std::shared_ptr<config::ExperimentConfig> cpu_experiment(const CpuRecipe& recipe
   trainer.optimizer_config.optimizer.adam.global_clipnorm = 1.0;
   experiment->runtime.distribution_strategy = "one_device";
   // runtime.intra_op_parallelism_threads stays 0, every core: the matrix
-  // products run on OpenBLAS's threads, Garden's kernels on LibTorch's
-  // (docs/PERFORMANCE.md, "Threads").
+  // products run on their library's threads, Garden's kernels on LibTorch's
+  // (docs/runtime.md).
   return experiment;
 }
 

@@ -1,0 +1,50 @@
+// The cells of TensorFX's CSV lines: what data.cpp and data_set.cpp share.
+#pragma once
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace garden::fx::cells {
+
+inline std::string trim(const std::string& text) {
+  const auto begin = text.find_first_not_of(" \t\r\n");
+  if (begin == std::string::npos) return "";
+  const auto end = text.find_last_not_of(" \t\r\n");
+  return text.substr(begin, end - begin + 1);
+}
+
+inline std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::string current;
+  for (const char c : text) {
+    if (c == separator) {
+      parts.push_back(current);
+      current.clear();
+    } else {
+      current += c;
+    }
+  }
+  parts.push_back(current);
+  return parts;
+}
+
+// A whole cell as a number, or nullopt.
+inline std::optional<double> to_number(const std::string& cell, bool integer) {
+  const std::string text = trim(cell);
+  if (text.empty()) return 0.0;
+  char* end = nullptr;
+  if (integer) {
+    const long long value = std::strtoll(text.c_str(), &end, 10);
+    if (end != text.c_str() + text.size()) return std::nullopt;
+    return static_cast<double>(value);
+  }
+  const double value = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || std::isnan(value)) return std::nullopt;
+  return value;
+}
+
+}  // namespace garden::fx::cells
