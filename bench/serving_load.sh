@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Load test of `garden serve` on loopback with hey (Debian's HTTP load
-# generator; `bash scripts/setup.sh --bench` installs it): the iris export and
-# a translation export, each with dynamic batching off (one request per
-# forward pass) and on, CLIENTS concurrent clients for SECONDS seconds, one
-# instance per request. Prints requests/s, p50 / p99 latency and the
-# non-200 answers of each run.
+# Load test of `garden serve` on loopback:
+# 1. one client on one kept-alive connection (Python's http.client,
+#    bench/keepalive_latency.py): p50 / p99 of the iris status and predict;
+# 2. hey (Debian's HTTP load generator, Go's kept-alive client; `bash
+#    scripts/setup.sh --bench` installs it), CLIENTS concurrent clients for
+#    SECONDS seconds, one instance per request: the iris status route (the
+#    HTTP layer alone), iris and a translation export with dynamic batching
+#    off (one request per forward pass) and on. Prints requests/s, p50 / p99
+#    latency and the non-200 answers of each run;
+# 3. `garden translate` on the served sentence 2048 times, sentences/s, beside
+#    the batched server's.
 #
 #   [TRANSLATION_MODEL_DIR=runs/translation-demo-...] \
 #     bash bench/serving_load.sh [CLIENTS=16] [SECONDS=20] [DEMO_STEPS=400]
@@ -49,18 +54,35 @@ ready() {  # the model answers its status as AVAILABLE
 }
 
 port=18501
+serve() {  # EXPORT FLAGS...: starts garden serve on the next port, waits until it answers
+  port=$((port + 1))
+  "$garden" serve --export_dir="$scratch/$1_export" --port=$port --grpc_port=-1 --model_name=m \
+    "${@:2}" 2>"$scratch/serve.log" &
+  server=$!
+  for _ in $(seq 600); do ready $port && break; sleep 0.1; done
+}
+
+echo "== one client, one kept-alive connection (bench/keepalive_latency.py)"
+serve iris
+/usr/bin/python3 bench/keepalive_latency.py $port m 2000 "$scratch/iris.json"
+kill -TERM "$server"; wait "$server" || true; server=""
+
+echo
+echo "== $clients clients (hey), ${seconds} s each"
 printf '%-12s %-9s %10s %10s %10s %8s %s\n' export batching "req/s" "p50 ms" "p99 ms" errors "mean batch"
-for name in iris translation; do
+for name in iris-status iris translation; do
   for batching in off on; do
-    port=$((port + 1))
+    [ "$name" = iris-status ] && [ "$batching" = on ] && continue
     flags=()
     [ "$batching" = on ] && flags=(--enable_batching --max_batch_size=32 --batch_timeout_micros=2000)
-    "$garden" serve --export_dir="$scratch/${name}_export" --port=$port --model_name=m "${flags[@]}" \
-      2>"$scratch/serve.log" &
-    server=$!
-    for _ in $(seq 600); do ready $port && break; sleep 0.1; done
-    hey -z "${seconds}s" -c "$clients" -m POST -T application/json -D "$scratch/$name.json" \
-      "http://127.0.0.1:$port/v1/models/m:predict" >"$scratch/hey.txt"
+    if [ "$name" = iris-status ]; then
+      serve iris
+      hey -z "${seconds}s" -c "$clients" "http://127.0.0.1:$port/v1/models/m" >"$scratch/hey.txt"
+    else
+      serve "$name" "${flags[@]}"
+      hey -z "${seconds}s" -c "$clients" -m POST -T application/json -D "$scratch/$name.json" \
+        "http://127.0.0.1:$port/v1/models/m:predict" >"$scratch/hey.txt"
+    fi
     metrics=$(exec 3<>"/dev/tcp/127.0.0.1/$port"; printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3; cat <&3)
     kill -TERM "$server"; wait "$server" || true; server=""
     rps=$(awk '/Requests\/sec/ {print $2}' "$scratch/hey.txt")
@@ -78,3 +100,11 @@ for name in iris translation; do
     printf '%-12s %-9s %10s %10s %10s %8s %s\n' "$name" "$batching" "$rps" "$p50" "$p99" "$errors" "$batch"
   done
 done
+
+echo
+echo "== garden translate, the same model and sentence, 2048 times (beam 4)"
+for _ in $(seq 2048); do sed -n '35p' data/translation/en_de_valid.tsv | cut -f1; done >"$scratch/sentences.txt"
+start=$(date +%s.%N)
+"$garden" translate --model_dir="$translation_dir" <"$scratch/sentences.txt" >/dev/null 2>&1
+end=$(date +%s.%N)
+awk -v s="$start" -v e="$end" 'BEGIN {printf "garden translate: %.1f sentences/s (start-up included)\n", 2048 / (e - s)}'

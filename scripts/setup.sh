@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package Garden needs to build, test and run.
+# Installs every Debian package Garden needs to build, test and run (gRPC's
+# Python packages: the serving tests call garden serve with grpcio).
 # Idempotent: packages already present are left as they are.
 # --bench also installs Debian's PyTorch and SentencePiece for Python, which the peer
 # benchmarks in bench/peers need (run them with /usr/bin/python3), and
@@ -16,6 +17,8 @@ packages=(
   libgtest-dev libgmock-dev
   libsentencepiece-dev sentencepiece
   libcpp-httplib-dev
+  libgrpc++-dev protobuf-compiler-grpc
+  python3-grpcio python3-grpc-tools
 )
 for option in "$@"; do
   case "$option" in

@@ -21,8 +21,8 @@
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
-#include "garden/platform/stop_signals.h"
 #include "garden/cli/files.h"
+#include "garden/platform/stop_signals.h"
 #include "garden/serving/export.h"
 #include "garden/serving/predictor.h"
 #include "garden/serving/server.h"
@@ -156,9 +156,12 @@ void run_serve(const std::string& export_dir, const serving::ServerOptions& opti
   ::signal(SIGPIPE, SIG_IGN);
   // Announced once the model answers (a bad export is one error line).
   std::thread announcer([&server, &options, port] {
-    if (server.wait_until_loaded())
-      std::cerr << "garden: serving at http://" << options.host << ":" << port << "/v1/models/"
-                << options.model_name << std::endl;
+    if (!server.wait_until_loaded()) return;
+    std::cerr << "garden: serving at http://" << options.host << ":" << port << "/v1/models/"
+              << options.model_name;
+    if (server.grpc_port() >= 0)
+      std::cerr << " and gRPC " << options.host << ":" << server.grpc_port();
+    std::cerr << std::endl;
   });
   std::atomic<bool> done{false};
   std::thread waiter([&] {
@@ -235,6 +238,13 @@ void add_serving_commands(CLI::App& app) {
   serve->add_option("--port", serve_options->port, "Port (0: any free one)")->capture_default_str();
   serve->add_option("--model_name", serve_options->model_name, "NAME in /v1/models/NAME")
       ->capture_default_str();
+  // TF Serving's gRPC port, on by default where the build has gRPC.
+  serve_options->grpc_port = serving::grpc_compiled_in() ? 8500 : -1;
+  auto* grpc_port =
+      serve
+          ->add_option("--grpc_port", serve_options->grpc_port,
+                       "TF Serving's gRPC API on this port (0: any free one; -1: none)")
+          ->capture_default_str();
   serve->add_option("--device", serve_options->device, "cpu, cuda or cuda:N")
       ->capture_default_str();
   serve->add_flag("--int8", serve_options->int8,
@@ -250,6 +260,10 @@ void add_serving_commands(CLI::App& app) {
                    "Longest wait for more requests after the first")
       ->capture_default_str();
   serve
+      ->add_option("--max_enqueued_batches", serve_options->max_enqueued_batches,
+                   "Batches that may wait with --enable_batching; past them, 503")
+      ->capture_default_str();
+  serve
       ->add_option("--max_body_bytes", serve_options->max_body_bytes,
                    "Larger request bodies get 413")
       ->capture_default_str();
@@ -259,7 +273,11 @@ void add_serving_commands(CLI::App& app) {
       ->capture_default_str();
   serve->add_option("--threads", serve_options->threads, "Connections served at once")
       ->capture_default_str();
-  serve->callback([serve_dir, serve_options] { run_serve(*serve_dir, *serve_options); });
+  serve->callback([serve_dir, serve_options, grpc_port] {
+    if (!serving::grpc_compiled_in() && grpc_port->count() > 0 && serve_options->grpc_port >= 0)
+      throw Error("--grpc_port: this garden was built without gRPC (libgrpc++-dev)");
+    run_serve(*serve_dir, *serve_options);
+  });
 }
 
 }  // namespace garden

@@ -107,12 +107,16 @@ class CliFixture : public ::testing::Test {
   // past 64 MiB (an endless output) by SIGXFSZ: the test fails instead of
   // stalling the suite or filling the disk.
   CliRun garden(const std::string& args) const {
+    return run_command("'" + std::string(GARDEN_CLI_PATH) + "' " + args);
+  }
+  // The same for any shell command line.
+  CliRun run_command(const std::string& command_line) const {
     const auto out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
     const std::string limits =
         std::string("ulimit -f 131072; ") +
         (std::filesystem::exists("/usr/bin/timeout") ? "/usr/bin/timeout 120 " : "");
-    const std::string command = limits + "'" + GARDEN_CLI_PATH + "' " + args + " >'" +
-                                out.string() + "' 2>'" + err.string() + "'";
+    const std::string command =
+        limits + command_line + " >'" + out.string() + "' 2>'" + err.string() + "'";
     const int raw = std::system(command.c_str());
     CliRun run;
     run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;

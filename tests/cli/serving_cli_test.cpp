@@ -17,6 +17,7 @@
 
 #include "cli/cli_fixture.h"
 #include "garden/kernels/int8.h"
+#include "garden/serving/server.h"
 
 namespace {
 
@@ -207,7 +208,7 @@ TEST_F(ServingCliTest, ServeAnswersThenStopsCleanlyOnSigterm) {
       _exit(126);
     const std::string dir = path("out");
     execl(GARDEN_CLI_PATH, GARDEN_CLI_PATH, "serve", "--export_dir", dir.c_str(), "--port", "0",
-          "--model_name", "iris", static_cast<char*>(nullptr));
+          "--grpc_port", "0", "--model_name", "iris", static_cast<char*>(nullptr));
     _exit(127);
   }
   int port = 0;
@@ -236,6 +237,20 @@ TEST_F(ServingCliTest, ServeAnswersThenStopsCleanlyOnSigterm) {
   EXPECT_EQ(status_code, 200) << body;
   if (status_code == 200) {
     EXPECT_EQ(json::parse(body)["predictions"][0]["classes"], "setosa");
+  }
+  // TF Serving's gRPC API beside it, called by Python's grpcio as the
+  // tensorflow-serving-api examples call it (tests/serving/grpc_client.py).
+  if (garden::serving::grpc_compiled_in()) {
+    const std::string text = slurp(err);
+    const auto at = text.find(" and gRPC 127.0.0.1:");
+    ASSERT_NE(at, std::string::npos) << text;
+    const int grpc_port = std::atoi(text.c_str() + at + 20);
+    ASSERT_GT(grpc_port, 0) << text;
+    const CliRun client = run_command("/usr/bin/python3 '" + std::string(GARDEN_SOURCE_DIR) +
+                                      "/tests/serving/grpc_client.py' " + std::to_string(port) +
+                                      " " + std::to_string(grpc_port));
+    EXPECT_EQ(client.status, 0) << client.out << client.err;
+    EXPECT_NE(client.out.find("grpc_client.py: ok"), std::string::npos) << client.out << client.err;
   }
   kill(pid, SIGTERM);
   int status = 0;

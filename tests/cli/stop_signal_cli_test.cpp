@@ -343,7 +343,8 @@ TEST_F(StopSignalCliTest, ServeDrainsAndExitsZeroOnCtrlCAndDuplicates) {
                    "' --export_dir '" + path("out") + "'")
                 .status,
             0);
-  Background serve({"serve", "--export_dir", path("out"), "--port", "0", "--model_name", "iris"},
+  Background serve({"serve", "--export_dir", path("out"), "--port", "0", "--grpc_port", "0",
+                    "--model_name", "iris"},
                    dir_, "serve");
   ASSERT_TRUE(serve.wait_for("garden: serving at")) << serve.err();
   serve.signal_group(SIGINT);

@@ -1,39 +1,17 @@
-// Export, Predictor and the HTTP server: an export loads with nothing but
-// itself, predicts what inference_step gives for the same checkpoint, and
-// answers TF Serving's REST API, bad requests included.
-#include <arpa/inet.h>
+// Export and the Predictor: an export loads with nothing but itself and
+// predicts what inference_step gives for the same checkpoint; errors name
+// what is wrong.
 #include <gtest/gtest.h>
-#include <httplib.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <torch/torch.h>
 
-#include <atomic>
-#include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <thread>
 
-#include "garden/base/error.h"
-#include "garden/base/logging.h"
-#include "garden/cli/builtins.h"
-#include "garden/config/registry.h"
-#include "garden/config/yaml_io.h"
-#include "garden/core/checkpoint.h"
-#include "garden/core/runtime.h"
-#include "garden/core/train_lib.h"
-#include "garden/data/sentencepiece.h"
-#include "garden/nlp/modeling/electra_pretrainer.h"
-#include "garden/nlp/tasks/translation_task.h"
-#include "garden/serving/export.h"
-#include "garden/serving/predictor.h"
-#include "garden/serving/server.h"
 #include "safetensors_reader.h"
+#include "serving/serving_fixture.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -42,112 +20,7 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::vector<std::string> kIrisColumns = {"sepal_length", "sepal_width", "petal_length",
-                                               "petal_width"};
-
-void train(const std::string& experiment, const std::string& overrides,
-           const std::string& model_dir) {
-  auto params = garden::config::get_experiment_config(experiment);
-  garden::config::apply_override(*params, overrides);
-  garden::finalize_config(*params);
-  garden::RunOptions options;
-  options.mode = "train";
-  options.model_dir = model_dir;
-  garden::run_experiment(params, options);
-}
-
-std::string write_text(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-  return path.string();
-}
-
-class ServingTest : public ::testing::Test {
- public:
-  // Three runs for the suite: iris, iris with a moving average, and a tiny
-  // translation model; each exported once, then its model_dir removed, so
-  // every load below needs the export alone.
-  static void SetUpTestSuite() {
-    if (!root_.empty()) return;  // once for both suites
-    garden::register_builtins();
-    garden::set_quiet(true);
-    root_ = fs::path(::testing::TempDir()) / ("garden_serving_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-    train("tabular/iris",
-          "trainer.train_steps=60,trainer.steps_per_loop=30,"
-          "trainer.checkpoint_interval=30,trainer.summary_interval=30,runtime.seed=3",
-          (root_ / "iris").string());
-    train("tabular/iris",
-          "trainer.train_steps=40,trainer.steps_per_loop=20,trainer.summary_interval=20,"
-          "trainer.checkpoint_interval=20,runtime.seed=4,"
-          "trainer.optimizer_config.ema.average_decay=0.9",
-          (root_ / "iris_ema").string());
-    std::ifstream sample(std::string(GARDEN_SOURCE_DIR) + "/data/testdata/en_de_sample.tsv");
-    std::ofstream pairs(root_ / "pairs.tsv");
-    std::string line;
-    for (int i = 0; i < 16 && std::getline(sample, line); ++i) {
-      pairs << line << '\n';
-      sources_.push_back(line.substr(0, line.find('\t')));
-    }
-    pairs.close();
-    const std::string data = (root_ / "pairs.tsv").string();
-    train("wmt_transformer/demo",
-          "task.sentencepiece_vocab_size=100,task.model.embedding_width=32,"
-          "task.model.encoder.num_layers=1,task.model.decoder.num_layers=1,"
-          "task.model.encoder.intermediate_size=64,task.model.decoder.intermediate_size=64,"
-          "task.model.beam_size=2,task.train_data.input_path=" +
-              data + ",task.validation_data.input_path=" + data +
-              ",task.train_data.global_batch_size=256,trainer.train_steps=20,"
-              "trainer.steps_per_loop=10,trainer.summary_interval=10,"
-              "trainer.checkpoint_interval=10,runtime.seed=5",
-          (root_ / "translation").string());
-    iris_checkpoint_ = *garden::latest_checkpoint((root_ / "iris").string());
-    translation_checkpoint_ = *garden::latest_checkpoint((root_ / "translation").string());
-    iris_export_ = export_run("tabular/iris", "iris", "iris_export");
-    ema_export_ = export_run("tabular/iris", "iris_ema", "iris_ema_export");
-    translation_export_ = export_run("wmt_transformer/demo", "translation", "translation_export");
-  }
-  // The runs are removed once every suite is done (see kCleanup).
-  static void remove_runs() {
-    std::error_code ignored;
-    if (!root_.empty()) fs::remove_all(root_, ignored);
-    garden::set_quiet(false);
-  }
-
-  static std::string export_run(const std::string& experiment, const std::string& run,
-                                const std::string& out) {
-    garden::serving::ExportOptions options;
-    options.experiment = experiment;
-    options.model_dir = (root_ / run).string();
-    options.export_dir = (root_ / out).string();
-    const auto result = garden::serving::export_model(options);
-    return result.directory;
-  }
-
-  // What the run's own task and checkpoint give for `inputs`, computed
-  // without the serving layer.
-  static garden::Batch reference(const std::string& experiment, const std::string& run,
-                                 const std::string& checkpoint, const garden::Batch& inputs,
-                                 garden::TaskPtr* task_out = nullptr) {
-    auto params = garden::serving::read_run_params(experiment, (root_ / run).string());
-    auto task = garden::get_task(params->task, (root_ / run).string());
-    const auto data = garden::read_checkpoint_file(checkpoint);
-    auto model = task->build_model();
-    garden::load_model_state(*model, data.tensors, "model/", true);
-    if (task_out) *task_out = task;
-    return task->inference_step(inputs, *model);
-  }
-
-  static fs::path root_;
-  static std::string iris_checkpoint_, translation_checkpoint_;
-  static std::string iris_export_, ema_export_, translation_export_;
-  static std::vector<std::string> sources_;
-};
-
-fs::path ServingTest::root_;
-std::string ServingTest::iris_checkpoint_, ServingTest::translation_checkpoint_;
-std::string ServingTest::iris_export_, ServingTest::ema_export_, ServingTest::translation_export_;
-std::vector<std::string> ServingTest::sources_;
+using namespace serving_fixture;  // NOLINT
 
 struct RemoveRuns : ::testing::Environment {
   void TearDown() override { ServingTest::remove_runs(); }
@@ -445,39 +318,7 @@ TEST_F(ServingTest, ExportAndLoadErrorsAreOneLineNamingWhatIsWrong) {
 }
 
 TEST_F(ServingTest, ElectraExportsServeTheDiscriminatorPerToken) {
-  // A model_dir as garden train leaves it: params.yaml and a checkpoint (of
-  // a freshly initialized small model: serving needs no trained weights).
-  auto params = garden::config::get_experiment_config("electra/tiny");
-  garden::config::apply_override(
-      *params,
-      "task.model.sequence_length=16,task.model.num_masked_tokens=2,"
-      "task.model.discriminator_encoder.bert.vocab_size=50,"
-      "task.model.discriminator_encoder.bert.hidden_size=8,"
-      "task.model.discriminator_encoder.bert.num_layers=1,"
-      "task.model.discriminator_encoder.bert.num_attention_heads=2,"
-      "task.model.discriminator_encoder.bert.intermediate_size=16,"
-      "task.model.discriminator_encoder.bert.embedding_size=8,"
-      "task.model.generator_encoder.bert.vocab_size=50,"
-      "task.model.generator_encoder.bert.hidden_size=8,"
-      "task.model.generator_encoder.bert.num_layers=1,"
-      "task.model.generator_encoder.bert.num_attention_heads=2,"
-      "task.model.generator_encoder.bert.intermediate_size=16,"
-      "task.model.generator_encoder.bert.embedding_size=8,"
-      "task.train_data.seq_length=16,task.validation_data.seq_length=16,"
-      "task.train_data.max_predictions_per_seq=2,task.validation_data.max_predictions_per_seq=2,"
-      "runtime.seed=1");
-  const fs::path run = root_ / "electra";
-  fs::create_directories(run);
-  write_text(run / "params.yaml", garden::config::to_yaml_string(*params));
-  auto task = garden::get_task(params->task, run.string());
-  auto model = task->build_model();
-  garden::CheckpointData data;
-  for (const auto& [name, tensor] : garden::model_state(*model))
-    data.tensors["model/" + name] = tensor;
-  data.meta = {{"global_step", 1}, {"task", task->checkpoint_metadata()}};
-  garden::write_checkpoint_file((run / "ckpt-1").string(), data);
-  const std::string exported = export_run("electra/tiny", "electra", "electra_export");
-
+  const std::string exported = electra_export();
   garden::serving::Predictor predictor(exported);
   const json short_one = {{"input_word_ids", {2, 7, 9, 3}}};
   const json long_one = {{"input_word_ids", {2, 11, 12, 13, 14, 3}},
@@ -487,7 +328,14 @@ TEST_F(ServingTest, ElectraExportsServeTheDiscriminatorPerToken) {
   EXPECT_EQ(rows[0].at("disc_probabilities").size(), 4u);  // no padding in the answer
   EXPECT_EQ(rows[1].at("sequence_output").size(), 6u);
   EXPECT_EQ(rows[1].at("sequence_output")[0].size(), 8u);
-  // The short instance alone, unpadded, through the discriminator itself.
+  // The short instance alone, unpadded, through the discriminator itself
+  // (the exported checkpoint's weights).
+  const fs::path run = root_ / "electra";
+  auto params = garden::serving::read_run_params("electra/tiny", run.string());
+  auto task = garden::get_task(params->task, run.string());
+  auto model = task->build_model();
+  garden::load_model_state(*model, garden::read_checkpoint_file((run / "ckpt-1").string()).tensors,
+                           "model/", true);
   auto& pretrainer = *model->as<garden::nlp::ElectraPretrainerImpl>();
   model->eval();
   torch::NoGradGuard no_grad;
@@ -513,272 +361,6 @@ TEST_F(ServingTest, ElectraExportsServeTheDiscriminatorPerToken) {
               predictor.predict({json{{"input_word_ids", {1, 2}}, {"input_mask", {1}}}});
             }).find("must be as long as input_word_ids"),
             std::string::npos);
-}
-
-// ---- the HTTP server
-
-class ServerTest : public ServingTest {
- protected:
-  void start(const std::string& export_dir, garden::serving::ServerOptions options = {}) {
-    options.port = 0;
-    options.model_name = "iris";
-    server_ = std::make_unique<garden::serving::ModelServer>(export_dir, options);
-    port_ = server_->start();
-    runner_ = std::thread([this] { server_->run(); });
-    ASSERT_TRUE(server_->wait_until_loaded());
-  }
-  void TearDown() override {
-    if (server_) server_->shutdown(5);
-    if (runner_.joinable()) runner_.join();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(30);
-    return c;
-  }
-  static json instance(double a, double b, double c, double d) {
-    return {{"sepal_length", a}, {"sepal_width", b}, {"petal_length", c}, {"petal_width", d}};
-  }
-
-  std::unique_ptr<garden::serving::ModelServer> server_;
-  std::thread runner_;
-  int port_ = 0;
-};
-
-TEST_F(ServerTest, StatusMetadataAndBothRequestFormats) {
-  start(iris_export_);
-  auto c = client();
-  const std::string version = fs::path(iris_export_).filename().string();
-  auto status = c.Get("/v1/models/iris");
-  ASSERT_TRUE(status);
-  EXPECT_EQ(status->status, 200);
-  const json s = json::parse(status->body);
-  EXPECT_EQ(s["model_version_status"][0]["version"], version);
-  EXPECT_EQ(s["model_version_status"][0]["state"], "AVAILABLE");
-  auto metadata = c.Get("/v1/models/iris/metadata");
-  ASSERT_TRUE(metadata);
-  const json m = json::parse(metadata->body);
-  EXPECT_EQ(m["model_spec"]["version"], version);
-  EXPECT_EQ(m["metadata"]["signature_def"]["signature_def"]["serving_default"]["inputs"].size(),
-            4u);
-
-  garden::serving::Predictor predictor(iris_export_);
-  const auto expected =
-      predictor.predict({instance(5.1, 3.5, 1.4, 0.2), instance(6.2, 2.9, 4.3, 1.3)});
-  const json rows = {{"instances", {instance(5.1, 3.5, 1.4, 0.2), instance(6.2, 2.9, 4.3, 1.3)}}};
-  auto answer = c.Post("/v1/models/iris:predict", rows.dump(), "application/json");
-  ASSERT_TRUE(answer);
-  ASSERT_EQ(answer->status, 200) << answer->body;
-  const json predictions = json::parse(answer->body).at("predictions");
-  ASSERT_EQ(predictions.size(), 2u);
-  EXPECT_EQ(predictions[0], expected[0]);
-  EXPECT_EQ(predictions[1], expected[1]);
-  // Columnar in, columnar out; the version may be named.
-  const json columns = {{"inputs",
-                         {{"sepal_length", {5.1, 6.2}},
-                          {"sepal_width", {3.5, 2.9}},
-                          {"petal_length", {1.4, 4.3}},
-                          {"petal_width", {0.2, 1.3}}}}};
-  answer = c.Post("/v1/models/iris/versions/" + version + ":predict", columns.dump(),
-                  "application/json");
-  ASSERT_TRUE(answer);
-  ASSERT_EQ(answer->status, 200) << answer->body;
-  const json outputs = json::parse(answer->body).at("outputs");
-  EXPECT_EQ(outputs.at("classes"), json({expected[0]["classes"], expected[1]["classes"]}));
-  EXPECT_EQ(outputs.at("probabilities")[1], expected[1]["probabilities"]);
-  auto metrics = c.Get("/metrics");
-  ASSERT_TRUE(metrics);
-  EXPECT_NE(metrics->body.find("garden_serving_responses_total{code=\"200\"} 4"), std::string::npos)
-      << metrics->body;
-  EXPECT_NE(metrics->body.find("garden_serving_instances_total 4"), std::string::npos);
-}
-
-TEST_F(ServerTest, MalformedRequestsGet4xxAndTheServerStillAnswers) {
-  garden::serving::ServerOptions options;
-  options.max_body_bytes = 4096;
-  options.read_timeout_seconds = 1;
-  start(iris_export_, options);
-  auto c = client();
-  const json good = {{"instances", {instance(5.1, 3.5, 1.4, 0.2)}}};
-  const std::string path = "/v1/models/iris:predict";
-  struct Case {
-    std::string body;
-    int status;
-    std::string error;
-  };
-  const std::vector<Case> cases = {
-      {good.dump().substr(0, 20), 400, "malformed JSON body"},
-      {"", 400, "malformed JSON body"},
-      {"[1, 2]", 400, "must be a JSON object"},
-      {"{\"instances\": 3}", 400, "'instances' must be a list"},
-      {"{\"instances\": []}", 400, "holds no instance"},
-      {"{}", 400, "exactly one of 'instances' and 'inputs'"},
-      {"{\"instances\": [{\"sepal_length\": \"x\", \"sepal_width\": 1, \"petal_length\": 1, "
-       "\"petal_width\": 1}]}",
-       400, "must be a number, not string"},
-      {"{\"instances\": [{\"sepal_length\": 1e999, \"sepal_width\": 1, \"petal_length\": 1, "
-       "\"petal_width\": 1}]}",
-       400, ""},
-      {"{\"instances\": [[1, 2, 3, 1e39]]}", 400, "out of float range"},
-      {"{\"instances\": [[1, 2, 3, 123456789012345678901234567890]]}", 200, ""},  // 1.2e29 fits
-      {std::string(10000, '['), 413, "larger than the limit"},
-      {std::string(1000, '[') + std::string(1000, ']'), 400, "nests deeper than"},
-      {"{\"inputs\": {\"sepal_length\": [1, 2], \"sepal_width\": [1]}}", 400, "differ in length"},
-      {"{\"signature_name\": \"other\", \"instances\": []}", 400, "unknown signature_name"},
-  };
-  for (const auto& test : cases) {
-    auto answer = c.Post(path, test.body, "application/json");
-    ASSERT_TRUE(answer) << test.body.substr(0, 80);
-    EXPECT_EQ(answer->status, test.status) << test.body.substr(0, 80) << " -> " << answer->body;
-    const json body = json::parse(answer->body);
-    if (test.status == 200) continue;
-    EXPECT_NE(body.value("error", "(none)").find(test.error), std::string::npos) << answer->body;
-  }
-  auto unknown = c.Post("/v1/models/roses:predict", good.dump(), "application/json");
-  ASSERT_TRUE(unknown);
-  EXPECT_EQ(unknown->status, 404);
-  auto old_version = c.Post("/v1/models/iris/versions/1:predict", good.dump(), "application/json");
-  ASSERT_TRUE(old_version);
-  EXPECT_EQ(old_version->status, 404);
-  auto no_route = c.Get("/v2/anything");
-  ASSERT_TRUE(no_route);
-  EXPECT_EQ(no_route->status, 404);
-  EXPECT_TRUE(json::parse(no_route->body).contains("error"));
-
-  // A Content-Length that promises more than is sent: the server stops
-  // waiting after its read timeout (1 s here), answers 400 or closes, and
-  // goes on serving.
-  {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(port_));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-    const std::string request = "POST " + path +
-                                " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                "Content-Length: 500\r\n\r\n{\"instances\"";
-    ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
-              static_cast<ssize_t>(request.size()));
-    pollfd wait{fd, POLLIN, 0};
-    const auto started = std::chrono::steady_clock::now();
-    ASSERT_EQ(::poll(&wait, 1, 10'000), 1) << "the server neither answered nor closed";
-    char buffer[512] = {};
-    const ssize_t got = ::recv(fd, buffer, sizeof buffer - 1, 0);
-    if (got > 0) {
-      EXPECT_EQ(std::string(buffer).rfind("HTTP/1.1 4", 0), 0u) << buffer;
-    }
-    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
-    ::close(fd);
-  }
-  auto after = c.Post(path, good.dump(), "application/json");
-  ASSERT_TRUE(after);
-  EXPECT_EQ(after->status, 200) << after->body;
-}
-
-TEST_F(ServerTest, BatchingMergesConcurrentRequestsAndAnswersEachItsOwnRows) {
-  garden::serving::ServerOptions options;
-  options.enable_batching = true;
-  options.max_batch_size = 64;
-  options.batch_timeout_micros = 300'000;
-  start(iris_export_, options);
-  garden::serving::Predictor predictor(iris_export_);
-  constexpr int kClients = 8;
-  std::vector<json> sent(kClients), got(kClients);
-  std::vector<int> status(kClients, 0);
-  std::atomic<int> waiting{kClients};
-  std::vector<std::thread> clients;
-  for (int i = 0; i < kClients; ++i) {
-    sent[i] = instance(4.5 + 0.4 * i, 3.0, 1.0 + 0.7 * i, 0.1 + 0.3 * i);
-    clients.emplace_back([&, i] {
-      auto c = client();
-      --waiting;
-      while (waiting > 0) std::this_thread::yield();
-      auto answer = c.Post("/v1/models/iris:predict", json{{"instances", {sent[i]}}}.dump(),
-                           "application/json");
-      if (!answer) return;
-      status[i] = answer->status;
-      got[i] = json::parse(answer->body);
-    });
-  }
-  for (auto& t : clients) t.join();
-  for (int i = 0; i < kClients; ++i) {
-    ASSERT_EQ(status[i], 200) << got[i];
-    // Alone or merged, the same answer (up to the float rounding of another
-    // batch size's kernels).
-    const json alone = predictor.predict({sent[i]})[0];
-    const json& merged = got[i]["predictions"][0];
-    EXPECT_EQ(merged["classes"], alone["classes"]) << i;
-    for (int c = 0; c < 3; ++c)
-      EXPECT_NEAR(merged["logits"][c].get<double>(), alone["logits"][c].get<double>(), 1e-5) << i;
-  }
-  auto metrics = client().Get("/metrics");
-  ASSERT_TRUE(metrics);
-  const std::string key = "garden_serving_batch_size_count ";
-  const auto at = metrics->body.find(key);
-  ASSERT_NE(at, std::string::npos);
-  const int passes = std::stoi(metrics->body.substr(at + key.size()));
-  EXPECT_LT(passes, kClients) << "no request was merged:\n" << metrics->body;
-  EXPECT_GE(passes, 1);
-}
-
-TEST_F(ServerTest, ANewVersionIsServedWithoutARestart) {
-  const fs::path base = root_ / "rolling";
-  fs::remove_all(base);
-  fs::create_directories(base);
-  fs::copy(iris_export_, base / "1", fs::copy_options::recursive);
-  garden::serving::ServerOptions options;
-  options.file_system_poll_wait_seconds = 0.05;
-  start(base.string(), options);
-  auto c = client();
-  auto version = [&] {
-    auto status = c.Get("/v1/models/iris");
-    return status
-               ? json::parse(status->body)["model_version_status"][0]["version"].get<std::string>()
-               : std::string("?");
-  };
-  EXPECT_EQ(version(), "1");
-  // A damaged version 2 is refused and 1 goes on serving; a good 3 replaces it.
-  fs::create_directories(base / "2");
-  write_text(base / "2" / "signature.json", "{");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(version(), "1");
-  fs::copy(iris_export_, base / ".staging", fs::copy_options::recursive);
-  fs::rename(base / ".staging", base / "3");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (version() != "3" && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_EQ(version(), "3");
-  auto answer =
-      c.Post("/v1/models/iris:predict", json{{"instances", {instance(5.1, 3.5, 1.4, 0.2)}}}.dump(),
-             "application/json");
-  ASSERT_TRUE(answer);
-  EXPECT_EQ(answer->status, 200);
-}
-
-TEST_F(ServerTest, ShutdownFinishesTheRequestInFlightAndRefusesNewOnes) {
-  garden::serving::ServerOptions options;
-  options.enable_batching = true;
-  options.batch_timeout_micros = 1'500'000;  // holds the first request in the batcher
-  start(iris_export_, options);
-  const std::string body = json{{"instances", {instance(5.1, 3.5, 1.4, 0.2)}}}.dump();
-  int in_flight_status = 0;
-  std::thread first([&] {
-    auto answer = client().Post("/v1/models/iris:predict", body, "application/json");
-    if (answer) in_flight_status = answer->status;
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  std::thread stopper([&] { server_->shutdown(10); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  auto late = client().Post("/v1/models/iris:predict", body, "application/json");
-  if (late) {  // or no connection at all
-    EXPECT_EQ(late->status, 503) << late->body;
-  }
-  first.join();
-  stopper.join();
-  runner_.join();
-  EXPECT_EQ(in_flight_status, 200);
 }
 
 }  // namespace
