@@ -7,10 +7,13 @@
 
 #ifdef GARDEN_WITH_GRPC
 
+#include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
 
 #include "garden/base/encoding.h"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
@@ -426,6 +429,13 @@ struct ModelServer::State::Grpc {
 };
 
 int ModelServer::State::start_grpc() {
+  // gRPC logs its own failures (a port in use) to stderr beside the one line
+  // Garden prints; they are shown only when the user asks gRPC for its log.
+  static std::once_flag quiet;
+  std::call_once(quiet, [] {
+    if (!std::getenv("GRPC_VERBOSITY") && !std::getenv("GRPC_TRACE"))
+      gpr_set_log_function([](gpr_log_func_args*) {});
+  });
   grpc_ = std::make_shared<Grpc>();
   grpc_->prediction = std::make_unique<PredictionService>(*this);
   grpc_->models = std::make_unique<ModelService>(*this);
@@ -433,6 +443,9 @@ int ModelServer::State::start_grpc() {
   int selected = 0;
   const std::string address = options.host + ":" + std::to_string(options.grpc_port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected);
+  // gRPC sets SO_REUSEPORT by default: a second server on the same port
+  // would start and take half the connections instead of failing.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(grpc_->prediction.get());
   builder.RegisterService(grpc_->models.get());
   builder.SetMaxReceiveMessageSize(

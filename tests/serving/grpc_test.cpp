@@ -10,11 +10,14 @@
 #include <httplib.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "garden/base/error.h"
 #include "garden/serving/server.h"
 #include "serving/serving_fixture.h"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
@@ -235,6 +238,42 @@ TEST_F(GrpcTest, ElectraPredictEqualsRestPerToken) {
               rest_probabilities[static_cast<std::size_t>(i)].get<float>());
 }
 
+TEST_F(GrpcTest, TensorFxPredictEqualsRestForCsvLinesAndSerializedBytes) {
+  // A TensorFX job trained and exported by the garden command, as a user does.
+  const std::string sample = std::string(GARDEN_SOURCE_DIR) + "/data/fx/iris/";
+  const fs::path job = root_ / "fx_job", exported = root_ / "fx_export";
+  const std::string train =
+      std::string("'") + GARDEN_CLI_PATH +
+      "' fx train --model feedforward_classification --output '" + job.string() +
+      "' --data-train " + sample + "train.csv --data-eval " + sample + "eval.csv --data-schema " +
+      sample + "schema.yaml --data-metadata " + sample + "metadata.json --data-features " + sample +
+      "features.yaml --batch-size 5 --max-steps 50 --seed 1 >/dev/null 2>&1";
+  ASSERT_EQ(std::system(train.c_str()), 0);
+  const std::string export_command = std::string("'") + GARDEN_CLI_PATH + "' export --model_dir '" +
+                                     job.string() + "' --export_dir '" + exported.string() +
+                                     "' >/dev/null 2>&1";
+  ASSERT_EQ(std::system(export_command.c_str()), 0);
+  start(exported.string(), "fx");
+  std::ifstream eval(sample + "eval.csv");
+  std::vector<std::string> lines;
+  for (std::string line; lines.size() < 4 && std::getline(eval, line);) lines.push_back(line);
+  tfs::PredictRequest request;
+  request.mutable_model_spec()->set_name("fx");
+  (*request.mutable_inputs())["inputs"] = string_tensor(lines);
+  tfs::PredictResponse response;
+  const grpc::Status status = predict(request, response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const json rest = rest_predict("fx", json(lines));
+  const TensorProto& labels = response.outputs().at("label");
+  const TensorProto& scores = response.outputs().at("scores");
+  ASSERT_EQ(labels.string_val_size(), 4);
+  const auto rest_scores = flatten_rest(rest, "scores", false);
+  ASSERT_EQ(static_cast<std::size_t>(scores.float_val_size()), rest_scores.size());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(labels.string_val(i), rest[i]["label"].get<std::string>());
+  for (int i = 0; i < scores.float_val_size(); ++i)
+    EXPECT_EQ(scores.float_val(i), rest_scores[static_cast<std::size_t>(i)].get<float>()) << i;
+}
+
 TEST_F(GrpcTest, MetadataAndStatusAreTfServings) {
   start(iris_export_, "iris");
   tfs::GetModelMetadataRequest request;
@@ -268,6 +307,23 @@ TEST_F(GrpcTest, MetadataAndStatusAreTfServings) {
   EXPECT_EQ(status_response.model_version_status(0).version(), version_of(iris_export_));
   EXPECT_EQ(status_response.model_version_status(0).state(), tfs::ModelVersionStatus::AVAILABLE);
   EXPECT_EQ(status_response.model_version_status(0).status().error_code(), 0);
+}
+
+TEST_F(GrpcTest, AGrpcPortInUseIsOneErrorNamingIt) {
+  start(iris_export_, "iris");
+  garden::serving::ServerOptions options;
+  options.port = 0;
+  options.grpc_port = server_->grpc_port();
+  garden::serving::ModelServer second(iris_export_, options);
+  try {
+    second.start();
+    FAIL() << "a second server started on gRPC port " << options.grpc_port;
+  } catch (const garden::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "cannot listen on 127.0.0.1:" + std::to_string(options.grpc_port) + " for gRPC"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(GrpcTest, MalformedCallsGetTfServingsCodesAndTheServerGoesOn) {

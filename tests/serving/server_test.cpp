@@ -198,13 +198,8 @@ TEST_F(ServerTest, MalformedRequestsGet4xxAndTheServerStillAnswers) {
   // waiting after its read timeout (1 s here), answers 400 or closes, and
   // goes on serving.
   {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    const int fd = connect_raw();
     ASSERT_GE(fd, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(port_));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
     const std::string request = "POST " + path +
                                 " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                                 "Content-Length: 500\r\n\r\n{\"instances\"";
