@@ -1,6 +1,9 @@
 // `garden translate`: a model_dir trained by `garden train` on a handful of
 // bundled pairs translates stdin or a file, one line per line.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -84,32 +87,51 @@ std::string overfit_yaml(const std::string& data, int steps) {
 class TranslateCliTest : public CliFixture {
  protected:
   // One model_dir for the whole suite: the demo experiment shrunk to overfit
-  // 16 pairs in a few seconds.
+  // 16 pairs in a few seconds. ctest runs each test in a process of its own,
+  // so the model is kept in the build tree for the garden binary that trained
+  // it: the first process trains it (the others wait on a lock) and every
+  // later one reuses it. The tests only read it.
   static void SetUpTestSuite() {
-    suite_dir_ =
-        fs::path(::testing::TempDir()) / ("garden_translate_" + std::to_string(::getpid()));
-    fs::remove_all(suite_dir_);
-    fs::create_directories(suite_dir_);
     const SamplePairs pairs = sample_pairs();
-    spit(suite_dir_ / "pairs.tsv", pairs.lines);
     sources_ = pairs.sources;
     targets_ = pairs.targets;
-    const std::string data = (suite_dir_ / "pairs.tsv").string();
-    spit(suite_dir_ / "overfit.yaml", overfit_yaml(data, 400));
-    const std::string command = std::string("'") + GARDEN_CLI_PATH +
-                                "' train --experiment wmt_transformer/demo --config_file '" +
-                                (suite_dir_ / "overfit.yaml").string() + "' --model_dir '" +
-                                model_dir() + "' >'" + (suite_dir_ / "train.log").string() +
-                                "' 2>&1";
-    train_status_ = std::system(command.c_str());
-  }
-  static void TearDownTestSuite() {
-    std::error_code ignored;
-    fs::remove_all(suite_dir_, ignored);
+    const auto built = fs::last_write_time(GARDEN_CLI_PATH).time_since_epoch().count();
+    suite_dir_ = fs::path(GARDEN_BINARY_DIR) / "test_cache" /
+                 ("translate_cli_" + std::to_string(static_cast<unsigned long long>(built)));
+    fs::create_directories(suite_dir_.parent_path());
+    const int lock = ::open((suite_dir_.string() + ".lock").c_str(), O_CREAT | O_RDWR, 0644);
+    if (lock < 0 || ::flock(lock, LOCK_EX) != 0) {
+      train_status_ = -2;
+      return;
+    }
+    if (fs::is_regular_file(suite_dir_ / "model" / "ckpt-400")) {
+      train_status_ = 0;
+    } else {
+      const fs::path staging = suite_dir_.string() + ".staging";
+      fs::remove_all(staging);
+      fs::create_directories(staging);
+      spit(staging / "pairs.tsv", pairs.lines);
+      spit(staging / "overfit.yaml", overfit_yaml((suite_dir_ / "pairs.tsv").string(), 400));
+      // Trained in place of the final directory's name, then renamed whole.
+      fs::remove_all(suite_dir_);
+      fs::rename(staging, suite_dir_);
+      const std::string command = std::string("'") + GARDEN_CLI_PATH +
+                                  "' train --experiment wmt_transformer/demo --config_file '" +
+                                  (suite_dir_ / "overfit.yaml").string() + "' --model_dir '" +
+                                  model_dir() + "' >'" + (suite_dir_ / "train.log").string() +
+                                  "' 2>&1";
+      train_status_ = std::system(command.c_str());
+      if (train_status_ != 0) {  // kept for the message; the next process trains again
+        fs::remove_all(suite_dir_.string() + ".failed");
+        fs::rename(suite_dir_, suite_dir_.string() + ".failed");
+      }
+    }
+    ::flock(lock, LOCK_UN);
+    ::close(lock);
   }
   void SetUp() override {
     CliFixture::SetUp();
-    ASSERT_EQ(train_status_, 0) << slurp(suite_dir_ / "train.log");
+    ASSERT_EQ(train_status_, 0) << slurp(suite_dir_.string() + ".failed/train.log");
   }
 
   static std::string model_dir() { return (suite_dir_ / "model").string(); }
