@@ -107,6 +107,13 @@ class TranslateCliTest : public CliFixture {
     if (fs::is_regular_file(suite_dir_ / "model" / "ckpt-400")) {
       train_status_ = 0;
     } else {
+      // Models of earlier builds go: this build's replaces them.
+      for (const auto& entry : fs::directory_iterator(suite_dir_.parent_path())) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("translate_cli_", 0) == 0 && entry.is_directory() &&
+            entry.path() != suite_dir_)
+          fs::remove_all(entry.path());
+      }
       const fs::path staging = suite_dir_.string() + ".staging";
       fs::remove_all(staging);
       fs::create_directories(staging);
