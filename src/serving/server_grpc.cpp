@@ -7,6 +7,7 @@
 
 #ifdef GARDEN_WITH_GRPC
 
+#include <google/protobuf/util/json_util.h>
 #include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
 
@@ -263,15 +264,6 @@ TensorProto output_tensor(const std::vector<json>& rows, const std::string& name
   return t;
 }
 
-void fill_tensor_info(const std::string& name, const TensorSpec& spec, const char* prefix,
-                      tensorflow::TensorInfo& info) {
-  info.set_name(prefix + name + ":0");
-  info.set_dtype(data_type(spec.dtype));
-  auto* shape = info.mutable_tensor_shape();
-  shape->add_dim()->set_size(-1);
-  for (int64_t d : spec.shape) shape->add_dim()->set_size(d);
-}
-
 // ---- the services
 
 class Calls {
@@ -377,13 +369,13 @@ class PredictionService final : public tfs::PredictionService::Service, Calls {
       for (const auto& field : request->metadata_field())
         if (field != "signature_def")
           throw InputError("Metadata field " + field + " is not supported");
+      // The REST metadata's signature_def is SignatureDefMap in protobuf's
+      // JSON form: one description of the signature serves both APIs.
       tfs::SignatureDefMap signatures;
-      tensorflow::SignatureDef& def = (*signatures.mutable_signature_def())["serving_default"];
-      for (const auto& [name, spec] : model->signature().inputs)
-        fill_tensor_info(name, spec, "serving_default_", (*def.mutable_inputs())[name]);
-      for (const auto& [name, spec] : model->signature().outputs)
-        fill_tensor_info(name, spec, "StatefulPartitionedCall_", (*def.mutable_outputs())[name]);
-      def.set_method_name("tensorflow/serving/predict");
+      const auto parsed =
+          google::protobuf::util::JsonStringToMessage(model->signature_def().dump(), &signatures);
+      if (!parsed.ok())
+        throw Error("the signature_def does not read as a SignatureDefMap: " + parsed.ToString());
       (*response->mutable_metadata())["signature_def"].PackFrom(signatures);
       fill_spec(*model, s_.options.model_name, response->mutable_model_spec());
     });
