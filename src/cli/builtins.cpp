@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "garden/nlp/tasks/electra_experiments.h"
+#include "garden/nlp/tasks/finetuning_experiments.h"
 #include "garden/nlp/tasks/translation_experiments.h"
 #include "garden/tabular/classification_experiments.h"
 
@@ -14,6 +15,7 @@ void register_builtins() {
     tabular::register_tabular();
     nlp::register_translation();
     nlp::register_electra();
+    nlp::register_finetuning();
   });
 }
 

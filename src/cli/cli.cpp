@@ -22,6 +22,7 @@
 #include "garden/cli/builtins.h"
 #include "garden/cli/fx_command.h"
 #include "garden/cli/launch_command.h"
+#include "garden/cli/finetuning_data_command.h"
 #include "garden/cli/pretraining_data_command.h"
 #include "garden/cli/serving_commands.h"
 #include "garden/cli/spm_command.h"
@@ -89,6 +90,7 @@ constexpr CommandSetup kCommands[] = {
     {"spm", kPlain},
     {"bleu", kPlain},
     {"create_pretraining_data", kPlain},
+    {"create_finetuning_data", kPlain},
 };
 
 // A failure is one "garden: error:" line and exit 1, unless a stop signal
@@ -342,6 +344,7 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
     add_bleu_command(app);
     add_translate_command(app);
     add_create_pretraining_data_command(app);
+    add_create_finetuning_data_command(app);
     add_serving_commands(app);
 
     try {

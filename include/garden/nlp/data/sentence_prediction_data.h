@@ -1,0 +1,46 @@
+// Model Garden's SentencePredictionDataConfig and its loader
+// (official/nlp/data/sentence_prediction_dataloader.py): the records
+// create_finetuning_data writes, read into batches.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "garden/base/dataset.h"
+#include "garden/config/definitions.h"
+
+namespace garden::nlp {
+
+struct SentencePredictionDataConfig : config::DataConfig {
+  SentencePredictionDataConfig() {
+    global_batch_size = 32;
+    is_training = true;
+  }
+  int64_t seq_length = 128;
+  std::string label_type = "int";  // int (classes) or float (regression)
+  bool include_example_id = false;
+  std::string label_field = "label_ids";
+  // Model Garden's SentencePredictionTextDataConfig keys: the tokenizer of
+  // raw text. Garden reads them to serve raw text (the file travels in the
+  // export's assets); text_fields names the serving inputs (one, or two for
+  // a pair).
+  std::string vocab_file;
+  std::string tokenization = "WordPiece";
+  bool lower_case = true;
+  config::NameList text_fields{{"sentence"}};
+  void visit(config::Visitor& v) override;
+  void validate() const override;
+};
+
+// Every batch holds input_word_ids, input_mask, input_type_ids
+// [B, seq_length] int64 (from the records' input_ids, input_mask,
+// segment_ids), label_ids [B] (int64, or float for label_type float, read
+// from label_field) and example_id [B] int64 when include_example_id. A
+// record without a feature, with one of another length, or with an id
+// outside [0, vocab_size) (when vocab_size > 0) is one garden::Error naming
+// the file, the record and the feature.
+DatasetPtr build_sentence_prediction_inputs(const SentencePredictionDataConfig& params,
+                                            const InputContext& input_context = {},
+                                            int64_t vocab_size = 0);
+
+}  // namespace garden::nlp

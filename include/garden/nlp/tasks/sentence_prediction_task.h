@@ -1,0 +1,75 @@
+// Model Garden's SentencePredictionTask (official/nlp/tasks/
+// sentence_prediction.py): one sentence or a pair -> a class or a number,
+// fine-tuning a pretrained encoder with a classification head on [CLS].
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "garden/core/task.h"
+#include "garden/nlp/data/classifier_data.h"
+#include "garden/nlp/tasks/sentence_prediction_config.h"
+
+namespace garden::nlp {
+
+class SentencePredictionTask : public Task {
+ public:
+  SentencePredictionTask(std::shared_ptr<const SentencePredictionConfig> params,
+                         std::string logging_dir = "");
+
+  DatasetPtr build_inputs(const config::DataConfig& params,
+                          const InputContext& input_context) override;
+  ModelPtr build_model() override;
+  // logits [B, num_classes]; for regression also predictions [B].
+  Batch call_model(Model& model, const Batch& features, bool training) override;
+  // Sparse softmax cross-entropy over the classes, or the mean squared error
+  // of the regression output, averaged over the batch.
+  Losses build_losses(const Batch& labels, const Batch& model_outputs,
+                      const at::Tensor& aux_losses = {}) override;
+  // cls_accuracy, or mean_squared_error for regression.
+  MetricList build_metrics(bool training = true) override;
+  // The default step, keeping each example's label and prediction for the
+  // evaluation's metric_type.
+  Logs validation_step(const Batch& inputs, Model& model, MetricList& metrics) override;
+  void aggregate_logs(Logs& state, const Logs& step_logs) override;
+  // matthews_corrcoef or pearson_spearman_corr as metric_type asks (Model
+  // Garden's keys), and f1 (of class 1) for two classes.
+  Logs reduce_aggregated_logs(const Logs& aggregated_logs, int64_t global_step) override;
+  std::vector<std::string> aggregated_log_names() const override;
+  // The encoder, restored by init_checkpoint; with init_cls_pooler also the
+  // head's dense layer from a pretrainer's next_sentence head.
+  void initialize(Model& model) override;
+  std::map<std::string, std::string> checkpoint_items() const override {
+    return {{"encoder", "encoder"}};
+  }
+
+  // logits and probabilities (softmax), or predictions for regression.
+  Batch inference_step(const Batch& inputs, Model& model) override;
+  // With train_data.vocab_file: raw text in each of train_data.text_fields
+  // (the tokenizer travels in the export's assets); without: input_word_ids
+  // (and input_mask, input_type_ids). Out: probabilities [num_classes] and
+  // label (its class name when class_names are given, else its index), or
+  // predictions for regression.
+  ServingSignature serving_signature() override;
+  std::map<std::string, std::string> serving_assets() override;
+  void prepare_serving(const nlohmann::json& task_metadata,
+                       const std::map<std::string, std::string>& assets) override;
+  Batch serving_inputs(const std::vector<nlohmann::json>& instances) override;
+  std::vector<nlohmann::json> serving_outputs(const Batch& outputs, std::size_t count) override;
+
+  const SentencePredictionConfig& config() const { return config_; }
+  // The raw-text tokenizer (train_data's, or the export's asset).
+  const FinetuningTokenizer& tokenizer();
+
+ private:
+  bool regression() const { return config_.model.num_classes == 1; }
+  bool serves_text() const { return !config_.train_data.vocab_file.empty(); }
+
+  const SentencePredictionConfig& config_;
+  std::string serving_vocab_path_;
+  std::shared_ptr<const FinetuningTokenizer> tokenizer_;
+};
+
+}  // namespace garden::nlp

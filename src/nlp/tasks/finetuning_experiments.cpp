@@ -1,0 +1,89 @@
+// bert/sentence_prediction as Model Garden registers it, and a tiny one
+// sized as electra/tiny's discriminator, for a CPU.
+#include "garden/nlp/tasks/finetuning_experiments.h"
+
+#include "garden/config/registry.h"
+#include "garden/nlp/tasks/sentence_prediction_task.h"
+
+namespace garden::nlp {
+
+namespace {
+
+// Model Garden's fine-tuning optimizer: AdamW with weight decay 0.01 (not on
+// layer norms and biases), polynomial decay to 0, polynomial warmup.
+void finetuning_optimizer(config::ExperimentConfig& experiment, double learning_rate,
+                          int64_t warmup_steps) {
+  auto& opt = experiment.trainer.optimizer_config;
+  opt.optimizer.type = "adamw";
+  opt.optimizer.adamw.weight_decay_rate = 0.01;
+  opt.optimizer.adamw.exclude_from_weight_decay =
+      std::vector<std::string>{"LayerNorm", "layer_norm", "bias"};
+  opt.learning_rate.type = "polynomial";
+  opt.learning_rate.polynomial.initial_learning_rate = learning_rate;
+  opt.learning_rate.polynomial.decay_steps = experiment.trainer.train_steps;
+  opt.learning_rate.polynomial.end_learning_rate = 0.0;
+  opt.warmup.type = "polynomial";
+  opt.warmup.polynomial.warmup_steps = warmup_steps;
+}
+
+std::shared_ptr<config::ExperimentConfig> sentence_prediction_experiment() {
+  auto experiment = std::make_shared<config::ExperimentConfig>();
+  experiment->task = std::make_shared<SentencePredictionConfig>();
+  // Model Garden leaves the schedule's length to the run; these are BERT's
+  // GLUE settings (3 epochs of a mid-sized task, 10 % warmup).
+  experiment->trainer.train_steps = 10000;
+  finetuning_optimizer(*experiment, 3e-5, 1000);
+  return experiment;
+}
+
+// electra/tiny's discriminator (128 wide, 4 layers, 2 heads, ffn 512,
+// embeddings 128, vocabulary 8000) with a two-class head; sequences of 64,
+// batches of 32; 300 steps (about 5 epochs of the bundled 2,000 subjects),
+// AdamW 3e-4 (the ELECTRA paper's rate for its small model) after 30
+// warmup steps, evaluated every 100.
+std::shared_ptr<config::ExperimentConfig> tiny_experiment() {
+  auto experiment = std::make_shared<config::ExperimentConfig>();
+  auto task = std::make_shared<SentencePredictionConfig>();
+  auto& encoder = task->model.encoder.bert;
+  encoder.vocab_size = 8000;
+  encoder.hidden_size = 128;
+  encoder.num_layers = 4;
+  encoder.num_attention_heads = 2;
+  encoder.intermediate_size = 512;
+  encoder.embedding_size = 128;
+  task->model.num_classes = 2;
+  for (auto* data : {&task->train_data, &task->validation_data}) {
+    data->seq_length = 64;
+    data->global_batch_size = 32;
+    data->tokenization = "SentencePiece";
+    data->lower_case = false;
+  }
+  experiment->task = task;
+  auto& trainer = experiment->trainer;
+  trainer.train_steps = 300;
+  trainer.steps_per_loop = 50;
+  trainer.summary_interval = 50;
+  trainer.checkpoint_interval = 100;
+  trainer.validation_interval = 100;
+  trainer.validation_steps = -1;
+  trainer.max_to_keep = 2;
+  finetuning_optimizer(*experiment, 3e-4, 30);
+  experiment->runtime.distribution_strategy = "one_device";
+  return experiment;
+}
+
+}  // namespace
+
+void register_finetuning() {
+  register_task<SentencePredictionConfig, SentencePredictionTask>("sentence_prediction");
+  config::register_experiment("bert/sentence_prediction",
+                              "Model Garden's sentence prediction (GLUE) fine-tuning of a BERT-base "
+                              "encoder; set num_classes, the data and init_checkpoint",
+                              sentence_prediction_experiment);
+  config::register_experiment("bert/sentence_prediction_tiny",
+                              "Sentence prediction on electra/tiny's encoder for a CPU; set the "
+                              "data, vocab_file and init_checkpoint",
+                              tiny_experiment);
+}
+
+}  // namespace garden::nlp

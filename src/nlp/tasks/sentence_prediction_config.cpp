@@ -1,0 +1,75 @@
+#include "garden/nlp/tasks/sentence_prediction_config.h"
+
+#include "garden/config/validation.h"
+
+namespace garden::nlp {
+
+void SentencePredictionModelConfig::visit(config::Visitor& v) {
+  v("num_classes", num_classes, "Classes of the output; 1: a regression output.");
+  v("use_encoder_pooler", use_encoder_pooler,
+    "Classify the encoder's pooled output (Garden's encoder has no pooler: only false).");
+  v("encoder", encoder, "The encoder a pretraining run's checkpoint fills.");
+}
+
+void SentencePredictionModelConfig::validate() const {
+  config::check_range("num_classes", num_classes, config::Range::at_least(1));
+  if (use_encoder_pooler)
+    config::refuse("use_encoder_pooler",
+                   "true is not implemented: Garden's BERT encoder has no pooler; the "
+                   "classification head reads the [CLS] output (the default, false)");
+}
+
+BertClassifierOptions SentencePredictionModelConfig::options() const {
+  BertClassifierOptions o;
+  o.encoder = encoder.bert.options();
+  o.num_classes = num_classes;
+  return o;
+}
+
+SentencePredictionConfig::SentencePredictionConfig() {
+  init_checkpoint_modules = config::NameList{{"encoder"}};
+  validation_data.is_training = false;
+  validation_data.drop_remainder = false;
+}
+
+void SentencePredictionConfig::visit_task_fields(config::Visitor& v) {
+  v("init_cls_pooler", init_cls_pooler,
+    "Also start the head's dense layer from the pretrainer's next_sentence head.");
+  v("hub_module_url", hub_module_url, "A TF Hub encoder (not supported: leave empty).");
+  v("metric_type", metric_type,
+    "What evaluations report besides cls_accuracy: accuracy, matthews_corrcoef (CoLA) or "
+    "pearson_spearman_corr (STS-B).");
+  v("class_names", class_names, "Garden: each class's name, which serving answers as label.");
+}
+
+void SentencePredictionConfig::validate() const {
+  if (!hub_module_url.empty())
+    config::refuse("hub_module_url", "TF Hub modules are not supported; use init_checkpoint");
+  if (metric_type != "accuracy" && metric_type != "matthews_corrcoef" &&
+      metric_type != "pearson_spearman_corr")
+    config::refuse("metric_type", "'" + metric_type +
+                                      "' is not one of accuracy, matthews_corrcoef, "
+                                      "pearson_spearman_corr");
+  const bool regression = model.num_classes == 1;
+  if (metric_type == "matthews_corrcoef" && model.num_classes != 2)
+    config::refuse("metric_type", "matthews_corrcoef needs model.num_classes 2");
+  if (!class_names.empty() && static_cast<int64_t>(class_names.size()) != model.num_classes)
+    config::refuse("class_names", std::to_string(class_names.size()) +
+                                      " names for model.num_classes " +
+                                      std::to_string(model.num_classes));
+  const auto& encoder = model.encoder.bert;
+  for (const auto* data : {&train_data, &validation_data}) {
+    const std::string which = data == &train_data ? "train_data" : "validation_data";
+    if ((data->label_type == "float") != regression)
+      config::refuse(which + ".label_type", "'" + data->label_type + "' with model.num_classes " +
+                                                std::to_string(model.num_classes) + " (use " +
+                                                (regression ? "float" : "int") + ")");
+    if (data->seq_length > encoder.max_position_embeddings)
+      config::refuse(which + ".seq_length",
+                     std::to_string(data->seq_length) +
+                         " is longer than model.encoder.bert.max_position_embeddings " +
+                         std::to_string(encoder.max_position_embeddings));
+  }
+}
+
+}  // namespace garden::nlp

@@ -1,0 +1,348 @@
+#include "garden/nlp/tasks/sentence_prediction_task.h"
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include <cstring>
+
+#include "garden/base/error.h"
+#include "garden/nlp/metrics/glue_metrics.h"
+
+namespace garden::nlp {
+
+namespace {
+
+constexpr const char* kRows = "sentence_prediction_rows";
+constexpr const char* kWordPieceAsset = "vocab.txt";
+constexpr const char* kSentencePieceAsset = "sp.model";
+
+BertClassifierImpl& as_classifier(Model& model) {
+  auto* classifier = model.as<BertClassifierImpl>();
+  if (!classifier)
+    throw Error("the sentence prediction task was given a model that is not a BertClassifier");
+  return *classifier;
+}
+
+const at::Tensor& input(const Batch& batch, const std::string& key) {
+  auto it = batch.find(key);
+  if (it == batch.end()) throw Error("sentence prediction: the batch has no '" + key + "'");
+  return it->second;
+}
+
+// Regression values travel through the int64 rows of the aggregated logs
+// (what the strategies gather across workers) as their bits.
+int64_t bits_of(double value) {
+  int64_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+double value_of(int64_t bits) {
+  double value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+}  // namespace
+
+SentencePredictionTask::SentencePredictionTask(
+    std::shared_ptr<const SentencePredictionConfig> params, std::string logging_dir)
+    : Task(params, std::move(logging_dir)), config_(*params) {}
+
+DatasetPtr SentencePredictionTask::build_inputs(const config::DataConfig& params,
+                                                const InputContext& input_context) {
+  const auto* data = dynamic_cast<const SentencePredictionDataConfig*>(&params);
+  if (!data) throw Error("the sentence prediction task reads SentencePredictionDataConfig data");
+  return build_sentence_prediction_inputs(*data, input_context,
+                                          config_.model.encoder.bert.vocab_size);
+}
+
+ModelPtr SentencePredictionTask::build_model() {
+  return BertClassifier(config_.model.options()).ptr();
+}
+
+Batch SentencePredictionTask::call_model(Model& model, const Batch& features, bool) {
+  const at::Tensor logits =
+      as_classifier(model).forward(input(features, "input_word_ids"), input(features, "input_mask"),
+                                   input(features, "input_type_ids"));
+  Batch outputs{{"logits", logits}};
+  if (regression()) outputs["predictions"] = logits.select(1, 0);
+  return outputs;
+}
+
+Losses SentencePredictionTask::build_losses(const Batch& labels, const Batch& model_outputs,
+                                            const at::Tensor& aux_losses) {
+  Losses losses;
+  const at::Tensor logits = input(model_outputs, "logits").to(at::kFloat);
+  const at::Tensor label_ids = input(labels, "label_ids").reshape(-1);
+  const auto count = at::scalar_tensor(static_cast<double>(label_ids.size(0)));
+  if (regression())
+    losses.add(kLoss, at::mse_loss(logits.select(1, 0), label_ids.to(at::kFloat)), count);
+  else
+    losses.add(kLoss, at::cross_entropy_loss(logits, label_ids.to(at::kLong)), count);
+  losses.add_aux(aux_losses);
+  return losses;
+}
+
+MetricList SentencePredictionTask::build_metrics(bool) {
+  if (regression())
+    return {std::make_shared<MeanSquaredError>("mean_squared_error",
+                                               MetricInputs{"label_ids", "predictions", ""})};
+  return {std::make_shared<SparseCategoricalAccuracy>("cls_accuracy",
+                                                      MetricInputs{"label_ids", "logits", ""})};
+}
+
+Logs SentencePredictionTask::validation_step(const Batch& inputs, Model& model,
+                                             MetricList& metrics) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  Batch outputs;
+  Logs logs;
+  {
+    const AutocastGuard guard = autocast();
+    outputs = call_model(model, inputs, /*training=*/false);
+    logs = build_losses(inputs, outputs).logs();
+  }
+  process_metrics(metrics, inputs, outputs);
+  const at::Tensor labels = input(inputs, "label_ids").reshape(-1).to(at::kCPU);
+  const at::Tensor logits = outputs.at("logits").to(at::kCPU, at::kDouble);
+  std::vector<std::vector<int64_t>> rows;
+  for (int64_t b = 0; b < labels.size(0); ++b) {
+    if (regression())
+      rows.push_back({bits_of(labels[b].item<double>()), bits_of(logits[b][0].item<double>())});
+    else
+      rows.push_back({labels[b].item<int64_t>(), logits[b].argmax().item<int64_t>()});
+  }
+  logs[kRows] = std::move(rows);
+  return logs;
+}
+
+void SentencePredictionTask::aggregate_logs(Logs& state, const Logs& step_logs) {
+  const auto it = step_logs.find(kRows);
+  if (it == step_logs.end()) return;
+  const auto& rows = std::get<std::vector<std::vector<int64_t>>>(it->second);
+  auto [slot, inserted] = state.try_emplace(kRows, std::vector<std::vector<int64_t>>{});
+  auto& all = std::get<std::vector<std::vector<int64_t>>>(slot->second);
+  all.insert(all.end(), rows.begin(), rows.end());
+}
+
+Logs SentencePredictionTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {
+  Logs logs;
+  const auto it = aggregated_logs.find(kRows);
+  if (it == aggregated_logs.end()) return logs;
+  const auto& rows = std::get<std::vector<std::vector<int64_t>>>(it->second);
+  if (regression()) {
+    std::vector<double> labels, predictions;
+    for (const auto& row : rows) {
+      labels.push_back(value_of(row[0]));
+      predictions.push_back(value_of(row[1]));
+    }
+    if (config_.metric_type == "pearson_spearman_corr")
+      logs["pearson_spearman_corr"] = (pearson_correlation(predictions, labels) +
+                                       spearman_correlation(predictions, labels)) /
+                                      2.0;
+    return logs;
+  }
+  std::vector<int64_t> labels, predictions;
+  for (const auto& row : rows) {
+    labels.push_back(row[0]);
+    predictions.push_back(row[1]);
+  }
+  if (config_.metric_type == "matthews_corrcoef")
+    logs["matthews_corrcoef"] = matthews_correlation(labels, predictions);
+  if (config_.model.num_classes == 2) logs["f1"] = f1_score(labels, predictions, 1);
+  return logs;
+}
+
+std::vector<std::string> SentencePredictionTask::aggregated_log_names() const {
+  std::vector<std::string> names;
+  if (config_.metric_type != "accuracy") names.push_back(config_.metric_type);
+  if (config_.model.num_classes == 2) names.push_back("f1");
+  return names;
+}
+
+void SentencePredictionTask::initialize(Model& model) {
+  if (!config_.init_cls_pooler || config_.init_checkpoint.empty()) {
+    Task::initialize(model);
+    return;
+  }
+  // Model Garden maps the pretrainer's next_sentence.pooler_dense to the
+  // head's dense layer: here the ELECTRA pretrainer's cls_head_next_sentence.
+  auto with_pooler = std::make_shared<SentencePredictionConfig>(config_);
+  with_pooler->init_checkpoint_rename.emplace("cls_head_next_sentence.dense.", "classifier.dense.");
+  with_pooler->init_checkpoint_modules.push_back("classifier.dense");
+  const auto original = params_;
+  params_ = with_pooler;
+  try {
+    Task::initialize(model);
+  } catch (...) {
+    params_ = original;
+    throw;
+  }
+  params_ = original;
+}
+
+Batch SentencePredictionTask::inference_step(const Batch& inputs, Model& model) {
+  torch::NoGradGuard no_grad;
+  if (model.is_training()) model.eval();
+  Batch outputs = call_model(model, inputs, /*training=*/false);
+  if (!regression()) outputs["probabilities"] = at::softmax(outputs.at("logits").to(at::kFloat), -1);
+  return outputs;
+}
+
+const FinetuningTokenizer& SentencePredictionTask::tokenizer() {
+  if (!tokenizer_) {
+    const auto& data = config_.train_data;
+    const std::string path = serving_vocab_path_.empty() ? data.vocab_file : serving_vocab_path_;
+    if (path.empty())
+      throw Error("task.train_data.vocab_file is empty: the task has no tokenizer for raw text");
+    tokenizer_ = FinetuningTokenizer::open(tokenization_kind(data.tokenization), path,
+                                           data.lower_case, "task.train_data.vocab_file");
+  }
+  return *tokenizer_;
+}
+
+ServingSignature SentencePredictionTask::serving_signature() {
+  ServingSignature signature;
+  if (serves_text()) {
+    for (const auto& field : config_.train_data.text_fields)
+      signature.inputs.push_back({field, {"DT_STRING", {}}});
+  } else {
+    for (const char* name : {"input_word_ids", "input_mask", "input_type_ids"})
+      signature.inputs.push_back({name, {"DT_INT32", {-1}}});
+  }
+  if (regression()) {
+    signature.outputs.push_back({"predictions", {"DT_FLOAT", {}}});
+  } else {
+    signature.outputs.push_back({"probabilities", {"DT_FLOAT", {config_.model.num_classes}}});
+    signature.outputs.push_back(
+        {"label", {config_.class_names.empty() ? "DT_INT64" : "DT_STRING", {}}});
+  }
+  return signature;
+}
+
+std::map<std::string, std::string> SentencePredictionTask::serving_assets() {
+  if (!serves_text()) return {};
+  const bool wordpiece = config_.train_data.tokenization == "WordPiece";
+  return {{wordpiece ? kWordPieceAsset : kSentencePieceAsset, config_.train_data.vocab_file}};
+}
+
+void SentencePredictionTask::prepare_serving(const nlohmann::json& task_metadata,
+                                             const std::map<std::string, std::string>& assets) {
+  if (serves_text()) {
+    const bool wordpiece = config_.train_data.tokenization == "WordPiece";
+    const char* name = wordpiece ? kWordPieceAsset : kSentencePieceAsset;
+    const auto it = assets.find(name);
+    if (it == assets.end()) throw Error(std::string("the export has no asset '") + name + "'");
+    serving_vocab_path_ = it->second;
+    tokenizer_.reset();
+  }
+  restore_checkpoint_metadata(task_metadata);
+}
+
+Batch SentencePredictionTask::serving_inputs(const std::vector<nlohmann::json>& instances) {
+  const auto& encoder = config_.model.encoder.bert;
+  const int64_t max_length =
+      std::min(config_.validation_data.seq_length, encoder.max_position_embeddings);
+  std::vector<ClassifierFeatures> rows(instances.size());
+  std::vector<int64_t> lengths(instances.size());
+  int64_t longest = 1;
+  for (std::size_t i = 0; i < instances.size(); ++i) {
+    const std::string where = "instance " + std::to_string(i);
+    ClassifierFeatures& row = rows[i];
+    if (serves_text()) {
+      std::vector<std::string> texts;
+      for (const auto& field : config_.train_data.text_fields) {
+        const auto it = instances[i].find(field);
+        if (it == instances[i].end()) throw InputError(where + " has no input '" + field + "'");
+        if (!it->is_string())
+          throw InputError(where + ": input '" + field + "' must be a string, not " +
+                           std::string(it->type_name()));
+        texts.push_back(it->get<std::string>());
+      }
+      const std::optional<std::string> second =
+          texts.size() > 1 ? std::optional<std::string>(texts[1]) : std::nullopt;
+      row = encode_classifier_input(tokenizer(), texts[0], second, max_length);
+    } else {
+      auto read = [&](const char* name, int64_t bound, std::vector<int64_t>& out) {
+        const auto it = instances[i].find(name);
+        if (it == instances[i].end()) return false;
+        if (!it->is_array())
+          throw InputError(where + ": input '" + name + "' must be a list of ints, not " +
+                           std::string(it->type_name()));
+        for (const auto& value : *it) {
+          if (!value.is_number_integer())
+            throw InputError(where + ": input '" + name + "' holds " + value.dump() +
+                             ", not an int");
+          const int64_t v = value.get<int64_t>();
+          if (v < 0 || v >= bound)
+            throw InputError(where + ": input '" + name + "' holds " + std::to_string(v) +
+                             ", outside [0, " + std::to_string(bound) + ")");
+          out.push_back(v);
+        }
+        return true;
+      };
+      if (!read("input_word_ids", encoder.vocab_size, row.input_ids))
+        throw InputError(where + " has no input 'input_word_ids'");
+      if (row.input_ids.empty()) throw InputError(where + ": input 'input_word_ids' is empty");
+      if (static_cast<int64_t>(row.input_ids.size()) > max_length)
+        throw InputError(where + " has " + std::to_string(row.input_ids.size()) +
+                         " tokens; the model takes " + std::to_string(max_length));
+      if (!read("input_mask", 2, row.input_mask)) row.input_mask.assign(row.input_ids.size(), 1);
+      if (!read("input_type_ids", encoder.type_vocab_size, row.segment_ids))
+        row.segment_ids.assign(row.input_ids.size(), 0);
+      if (row.input_mask.size() != row.input_ids.size() ||
+          row.segment_ids.size() != row.input_ids.size())
+        throw InputError(where + ": input_mask and input_type_ids must be as long as " +
+                         "input_word_ids (" + std::to_string(row.input_ids.size()) + ")");
+    }
+    int64_t used = 0;
+    for (std::size_t t = 0; t < row.input_mask.size(); ++t)
+      if (row.input_mask[t]) used = static_cast<int64_t>(t) + 1;
+    lengths[i] = std::max<int64_t>(used, 1);
+    longest = std::max(longest, lengths[i]);
+  }
+  // Padded to the batch's longest row, not seq_length: the padding is
+  // masked out, and shorter batches cost less.
+  const auto batch = static_cast<int64_t>(rows.size());
+  at::Tensor ids = at::zeros({batch, longest}, at::kLong);
+  at::Tensor mask = at::zeros({batch, longest}, at::kLong);
+  at::Tensor types = at::zeros({batch, longest}, at::kLong);
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto& row = rows[static_cast<std::size_t>(b)];
+    const auto n = static_cast<std::ptrdiff_t>(std::min<int64_t>(longest, row.input_ids.size()));
+    std::copy(row.input_ids.begin(), row.input_ids.begin() + n, ids.data_ptr<int64_t>() + b * longest);
+    std::copy(row.input_mask.begin(), row.input_mask.begin() + n,
+              mask.data_ptr<int64_t>() + b * longest);
+    std::copy(row.segment_ids.begin(), row.segment_ids.begin() + n,
+              types.data_ptr<int64_t>() + b * longest);
+  }
+  return {{"input_word_ids", ids}, {"input_mask", mask}, {"input_type_ids", types}};
+}
+
+std::vector<nlohmann::json> SentencePredictionTask::serving_outputs(const Batch& outputs,
+                                                                    std::size_t count) {
+  std::vector<nlohmann::json> rows;
+  rows.reserve(count);
+  if (regression()) {
+    const at::Tensor predictions = outputs.at("predictions").to(at::kCPU, at::kDouble).contiguous();
+    for (std::size_t i = 0; i < count; ++i)
+      rows.push_back({{"predictions", predictions.data_ptr<double>()[i]}});
+    return rows;
+  }
+  const at::Tensor probabilities =
+      outputs.at("probabilities").to(at::kCPU, at::kDouble).contiguous();
+  const int64_t classes = probabilities.size(1);
+  for (std::size_t i = 0; i < count; ++i) {
+    const double* p = probabilities.data_ptr<double>() + static_cast<int64_t>(i) * classes;
+    const auto best = static_cast<int64_t>(std::max_element(p, p + classes) - p);
+    nlohmann::json row = {{"probabilities", std::vector<double>(p, p + classes)}};
+    if (config_.class_names.empty())
+      row["label"] = best;
+    else
+      row["label"] = config_.class_names[static_cast<std::size_t>(best)];
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace garden::nlp

@@ -1,0 +1,495 @@
+// Sentence prediction end to end: GLUE layouts read, create_finetuning_data's
+// records read back by the tests' own reader, the loader's batches, a tiny
+// model that learns a separable set, its export served with raw text, an
+// ELECTRA discriminator restored as its encoder, and the evaluation metrics.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "garden/base/error.h"
+#include "garden/base/logging.h"
+#include "garden/cli/builtins.h"
+#include "garden/config/registry.h"
+#include "garden/config/yaml_io.h"
+#include "garden/core/checkpoint.h"
+#include "garden/core/runtime.h"
+#include "garden/core/train_lib.h"
+#include "garden/nlp/data/classifier_data.h"
+#include "garden/nlp/data/sentence_prediction_data.h"
+#include "garden/nlp/tasks/sentence_prediction_task.h"
+#include "garden/serving/export.h"
+#include "garden/serving/predictor.h"
+#include "reference_formats.h"
+#include "test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace ref = garden_test::reference;
+using garden::nlp::ClassifierExample;
+using garden::nlp::FinetuningTokenizer;
+using json = nlohmann::json;
+
+// `expr` throws a garden::Error whose message holds `text`.
+#define EXPECT_THROW_MSG(expr, type, text)                                    \
+  do {                                                                        \
+    const std::string message_ = garden_test::error_of([&] { (void)(expr); }); \
+    EXPECT_NE(message_.find(text), std::string::npos) << message_;           \
+  } while (0)
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// ids: [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4, then the words from 5.
+const std::vector<std::string> kVocab = {
+    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the",    "a",      "message", "about",
+    "alpha", "bravo", "charlie", "delta", "echo",  "foxtrot", "golf", "hotel",   "##s",
+    "today", "is",    "."};
+constexpr int64_t kThe = 5, kA = 6, kMessage = 7, kAbout = 8, kAlpha = 9, kBravo = 10,
+                  kEcho = 13, kToday = 18, kS = 17;
+
+std::string write(const fs::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+  return path.string();
+}
+
+// A separable set in SST-2's layout: class 1 sentences name a word of
+// {alpha, bravo, charlie, delta}, class 0 one of {echo, foxtrot, golf,
+// hotel}, among shared filler words.
+std::string separable_tsv(int rows, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const std::vector<std::string> ones = {"alpha", "bravo", "charlie", "delta"};
+  const std::vector<std::string> zeros = {"echo", "foxtrot", "golf", "hotel"};
+  const std::vector<std::string> filler = {"the", "a", "message", "about", "today", "is"};
+  std::string out = "sentence\tlabel\n";
+  for (int i = 0; i < rows; ++i) {
+    const int label = static_cast<int>(rng() % 2);
+    std::string sentence;
+    const int length = 3 + static_cast<int>(rng() % 4);
+    const int keyword = static_cast<int>(rng() % length);
+    for (int w = 0; w < length; ++w) {
+      if (!sentence.empty()) sentence += ' ';
+      sentence += w == keyword ? (label ? ones : zeros)[rng() % 4] : filler[rng() % filler.size()];
+    }
+    out += sentence + "\t" + std::to_string(label) + "\n";
+  }
+  return out;
+}
+
+class SentencePredictionTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    garden::register_builtins();
+    dir_ = fs::temp_directory_path() / ("sentence_prediction_" + std::to_string(::getpid()));
+    fs::create_directories(dir_ / "glue");
+    std::string vocab;
+    for (const auto& token : kVocab) vocab += token + "\n";
+    vocab_ = write(dir_ / "vocab.txt", vocab);
+    write(dir_ / "glue" / "train.tsv", separable_tsv(384, 1));
+    write(dir_ / "glue" / "dev.tsv", separable_tsv(96, 2));
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  static garden::nlp::FinetuningDataOptions data_options() {
+    garden::nlp::FinetuningDataOptions o;
+    o.classification_task_name = "SST-2";
+    o.input_data_dir = (dir_ / "glue").string();
+    o.train_data_output_path = (dir_ / "train.tfrecord").string();
+    o.eval_data_output_path = (dir_ / "eval.tfrecord").string();
+    o.meta_data_file_path = (dir_ / "meta.json").string();
+    o.vocab_file = vocab_;
+    o.max_seq_length = 16;
+    return o;
+  }
+
+  // bert/sentence_prediction_tiny shrunk to this vocabulary, on the records
+  // create_finetuning_data wrote.
+  static std::shared_ptr<garden::config::ExperimentConfig> tiny_experiment(int64_t steps) {
+    garden::nlp::create_finetuning_data(data_options());
+    auto experiment = garden::config::get_experiment_config("bert/sentence_prediction_tiny");
+    garden::config::apply_override(
+        *experiment,
+        "task.model.encoder.bert.vocab_size=21,task.model.encoder.bert.hidden_size=32,"
+        "task.model.encoder.bert.num_layers=2,task.model.encoder.bert.intermediate_size=64,"
+        "task.model.encoder.bert.embedding_size=32,task.model.encoder.bert.max_position_embeddings=16,"
+        "task.train_data.seq_length=16,task.validation_data.seq_length=16,"
+        "task.train_data.tokenization=WordPiece,task.train_data.lower_case=true,"
+        "task.class_names=[zero,one],trainer.optimizer_config.learning_rate.polynomial."
+        "initial_learning_rate=0.001,runtime.seed=7");
+    auto& task = static_cast<garden::nlp::SentencePredictionConfig&>(*experiment->task);
+    task.train_data.input_path = (dir_ / "train.tfrecord").string();
+    task.validation_data.input_path = (dir_ / "eval.tfrecord").string();
+    task.train_data.vocab_file = vocab_;
+    auto& trainer = experiment->trainer;
+    trainer.train_steps = steps;
+    trainer.steps_per_loop = steps;
+    trainer.summary_interval = steps;
+    trainer.checkpoint_interval = steps;
+    trainer.validation_interval = steps;
+    trainer.optimizer_config.learning_rate.polynomial.decay_steps = steps;
+    garden::config::validate_config(*experiment);
+    garden::finalize_config(*experiment);
+    return experiment;
+  }
+
+  static std::shared_ptr<const FinetuningTokenizer> wordpiece() {
+    return FinetuningTokenizer::open(FinetuningTokenizer::Kind::kWordPiece, vocab_, true, "vocab");
+  }
+
+  static fs::path dir_;
+  static std::string vocab_;
+};
+fs::path SentencePredictionTest::dir_;
+std::string SentencePredictionTest::vocab_;
+
+TEST_F(SentencePredictionTest, GlueLayoutsAreReadAsModelGardenReadsThem) {
+  using garden::nlp::classifier_processor;
+  using garden::nlp::read_classifier_examples;
+  // SST-2: a header, sentence then label.
+  auto sst = read_classifier_examples(
+      classifier_processor("sst-2"),
+      write(dir_ / "sst.tsv", "sentence\tlabel\nit is good\t1\nbad .\t0\n"));
+  ASSERT_EQ(sst.size(), 2u);
+  EXPECT_EQ(sst[0].text_a, "it is good");
+  EXPECT_FALSE(sst[0].text_b);
+  EXPECT_EQ(sst[1].label, "0");
+  // CoLA: no header; the label in column 2, the sentence in column 4.
+  auto cola = read_classifier_examples(classifier_processor("CoLA"),
+                                       write(dir_ / "cola.tsv", "gj04\t1\t\tOur friends won't.\n"));
+  ASSERT_EQ(cola.size(), 1u);
+  EXPECT_EQ(cola[0].text_a, "Our friends won't.");
+  EXPECT_EQ(cola[0].label, "1");
+  // MRPC: the label first, the pair in columns 4 and 5.
+  auto mrpc = read_classifier_examples(
+      classifier_processor("MRPC"),
+      write(dir_ / "mrpc.tsv", "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t7\t8\tone\ttwo\n"));
+  ASSERT_EQ(mrpc.size(), 1u);
+  EXPECT_EQ(mrpc[0].text_a, "one");
+  EXPECT_EQ(*mrpc[0].text_b, "two");
+  EXPECT_EQ(mrpc[0].label, "1");
+  // RTE: named labels, last.
+  auto rte = read_classifier_examples(
+      classifier_processor("RTE"),
+      write(dir_ / "rte.tsv", "index\ts1\ts2\tlabel\n0\tA man.\tA person.\tentailment\n"));
+  EXPECT_EQ(rte.at(0).label, "entailment");
+  // STS-B: a number, last; regression.
+  EXPECT_TRUE(classifier_processor("STS-B").regression());
+  auto sts = read_classifier_examples(
+      classifier_processor("STS-B"),
+      write(dir_ / "sts.tsv", "h\th\th\th\th\th\th\th\th\th\n0\t1\t2\t3\t4\t5\t6\tx y\tz\t3.8\n"));
+  EXPECT_EQ(sts.at(0).text_a, "x y");
+  EXPECT_EQ(sts.at(0).label, "3.8");
+  // QQP skips lines with too few columns, as Model Garden's processor does.
+  auto qqp = read_classifier_examples(
+      classifier_processor("QQP"),
+      write(dir_ / "qqp.tsv", "id\tq1\tq2\tquestion1\tquestion2\tis_duplicate\nbroken line\n"
+                              "1\t2\t3\tWhy?\tHow?\t0\n"));
+  EXPECT_EQ(qqp.size(), 1u);
+}
+
+TEST_F(SentencePredictionTest, BadInputNamesTheFileLineAndColumn) {
+  using garden::nlp::classifier_processor;
+  using garden::nlp::read_classifier_examples;
+  const auto& sst = classifier_processor("SST-2");
+  const std::string short_line = write(dir_ / "short.tsv", "sentence\tlabel\nok\t1\nno label\n");
+  EXPECT_THROW_MSG(read_classifier_examples(sst, short_line), garden::Error,
+                   short_line + ":3: 1 tab-separated column(s); SST-2 needs at least 2");
+  const std::string bad_label = write(dir_ / "label.tsv", "sentence\tlabel\nok\tyes\n");
+  EXPECT_THROW_MSG(read_classifier_examples(sst, bad_label), garden::Error,
+                   bad_label + ":2, column 2: label 'yes' is not one of 0, 1");
+  const std::string bad_number = write(
+      dir_ / "number.tsv", "h\th\th\th\th\th\th\th\th\th\n0\t1\t2\t3\t4\t5\t6\ta\tb\tfour\n");
+  EXPECT_THROW_MSG(read_classifier_examples(classifier_processor("STS-B"), bad_number),
+                   garden::Error, ":2, column 10: label 'four' is not a number");
+  const std::string bad_utf8 = write(dir_ / "utf8.tsv", "sentence\tlabel\nab\xff\t1\n");
+  EXPECT_THROW_MSG(read_classifier_examples(sst, bad_utf8), garden::Error, bad_utf8 + ":2: ");
+  EXPECT_THROW_MSG(classifier_processor("GLUEY"), garden::Error,
+                   "--classification_task_name 'GLUEY' is not one of COLA, SST-2");
+  EXPECT_THROW_MSG(read_classifier_examples(sst, (dir_ / "absent.tsv").string()), garden::Error,
+                   "absent.tsv");
+}
+
+TEST_F(SentencePredictionTest, InputsAreEncodedAsModelGardenEncodesThem) {
+  const auto tokenizer = wordpiece();
+  // One sentence: [CLS] tokens [SEP], types 0, padded; lower-cased.
+  auto single = garden::nlp::encode_classifier_input(*tokenizer, "The Messages", std::nullopt, 8);
+  EXPECT_EQ(single.input_ids, (std::vector<int64_t>{2, kThe, kMessage, kS, 3, 0, 0, 0}));
+  EXPECT_EQ(single.input_mask, (std::vector<int64_t>{1, 1, 1, 1, 1, 0, 0, 0}));
+  EXPECT_EQ(single.segment_ids, std::vector<int64_t>(8, 0));
+  // A pair of 5 + 2 tokens in 8: room for 5, so the longer side loses two
+  // from its end: [CLS] the message about [SEP] alpha bravo [SEP].
+  auto pair = garden::nlp::encode_classifier_input(*tokenizer, "the message about a today",
+                                                   std::string("alpha bravo"), 8);
+  EXPECT_EQ(pair.input_ids, (std::vector<int64_t>{2, kThe, kMessage, kAbout, 3, kAlpha, kBravo, 3}));
+  EXPECT_EQ(pair.segment_ids, (std::vector<int64_t>{0, 0, 0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(pair.input_mask, std::vector<int64_t>(8, 1));
+  // Equal lengths lose from the second side first (Model Garden pops b
+  // when a is not longer).
+  auto even = garden::nlp::encode_classifier_input(*tokenizer, "alpha bravo", std::string("echo a"),
+                                                   6);
+  EXPECT_EQ(even.input_ids, (std::vector<int64_t>{2, kAlpha, kBravo, 3, kEcho, 3}));
+  // A single text is cut to max_seq_length - 2.
+  auto cut = garden::nlp::encode_classifier_input(*tokenizer, "the a message about", std::nullopt, 4);
+  EXPECT_EQ(cut.input_ids, (std::vector<int64_t>{2, kThe, kA, 3}));
+  // A tokenizer without [SEP] is refused naming the file.
+  const std::string no_sep = write(dir_ / "no_sep.txt", "[PAD]\n[UNK]\n[CLS]\nthe\n");
+  EXPECT_THROW_MSG(FinetuningTokenizer::open(FinetuningTokenizer::Kind::kWordPiece, no_sep, true,
+                                             "--vocab_file"),
+                   garden::Error, "--vocab_file '" + no_sep + "' has no piece [SEP]");
+}
+
+TEST_F(SentencePredictionTest, RecordsReadBackByAnIndependentReaderHoldTheTokenizedRows) {
+  const auto options = data_options();
+  const auto report = garden::nlp::create_finetuning_data(options);
+  EXPECT_EQ(report.train_examples, 384);
+  EXPECT_EQ(report.eval_examples, 96);
+  const json meta = json::parse(read_file(options.meta_data_file_path));
+  EXPECT_EQ(meta.at("task_type"), "bert_classification");
+  EXPECT_EQ(meta.at("processor_type"), "SST-2");
+  EXPECT_EQ(meta.at("num_labels"), 2);
+  EXPECT_EQ(meta.at("train_data_size"), 384);
+  EXPECT_EQ(meta.at("eval_data_size"), 96);
+  EXPECT_EQ(meta.at("max_seq_length"), 16);
+
+  const auto examples = garden::nlp::read_classifier_examples(
+      garden::nlp::classifier_processor("SST-2"), options.input_data_dir + "/train.tsv");
+  const auto records = ref::read_records(options.train_data_output_path);
+  ASSERT_EQ(records.size(), examples.size());
+  const auto tokenizer = wordpiece();
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    auto features = ref::ref_parse_example(records[i]);
+    ASSERT_EQ(features.size(), 5u);
+    for (const char* name : {"input_ids", "input_mask", "segment_ids", "label_ids",
+                             "is_real_example"})
+      ASSERT_EQ(features[name].kind, ref::kInt64ListField) << name;
+    const auto expected =
+        garden::nlp::encode_classifier_input(*tokenizer, examples[i].text_a, std::nullopt, 16);
+    EXPECT_EQ(features["input_ids"].ints, expected.input_ids) << i;
+    EXPECT_EQ(features["input_mask"].ints, expected.input_mask) << i;
+    EXPECT_EQ(features["segment_ids"].ints, std::vector<int64_t>(16, 0)) << i;
+    EXPECT_EQ(features["label_ids"].ints, std::vector<int64_t>{std::stoll(examples[i].label)});
+    EXPECT_EQ(features["is_real_example"].ints, std::vector<int64_t>{1});
+  }
+  // The first record by hand: its text, word by word, from the vocabulary.
+  std::vector<int64_t> first{2};
+  std::istringstream words(examples[0].text_a);
+  for (std::string word; words >> word;)
+    first.push_back(std::find(kVocab.begin(), kVocab.end(), word) - kVocab.begin());
+  first.push_back(3);
+  first.resize(16, 0);
+  EXPECT_EQ(ref::ref_parse_example(records[0])["input_ids"].ints, first);
+
+  // Regression data carries float labels.
+  write(dir_ / "glue" / "sts_train.tsv", "");
+  fs::create_directories(dir_ / "sts");
+  write(dir_ / "sts" / "train.tsv",
+        "h\th\th\th\th\th\th\th\th\th\n0\t1\t2\t3\t4\t5\t6\talpha\tbravo\t3.5\n");
+  auto sts = options;
+  sts.fine_tuning_task_type = "regression";
+  sts.classification_task_name = "STS-B";
+  sts.input_data_dir = (dir_ / "sts").string();
+  sts.eval_data_output_path.clear();
+  sts.train_data_output_path = (dir_ / "sts.tfrecord").string();
+  sts.meta_data_file_path = (dir_ / "sts_meta.json").string();
+  garden::nlp::create_finetuning_data(sts);
+  auto sts_record = ref::ref_parse_example(ref::read_records(sts.train_data_output_path).at(0));
+  EXPECT_EQ(sts_record["label_ids"].kind, ref::kFloatListField);
+  EXPECT_EQ(sts_record["label_ids"].floats, std::vector<float>{3.5f});
+  EXPECT_EQ(sts_record["segment_ids"].ints[3], 1);  // [CLS] alpha [SEP] bravo
+  EXPECT_EQ(json::parse(read_file(sts.meta_data_file_path)).at("label_type"), "float");
+}
+
+TEST_F(SentencePredictionTest, BadFlagsAndBadRowsLeaveNoOutput) {
+  auto options = data_options();
+  options.train_data_output_path = (dir_ / "refused.tfrecord").string();
+  options.meta_data_file_path = (dir_ / "refused.json").string();
+  auto refused = [&](garden::nlp::FinetuningDataOptions o, const std::string& message) {
+    EXPECT_THROW_MSG(garden::nlp::create_finetuning_data(o), garden::Error, message);
+    EXPECT_FALSE(fs::exists(o.train_data_output_path));
+    EXPECT_FALSE(fs::exists(o.meta_data_file_path));
+  };
+  auto o = options;
+  o.fine_tuning_task_type = "squad";
+  refused(o, "--fine_tuning_task_type=squad is not implemented yet");
+  o = options;
+  o.classification_task_name = "STS-B";
+  refused(o, "--classification_task_name=STS-B is a regression task");
+  o = options;
+  o.sp_model_file = "x.model";
+  refused(o, "give only one of --vocab_file and --sp_model_file");
+  o = options;
+  o.vocab_file = (dir_ / "absent.txt").string();
+  refused(o, "--vocab_file");
+  // A bad row in dev.tsv: nothing is written, not even the training file.
+  fs::create_directories(dir_ / "bad_dev");
+  write(dir_ / "bad_dev" / "train.tsv", "sentence\tlabel\nthe\t1\n");
+  write(dir_ / "bad_dev" / "dev.tsv", "sentence\tlabel\nthe\t2\n");
+  o = options;
+  o.input_data_dir = (dir_ / "bad_dev").string();
+  refused(o, "dev.tsv:2, column 2: label '2' is not one of 0, 1");
+}
+
+TEST_F(SentencePredictionTest, TheLoaderGivesModelGardensFeatureNames) {
+  garden::nlp::create_finetuning_data(data_options());
+  garden::nlp::SentencePredictionDataConfig params;
+  params.input_path = (dir_ / "eval.tfrecord").string();
+  params.seq_length = 16;
+  params.global_batch_size = 8;
+  params.is_training = false;
+  auto dataset = garden::nlp::build_sentence_prediction_inputs(params, {}, 21);
+  const auto batch = dataset->next();
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->at("input_word_ids").sizes(), (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(batch->at("input_type_ids").sizes(), (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(batch->at("input_mask").sizes(), (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(batch->at("label_ids").sizes(), (std::vector<int64_t>{8}));
+  const auto first = ref::ref_parse_example(ref::read_records(params.input_path).at(0));
+  for (int64_t t = 0; t < 16; ++t)
+    EXPECT_EQ(batch->at("input_word_ids")[0][t].item<int64_t>(), first.at("input_ids").ints[t]);
+  // A model with a smaller vocabulary refuses the records, naming them.
+  auto small = garden::nlp::build_sentence_prediction_inputs(params, {}, 6);
+  EXPECT_THROW_MSG(small->next(), garden::Error,
+                   "eval.tfrecord', record 0: feature 'input_ids' holds");
+}
+
+TEST_F(SentencePredictionTest, ATinyModelLearnsASeparableSetAndItsExportServesRawText) {
+  garden::set_quiet(true);
+  auto experiment = tiny_experiment(120);
+  garden::RunOptions options;
+  options.model_dir = (dir_ / "run").string();
+  options.mode = "train_and_eval";
+  const garden::Logs logs = garden::run_experiment(experiment, options);
+  EXPECT_GE(garden::to_double(logs.at("cls_accuracy")), 0.95);
+  EXPECT_TRUE(logs.count("f1"));
+
+  garden::serving::ExportOptions export_options;
+  export_options.experiment = "bert/sentence_prediction_tiny";
+  export_options.model_dir = options.model_dir;
+  export_options.export_dir = (dir_ / "export").string();
+  const auto exported = garden::serving::export_model(export_options);
+  EXPECT_TRUE(fs::exists(fs::path(exported.directory) / "assets" / "vocab.txt"));
+  garden::serving::Predictor predictor(exported.directory);
+  const std::vector<json> instances = {{{"sentence", "the message about alpha today"}},
+                                       {{"sentence", "Echo is a message"}}};
+  const auto rows = predictor.predict(instances);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].at("label"), "one");
+  EXPECT_EQ(rows[1].at("label"), "zero");
+
+  // The same through the task itself, with the checkpoint's weights.
+  auto task = garden::get_task(experiment->task, options.model_dir);
+  auto model = task->build_model();
+  garden::load_model_state(
+      *model, garden::read_checkpoint_file(exported.checkpoint).tensors, "model/", true);
+  const auto outputs = task->inference_step(task->serving_inputs(instances), *model);
+  for (int b = 0; b < 2; ++b)
+    for (int c = 0; c < 2; ++c)
+      EXPECT_NEAR(rows[b].at("probabilities")[c].get<double>(),
+                  outputs.at("probabilities")[b][c].item<double>(), 1e-6);
+  EXPECT_THROW_MSG(predictor.predict(std::vector<json>{json{{"text", "x"}}}), garden::Error,
+                   "instance 0: input 'sentence' must be a string, not object");
+  garden::set_quiet(false);
+}
+
+TEST_F(SentencePredictionTest, TheEncoderStartsFromAnElectraDiscriminator) {
+  garden::set_quiet(true);
+  auto electra = garden::config::get_experiment_config("electra/tiny");
+  garden::config::apply_override(
+      *electra,
+      "task.model.sequence_length=16,task.model.num_masked_tokens=2,"
+      "task.model.discriminator_encoder.bert.vocab_size=21,"
+      "task.model.discriminator_encoder.bert.hidden_size=32,"
+      "task.model.discriminator_encoder.bert.num_layers=2,"
+      "task.model.discriminator_encoder.bert.intermediate_size=64,"
+      "task.model.discriminator_encoder.bert.embedding_size=32,"
+      "task.model.discriminator_encoder.bert.max_position_embeddings=16,"
+      "task.model.generator_encoder.bert.vocab_size=21,"
+      "task.model.generator_encoder.bert.hidden_size=16,"
+      "task.model.generator_encoder.bert.num_layers=1,"
+      "task.model.generator_encoder.bert.intermediate_size=32,"
+      "task.model.generator_encoder.bert.embedding_size=32,"
+      "task.model.generator_encoder.bert.max_position_embeddings=16,"
+      "task.train_data.input_path=dummy,task.train_data.seq_length=16,"
+      "task.train_data.max_predictions_per_seq=2,task.train_data.global_batch_size=4,"
+      "task.validation_data.seq_length=16,task.validation_data.max_predictions_per_seq=2,"
+      "trainer.train_steps=2,trainer.steps_per_loop=2,trainer.checkpoint_interval=2,"
+      "trainer.summary_interval=2,runtime.seed=3");
+  garden::finalize_config(*electra);
+  garden::RunOptions options;
+  options.model_dir = (dir_ / "electra").string();
+  options.mode = "train";
+  garden::run_experiment(electra, options);
+  const auto checkpoint = garden::read_checkpoint_file((dir_ / "electra" / "ckpt-2").string());
+
+  auto experiment = tiny_experiment(10);
+  auto& config = static_cast<garden::nlp::SentencePredictionConfig&>(*experiment->task);
+  config.init_checkpoint = options.model_dir;
+  auto task = garden::get_task(experiment->task, "");
+  auto model = task->build_model();
+  const auto before = garden::model_state(*model);
+  task->initialize(*model);
+  int64_t compared = 0;
+  for (const auto& [name, tensor] : garden::model_state(*model)) {
+    if (name.rfind("encoder.", 0) == 0) {
+      const std::string source = "model/discriminator." + name.substr(8);
+      ASSERT_TRUE(checkpoint.tensors.count(source)) << source;
+      EXPECT_TRUE(torch::equal(tensor, checkpoint.tensors.at(source))) << name;
+      ++compared;
+    } else {
+      EXPECT_TRUE(torch::equal(tensor, before.at(name))) << name << " is not the encoder's";
+    }
+  }
+  EXPECT_GT(compared, 20);
+  // init_cls_pooler needs the pretrainer's next_sentence head, which this
+  // one does not have.
+  config.init_cls_pooler = true;
+  auto pooled = garden::get_task(experiment->task, "");
+  EXPECT_THROW_MSG(pooled->initialize(*pooled->build_model()), garden::Error,
+                   "names 'classifier.dense', but init_checkpoint");
+  garden::set_quiet(false);
+}
+
+TEST_F(SentencePredictionTest, EvaluationsReportModelGardensMetrics) {
+  auto experiment = tiny_experiment(10);
+  auto& config = static_cast<garden::nlp::SentencePredictionConfig&>(*experiment->task);
+  config.metric_type = "matthews_corrcoef";
+  auto task = garden::get_task(experiment->task, "");
+  EXPECT_EQ(task->aggregated_log_names(), (std::vector<std::string>{"matthews_corrcoef", "f1"}));
+  // Labels 1 1 0 0 0 1 against predictions 1 0 0 1 0 1: TP 2, TN 2, FP 1,
+  // FN 1: MCC (4 - 1) / sqrt(3 * 3 * 3 * 3) = 1/3, F1 2 * 2 / (4 + 2) = 2/3.
+  garden::Logs state;
+  task->aggregate_logs(state, {{"sentence_prediction_rows",
+                                std::vector<std::vector<int64_t>>{{1, 1}, {1, 0}, {0, 0}}}});
+  task->aggregate_logs(state, {{"sentence_prediction_rows",
+                                std::vector<std::vector<int64_t>>{{0, 1}, {0, 0}, {1, 1}}}});
+  const auto logs = task->reduce_aggregated_logs(state, 0);
+  EXPECT_NEAR(garden::to_double(logs.at("matthews_corrcoef")), 1.0 / 3.0, 1e-12);
+  EXPECT_NEAR(garden::to_double(logs.at("f1")), 2.0 / 3.0, 1e-12);
+}
+
+TEST_F(SentencePredictionTest, ConfigsModelGardenRejectsOrGardenLacksAreRefused) {
+  auto refused = [](const std::string& override_text, const std::string& message) {
+    auto experiment = garden::config::get_experiment_config("bert/sentence_prediction_tiny");
+    garden::config::apply_override(*experiment, override_text);
+    EXPECT_THROW_MSG(garden::config::validate_config(*experiment), garden::Error, message);
+  };
+  refused("task.model.use_encoder_pooler=true", "task.model.use_encoder_pooler");
+  refused("task.metric_type=auc", "task.metric_type");
+  refused("task.model.num_classes=1", "task.train_data.label_type");
+  refused("task.class_names=[a,b,c]", "task.class_names");
+  refused("task.hub_module_url=https://tfhub.dev/x", "task.hub_module_url");
+  refused("task.train_data.tokenization=BPE", "task.train_data.tokenization");
+  refused("task.train_data.seq_length=1024", "task.train_data.seq_length");
+}
+
+}  // namespace
