@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# From raw text to a served classifier, on the bundled data, in a few minutes
+# on two cores: pretrain electra/tiny on the man-page slice, fine-tune
+# bert/sentence_prediction_tiny on the SpamAssassin subjects from its
+# discriminator, export, answer with `garden predict`, then serve it and ask
+# TF Serving's REST API with raw text. Run after scripts/demo.sh (or any
+# build of build/garden).
+#
+#   bash scripts/finetune_demo.sh [OUT]     (default runs/finetune-demo)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+garden=${GARDEN:-$here/build/garden}
+out=${1:-$here/runs/finetune-demo}
+port=${PORT:-8511}
+rm -rf "$out"
+mkdir -p "$out"
+cd "$out"
+set -x
+# 1. A vocabulary with BERT's special pieces, pretraining records, ELECTRA.
+"$garden" spm train --input="$here/data/pretraining/man_en_train.txt" --model_prefix=sp \
+  --vocab_size=2000 --pad_id=0 --unk_id=1 --bos_id=-1 --eos_id=-1 \
+  --user_defined_symbols='[CLS],[SEP],[MASK]'
+"$garden" create_pretraining_data --input_file="$here/data/pretraining/man_en_train.txt" \
+  --output_file=pretrain.tfrecord --sp_model_file=sp.model --max_seq_length=128 \
+  --max_predictions_per_seq=20 --dupe_factor=5
+"$garden" train --experiment=electra/tiny --mode=train --model_dir=electra --params_override="\
+task.model.generator_encoder.bert.vocab_size=2000,task.model.discriminator_encoder.bert.vocab_size=2000,\
+task.train_data.input_path=pretrain.tfrecord,trainer.train_steps=600"
+# 2. Fine-tuning records in GLUE's SST-2 layout, then the classifier,
+#    starting from the discriminator (init_checkpoint).
+"$garden" create_finetuning_data --classification_task_name=SST-2 \
+  --input_data_dir="$here/data/sentence_prediction" --train_data_output_path=train.tfrecord \
+  --eval_data_output_path=eval.tfrecord --meta_data_file_path=meta.json \
+  --sp_model_file=sp.model --nodo_lower_case --max_seq_length=64
+"$garden" train --experiment=bert/sentence_prediction_tiny --model_dir=classifier --params_override="\
+task.model.encoder.bert.vocab_size=2000,task.init_checkpoint=electra,\
+task.train_data.input_path=train.tfrecord,task.validation_data.input_path=eval.tfrecord,\
+task.train_data.vocab_file=sp.model,task.class_names=[ham,spam]"
+# 3. Export (the SentencePiece model travels in assets/), predict, serve.
+"$garden" export --experiment=bert/sentence_prediction_tiny --model_dir=classifier --export_dir=export
+printf '%s\n' '{"sentence": "Re: patch for the build scripts"}' \
+  '{"sentence": "FREE money!!! Act now, limited offer"}' | "$garden" predict --export_dir=export
+"$garden" serve --export_dir=export --port="$port" --grpc_port=-1 &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for _ in $(seq 100); do
+  curl -sf "localhost:$port/v1/models/default" > /dev/null && break
+  sleep 0.1
+done
+curl -s "localhost:$port/v1/models/default:predict" \
+  -d '{"instances": [{"sentence": "Meeting notes for Tuesday"}, {"sentence": "Lose 30 pounds in 30 days"}]}'
+echo
+kill -TERM $server
+wait $server

@@ -1,0 +1,65 @@
+// `garden create_finetuning_data` as a user meets it: Model Garden's flags
+// on the bundled SpamAssassin subjects, the records and meta data in the
+// files named, and on an error one line and no output file.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_fixture.h"
+#include "reference_formats.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using garden_test::CliRun;
+using garden_test::expect_one_error_line;
+using garden_test::slurp;
+using garden_test::spit;
+
+class FinetuningDataCliTest : public garden_test::CliFixture {
+ protected:
+  void SetUp() override {
+    CliFixture::SetUp();
+    spit(dir_ / "vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nre\n:\nfree\nthe\n");
+  }
+  std::string flags(const std::string& input_dir, const std::string& task = "SST-2") const {
+    return "create_finetuning_data --classification_task_name=" + task + " --input_data_dir='" +
+           input_dir + "' --train_data_output_path='" + path("train.tfrecord") +
+           "' --eval_data_output_path='" + path("eval.tfrecord") + "' --meta_data_file_path='" +
+           path("meta.json") + "' --vocab_file='" + path("vocab.txt") + "' --max_seq_length=32";
+  }
+};
+
+TEST_F(FinetuningDataCliTest, TheBundledSubjectsBecomeRecordsAndMetaData) {
+  const CliRun run = garden(flags(std::string(GARDEN_SOURCE_DIR) + "/data/sentence_prediction"));
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.out.find("train records: 2000"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("eval records:  500"), std::string::npos) << run.out;
+  EXPECT_EQ(garden_test::reference::read_records(path("train.tfrecord")).size(), 2000u);
+  EXPECT_EQ(garden_test::reference::read_records(path("eval.tfrecord")).size(), 500u);
+  const auto meta = nlohmann::json::parse(slurp(dir_ / "meta.json"));
+  EXPECT_EQ(meta.at("processor_type"), "SST-2");
+  EXPECT_EQ(meta.at("num_labels"), 2);
+  EXPECT_EQ(meta.at("max_seq_length"), 32);
+}
+
+TEST_F(FinetuningDataCliTest, ErrorsAreOneLineAndLeaveNoOutput) {
+  fs::create_directories(dir_ / "glue");
+  spit(dir_ / "glue" / "train.tsv", "sentence\tlabel\nfree the\t1\nre : the\tham\n");
+  spit(dir_ / "glue" / "dev.tsv", "sentence\tlabel\nthe\t0\n");
+  expect_one_error_line(garden(flags(path("glue"))),
+                        {path("glue") + "/train.tsv:3, column 2: label 'ham' is not one of 0, 1"});
+  EXPECT_FALSE(fs::exists(path("train.tfrecord")));
+  EXPECT_FALSE(fs::exists(path("meta.json")));
+  expect_one_error_line(garden(flags(path("absent"))), {"absent/train.tsv"});
+  expect_one_error_line(garden(flags(path("glue")) + " --fine_tuning_task_type=tagging"),
+                        {"--fine_tuning_task_type=tagging is not implemented yet"});
+  expect_one_error_line(garden(flags(path("glue"), "GLUE")),
+                        {"--classification_task_name 'GLUE' is not one of"});
+  EXPECT_FALSE(fs::exists(path("eval.tfrecord")));
+}
+
+}  // namespace
