@@ -18,13 +18,18 @@ CLI::App* add_create_finetuning_data_command(CLI::App& app) {
       "Model Garden's create_finetuning_data.py");
   command
       ->add_option("--fine_tuning_task_type", o.fine_tuning_task_type,
-                   "classification or regression (squad, tagging: not implemented yet)")
+                   "classification, regression or tagging (squad: not implemented yet)")
       ->capture_default_str();
   command
       ->add_option("--classification_task_name", o.classification_task_name,
                    "The file layout: COLA, SST-2, MRPC, QQP, MNLI, QNLI, RTE, WNLI or STS-B")
       ->capture_default_str();
-  command->add_option("--input_data_dir", o.input_data_dir, "Folder of train.tsv and dev.tsv")
+  command
+      ->add_option("--tagging_task_name", o.tagging_task_name,
+                   "The label set of tagging data: panx (named entities, BIO) or udpos")
+      ->capture_default_str();
+  command->add_option("--input_data_dir", o.input_data_dir,
+                      "Folder of train.tsv and dev.tsv (tagging: train-en.tsv and dev-en.tsv)")
       ->required();
   command->add_option("--train_data_output_path", o.train_data_output_path, "Training TFRecord")
       ->required();

@@ -55,8 +55,8 @@ TEST_F(FinetuningDataCliTest, ErrorsAreOneLineAndLeaveNoOutput) {
   EXPECT_FALSE(fs::exists(path("train.tfrecord")));
   EXPECT_FALSE(fs::exists(path("meta.json")));
   expect_one_error_line(garden(flags(path("absent"))), {"absent/train.tsv"});
-  expect_one_error_line(garden(flags(path("glue")) + " --fine_tuning_task_type=tagging"),
-                        {"--fine_tuning_task_type=tagging is not implemented yet"});
+  expect_one_error_line(garden(flags(path("glue")) + " --fine_tuning_task_type=squad"),
+                        {"--fine_tuning_task_type=squad is not implemented yet"});
   expect_one_error_line(garden(flags(path("glue"), "GLUE")),
                         {"--classification_task_name 'GLUE' is not one of"});
   EXPECT_FALSE(fs::exists(path("eval.tfrecord")));

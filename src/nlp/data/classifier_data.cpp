@@ -17,6 +17,7 @@
 #include "garden/data/tfrecord.h"
 #include "garden/data/wordpiece.h"
 #include "garden/data/wordpiece_unicode.h"
+#include "garden/nlp/data/tagging_data.h"
 
 namespace garden::nlp {
 
@@ -308,21 +309,8 @@ std::string in_dir(const std::string& dir, const std::string& file) {
 
 }  // namespace
 
-FinetuningDataReport create_finetuning_data(const FinetuningDataOptions& o) {
-  if (o.fine_tuning_task_type != "classification" && o.fine_tuning_task_type != "regression") {
-    if (o.fine_tuning_task_type == "squad" || o.fine_tuning_task_type == "tagging" ||
-        o.fine_tuning_task_type == "retrieval")
-      throw Error("--fine_tuning_task_type=" + o.fine_tuning_task_type +
-                  " is not implemented yet; Garden makes classification and regression data");
-    throw Error("--fine_tuning_task_type '" + o.fine_tuning_task_type +
-                "' is not one of classification, regression");
-  }
-  const ClassifierProcessor& processor = classifier_processor(o.classification_task_name);
-  if (processor.regression() != (o.fine_tuning_task_type == "regression"))
-    throw Error("--classification_task_name=" + processor.name + " is a " +
-                (processor.regression() ? "regression" : "classification") +
-                " task; pass --fine_tuning_task_type=" +
-                (processor.regression() ? "regression" : "classification"));
+std::shared_ptr<const FinetuningTokenizer> open_finetuning_tokenizer(
+    const FinetuningDataOptions& o) {
   check_not_empty(o.input_data_dir, "--input_data_dir");
   check_not_empty(o.train_data_output_path, "--train_data_output_path");
   check_not_empty(o.meta_data_file_path, "--meta_data_file_path");
@@ -334,10 +322,29 @@ FinetuningDataReport create_finetuning_data(const FinetuningDataOptions& o) {
     throw Error("--max_seq_length must be in [3, 1000000], got " +
                 std::to_string(o.max_seq_length));
   const bool wordpiece = !o.vocab_file.empty();
-  const auto tokenizer = FinetuningTokenizer::open(
+  return FinetuningTokenizer::open(
       wordpiece ? FinetuningTokenizer::Kind::kWordPiece : FinetuningTokenizer::Kind::kSentencePiece,
       wordpiece ? o.vocab_file : o.sp_model_file, o.do_lower_case,
       wordpiece ? "--vocab_file" : "--sp_model_file");
+}
+
+FinetuningDataReport create_finetuning_data(const FinetuningDataOptions& o) {
+  if (o.fine_tuning_task_type == "tagging") return create_tagging_data(o, o.tagging_task_name);
+  if (o.fine_tuning_task_type != "classification" && o.fine_tuning_task_type != "regression") {
+    if (o.fine_tuning_task_type == "squad" || o.fine_tuning_task_type == "retrieval")
+      throw Error("--fine_tuning_task_type=" + o.fine_tuning_task_type +
+                  " is not implemented yet; Garden makes classification, regression and tagging "
+                  "data");
+    throw Error("--fine_tuning_task_type '" + o.fine_tuning_task_type +
+                "' is not one of classification, regression, tagging");
+  }
+  const ClassifierProcessor& processor = classifier_processor(o.classification_task_name);
+  if (processor.regression() != (o.fine_tuning_task_type == "regression"))
+    throw Error("--classification_task_name=" + processor.name + " is a " +
+                (processor.regression() ? "regression" : "classification") +
+                " task; pass --fine_tuning_task_type=" +
+                (processor.regression() ? "regression" : "classification"));
+  const auto tokenizer = open_finetuning_tokenizer(o);
 
   // Everything is read and checked before anything is written.
   const auto train = read_classifier_examples(processor, in_dir(o.input_data_dir, processor.train_file));

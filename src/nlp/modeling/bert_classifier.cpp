@@ -1,5 +1,10 @@
 #include "garden/nlp/modeling/bert_classifier.h"
 
+#include <torch/torch.h>
+
+#include "garden/base/error.h"
+#include "garden/kernels/dropout.h"
+
 namespace garden::nlp {
 
 BertClassifierImpl::BertClassifierImpl(const BertClassifierOptions& options)
@@ -19,6 +24,29 @@ BertClassifierImpl::BertClassifierImpl(const BertClassifierOptions& options)
 at::Tensor BertClassifierImpl::forward(const at::Tensor& word_ids, const at::Tensor& mask,
                                        const at::Tensor& type_ids) {
   return classifier->forward(encoder->forward(word_ids, mask, type_ids));
+}
+
+}  // namespace garden::nlp
+
+namespace garden::nlp {
+
+BertTokenClassifierImpl::BertTokenClassifierImpl(const BertTokenClassifierOptions& options)
+    : options_(options) {
+  if (options.num_classes < 1) throw Error("token classifier: num_classes must be positive");
+  if (!(options.dropout_rate >= 0.0 && options.dropout_rate < 1.0))
+    throw Error("token classifier: dropout_rate must be in [0, 1)");
+  encoder = register_module("encoder", BertEncoder(options.encoder));
+  classifier = register_module(
+      "classifier", torch::nn::Linear(options.encoder.hidden_size, options.num_classes));
+  torch::NoGradGuard no_grad;
+  truncated_normal_(classifier->weight, options.initializer_range);
+  classifier->bias.zero_();
+}
+
+at::Tensor BertTokenClassifierImpl::forward(const at::Tensor& word_ids, const at::Tensor& mask,
+                                            const at::Tensor& type_ids) {
+  const at::Tensor sequence = encoder->forward(word_ids, mask, type_ids);
+  return classifier->forward(kernels::dropout(sequence, options_.dropout_rate, is_training()));
 }
 
 }  // namespace garden::nlp

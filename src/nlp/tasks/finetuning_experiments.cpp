@@ -4,6 +4,7 @@
 
 #include "garden/config/registry.h"
 #include "garden/nlp/tasks/sentence_prediction_task.h"
+#include "garden/nlp/tasks/tagging_task.h"
 
 namespace garden::nlp {
 
@@ -72,6 +73,16 @@ std::shared_ptr<config::ExperimentConfig> tiny_experiment() {
   return experiment;
 }
 
+// Model Garden's TaggingTask with the fine-tuning optimizer above (a
+// BERT-base encoder); set class_names, the data and init_checkpoint.
+std::shared_ptr<config::ExperimentConfig> tagging_experiment() {
+  auto experiment = std::make_shared<config::ExperimentConfig>();
+  experiment->task = std::make_shared<TaggingConfig>();
+  experiment->trainer.train_steps = 10000;
+  finetuning_optimizer(*experiment, 3e-5, 1000);
+  return experiment;
+}
+
 }  // namespace
 
 void register_finetuning() {
@@ -80,6 +91,11 @@ void register_finetuning() {
                               "Model Garden's sentence prediction (GLUE) fine-tuning of a BERT-base "
                               "encoder; set num_classes, the data and init_checkpoint",
                               sentence_prediction_experiment);
+  register_task<TaggingConfig, TaggingTask>("tagging");
+  config::register_experiment("bert/tagging",
+                              "Model Garden's tagging (a label per word: NER, POS) fine-tuning of a "
+                              "BERT-base encoder; set class_names, the data and init_checkpoint",
+                              tagging_experiment);
   config::register_experiment("bert/sentence_prediction_tiny",
                               "Sentence prediction on electra/tiny's encoder for a CPU; set the "
                               "data, vocab_file and init_checkpoint",

@@ -68,6 +68,7 @@ class FinetuningTokenizer {
   std::vector<int64_t> tokenize(std::string_view text) const;
   int64_t cls_id() const { return cls_id_; }
   int64_t sep_id() const { return sep_id_; }
+  int64_t unk_id() const { return tokenizer_->unk_id(); }
   int64_t vocab_size() const { return tokenizer_->vocab_size(); }
   Kind kind() const { return kind_; }
   const std::string& path() const { return path_; }
@@ -101,8 +102,9 @@ ClassifierFeatures encode_classifier_input(const FinetuningTokenizer& tokenizer,
 
 // garden create_finetuning_data's flags (Model Garden's names).
 struct FinetuningDataOptions {
-  std::string fine_tuning_task_type = "classification";  // classification, regression
+  std::string fine_tuning_task_type = "classification";  // classification, regression, tagging
   std::string classification_task_name = "MNLI";
+  std::string tagging_task_name = "panx";  // panx, udpos
   std::string input_data_dir;
   std::string train_data_output_path;
   std::string eval_data_output_path;
@@ -117,6 +119,12 @@ struct FinetuningDataReport {
   int64_t train_examples = 0, eval_examples = 0;
   std::string meta_data;  // the JSON written to meta_data_file_path
 };
+
+// The flags every task type needs checked (input_data_dir, the outputs,
+// exactly one of vocab_file and sp_model_file, max_seq_length), then the
+// tokenizer they name.
+std::shared_ptr<const FinetuningTokenizer> open_finetuning_tokenizer(
+    const FinetuningDataOptions& options);
 
 // Reads the task's train and dev files from input_data_dir and writes the
 // records (input_ids, input_mask, segment_ids [max_seq_length] int64;

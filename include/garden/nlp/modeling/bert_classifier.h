@@ -36,3 +36,32 @@ class BertClassifierImpl : public torch::nn::Module {
 TORCH_MODULE(BertClassifier);
 
 }  // namespace garden::nlp
+
+namespace garden::nlp {
+
+// Model Garden's BertTokenClassifier (models/bert_token_classifier.py): the
+// encoder, dropout, then a dense layer to num_classes on every token.
+struct BertTokenClassifierOptions {
+  BertEncoderOptions encoder;
+  int64_t num_classes = 2;
+  double dropout_rate = 0.1;
+  double initializer_range = 0.02;
+};
+
+class BertTokenClassifierImpl : public torch::nn::Module {
+ public:
+  explicit BertTokenClassifierImpl(const BertTokenClassifierOptions& options);
+  // word_ids, mask, type_ids [B, S] -> logits [B, S, num_classes].
+  at::Tensor forward(const at::Tensor& word_ids, const at::Tensor& mask,
+                     const at::Tensor& type_ids);
+  const BertTokenClassifierOptions& options() const { return options_; }
+
+  BertEncoder encoder{nullptr};
+  torch::nn::Linear classifier{nullptr};
+
+ private:
+  BertTokenClassifierOptions options_;
+};
+TORCH_MODULE(BertTokenClassifier);
+
+}  // namespace garden::nlp

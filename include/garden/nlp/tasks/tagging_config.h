@@ -1,0 +1,33 @@
+// Model Garden's TaggingConfig (official/nlp/tasks/tagging.py) with its
+// ModelConfig: its keys and defaults.
+#pragma once
+
+#include "garden/config/definitions.h"
+#include "garden/nlp/data/tagging_data.h"
+#include "garden/nlp/modeling/bert_classifier.h"
+#include "garden/nlp/tasks/electra_config.h"
+
+namespace garden::nlp {
+
+struct TaggingModelConfig : config::Config {
+  EncoderConfig encoder;
+  double head_dropout = 0.1;
+  double head_initializer_range = 0.02;
+  void visit(config::Visitor& v) override;
+  void validate() const override;
+};
+
+struct TaggingConfig : config::TaskConfigWith<TaggingModelConfig, TaggingDataConfig> {
+  // init_checkpoint_modules starts as [encoder], as for sentence prediction.
+  TaggingConfig();
+  std::string hub_module_url;
+  // The label of each id, in order (required): BIO tags for entities.
+  config::NameList class_names;
+  void validate() const override;
+  BertTokenClassifierOptions model_options() const;
+
+ protected:
+  void visit_task_fields(config::Visitor& v) override;
+};
+
+}  // namespace garden::nlp

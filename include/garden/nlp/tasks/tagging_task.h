@@ -1,0 +1,64 @@
+// Model Garden's TaggingTask (official/nlp/tasks/tagging.py): a label per
+// word (on its first sub-word), fine-tuning a pretrained encoder.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "garden/core/task.h"
+#include "garden/nlp/data/classifier_data.h"
+#include "garden/nlp/tasks/tagging_config.h"
+
+namespace garden::nlp {
+
+class TaggingTask : public Task {
+ public:
+  TaggingTask(std::shared_ptr<const TaggingConfig> params, std::string logging_dir = "");
+
+  DatasetPtr build_inputs(const config::DataConfig& params,
+                          const InputContext& input_context) override;
+  ModelPtr build_model() override;
+  // logits [B, S, classes].
+  Batch call_model(Model& model, const Batch& features, bool training) override;
+  // Softmax cross-entropy over the tokens whose label id is >= 0.
+  Losses build_losses(const Batch& labels, const Batch& model_outputs,
+                      const at::Tensor& aux_losses = {}) override;
+  // accuracy over the labelled tokens.
+  MetricList build_metrics(bool training = true) override;
+  void process_metrics(MetricList& metrics, const Batch& labels,
+                       const Batch& model_outputs) override;
+  // The default step, keeping each sequence's labelled tokens' label and
+  // prediction ids.
+  Logs validation_step(const Batch& inputs, Model& model, MetricList& metrics) override;
+  void aggregate_logs(Logs& state, const Logs& step_logs) override;
+  // seqeval's precision, recall, f1 (entity spans) and accuracy over the
+  // class names, as Model Garden reports them.
+  Logs reduce_aggregated_logs(const Logs& aggregated_logs, int64_t global_step) override;
+  std::vector<std::string> aggregated_log_names() const override {
+    return {"precision", "recall", "f1", "accuracy"};
+  }
+  std::map<std::string, std::string> checkpoint_items() const override {
+    return {{"encoder", "encoder"}};
+  }
+
+  // Serving (needs train_data.vocab_file): `sentence`, raw text split on
+  // whitespace into words -> `words` and `labels`, one class name per word.
+  ServingSignature serving_signature() override;
+  std::map<std::string, std::string> serving_assets() override;
+  void prepare_serving(const nlohmann::json& task_metadata,
+                       const std::map<std::string, std::string>& assets) override;
+  Batch serving_inputs(const std::vector<nlohmann::json>& instances) override;
+  std::vector<nlohmann::json> serving_outputs(const Batch& outputs, std::size_t count) override;
+  Batch inference_step(const Batch& inputs, Model& model) override;
+
+  const FinetuningTokenizer& tokenizer();
+
+ private:
+  const TaggingConfig& config_;
+  std::string serving_vocab_path_;
+  std::shared_ptr<const FinetuningTokenizer> tokenizer_;
+};
+
+}  // namespace garden::nlp

@@ -1,0 +1,249 @@
+#include "garden/nlp/data/tagging_data.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "garden/base/encoding.h"
+#include "garden/base/error.h"
+#include "garden/base/file_io.h"
+#include "garden/config/validation.h"
+#include "garden/data/example.h"
+#include "garden/data/parse_spec.h"
+#include "garden/data/pipeline.h"
+#include "garden/data/tfrecord.h"
+
+namespace garden::nlp {
+
+const std::vector<std::string>& tagging_labels(const std::string& tagging_task_name) {
+  static const std::vector<std::string> panx = {"O",     "B-PER", "I-PER", "B-LOC",
+                                                "I-LOC", "B-ORG", "I-ORG"};
+  static const std::vector<std::string> udpos = {"ADJ",  "ADP",   "ADV",  "AUX",   "CCONJ", "DET",
+                                                 "INTJ", "NOUN",  "NUM",  "PART",  "PRON",  "PROPN",
+                                                 "PUNCT", "SCONJ", "SYM", "VERB",  "X"};
+  if (tagging_task_name == "panx") return panx;
+  if (tagging_task_name == "udpos") return udpos;
+  throw Error("--tagging_task_name '" + tagging_task_name + "' is not one of panx, udpos");
+}
+
+std::vector<TaggingExample> read_tagging_examples(const std::string& path,
+                                                  const std::vector<std::string>& labels) {
+  check_input_file(path, "tagging file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read '" + path + "'");
+  std::vector<TaggingExample> examples;
+  TaggingExample example;
+  std::string line;
+  int64_t number = 0;
+  auto finish = [&] {
+    if (example.words.empty()) return;
+    example.sentence_id = static_cast<int64_t>(examples.size());
+    examples.push_back(std::move(example));
+    example = TaggingExample{};
+  };
+  while (std::getline(in, line)) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) {
+      finish();
+      continue;
+    }
+    const std::string where = path + ":" + std::to_string(number);
+    if (unicode::invalid_utf8_offset(line) != std::string::npos)
+      throw Error(where + ": " + unicode::utf8_error(line));
+    const auto tab = line.find('\t');
+    if (tab == std::string::npos || line.find('\t', tab + 1) != std::string::npos)
+      throw Error(where + ": expected word<TAB>label");
+    auto trim = [](std::string text) {
+      const auto begin = text.find_first_not_of(" \t");
+      const auto end = text.find_last_not_of(" \t");
+      return begin == std::string::npos ? std::string() : text.substr(begin, end - begin + 1);
+    };
+    const std::string word = trim(line.substr(0, tab));
+    const std::string label = trim(line.substr(tab + 1));
+    const auto it = std::find(labels.begin(), labels.end(), label);
+    if (it == labels.end()) {
+      std::string known;
+      for (const auto& l : labels) known += (known.empty() ? "" : ", ") + l;
+      throw Error(where + ", column 2: label '" + label + "' is not one of " + known);
+    }
+    if (example.words.empty()) example.where = where;
+    example.words.push_back(word);
+    example.label_ids.push_back(it - labels.begin());
+  }
+  if (in.bad()) throw Error("reading '" + path + "' failed");
+  finish();
+  return examples;
+}
+
+std::vector<TaggingFeatures> encode_tagging_example(const FinetuningTokenizer& tokenizer,
+                                                    const TaggingExample& example,
+                                                    int64_t max_seq_length) {
+  if (max_seq_length < 3)
+    throw Error("max_seq_length " + std::to_string(max_seq_length) + " leaves no room for text");
+  const auto room = static_cast<std::size_t>(max_seq_length - 2);
+  struct Part {
+    std::vector<int64_t> pieces, labels;
+  };
+  std::vector<Part> parts(1);
+  for (std::size_t i = 0; i < example.words.size(); ++i) {
+    std::vector<int64_t> pieces = tokenizer.tokenize(example.words[i]);
+    if ((pieces.empty() || pieces.size() > room) && !example.words[i].empty())
+      pieces = {tokenizer.unk_id()};
+    if (pieces.size() + parts.back().pieces.size() > room) parts.emplace_back();
+    for (std::size_t j = 0; j < pieces.size(); ++j) {
+      parts.back().pieces.push_back(pieces[j]);
+      parts.back().labels.push_back(j == 0 ? example.label_ids[i] : kPaddingLabelId);
+    }
+  }
+  if (parts.back().pieces.empty() && parts.size() > 1) parts.pop_back();
+  std::vector<TaggingFeatures> out;
+  const auto length = static_cast<std::size_t>(max_seq_length);
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    TaggingFeatures f;
+    f.sentence_id = example.sentence_id;
+    f.sub_sentence_id = static_cast<int64_t>(p);
+    f.input_ids.push_back(tokenizer.cls_id());
+    f.input_ids.insert(f.input_ids.end(), parts[p].pieces.begin(), parts[p].pieces.end());
+    f.input_ids.push_back(tokenizer.sep_id());
+    f.label_ids.push_back(kPaddingLabelId);
+    f.label_ids.insert(f.label_ids.end(), parts[p].labels.begin(), parts[p].labels.end());
+    f.label_ids.push_back(kPaddingLabelId);
+    f.input_mask.assign(f.input_ids.size(), 1);
+    f.input_ids.resize(length, 0);
+    f.input_mask.resize(length, 0);
+    f.segment_ids.assign(length, 0);
+    f.label_ids.resize(length, kPaddingLabelId);
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+namespace {
+
+int64_t write_tagging_records(const FinetuningTokenizer& tokenizer,
+                              const std::vector<TaggingExample>& examples, int64_t max_seq_length,
+                              const std::string& output) {
+  AtomicFile file(output);
+  data::TFRecordWriter writer(file.temporary_path());
+  int64_t records = 0;
+  for (const auto& example : examples) {
+    for (const auto& f : encode_tagging_example(tokenizer, example, max_seq_length)) {
+      data::Example record;
+      record["input_ids"] = data::FeatureValue::of_ints(f.input_ids);
+      record["input_mask"] = data::FeatureValue::of_ints(f.input_mask);
+      record["segment_ids"] = data::FeatureValue::of_ints(f.segment_ids);
+      record["label_ids"] = data::FeatureValue::of_ints(f.label_ids);
+      record["sentence_id"] = data::FeatureValue::of_ints({f.sentence_id});
+      record["sub_sentence_id"] = data::FeatureValue::of_ints({f.sub_sentence_id});
+      writer.write(data::serialize_example(record));
+      ++records;
+    }
+  }
+  writer.close();
+  file.commit();
+  return records;
+}
+
+std::string in_dir(const std::string& dir, const std::string& file) {
+  return dir.empty() || dir.back() == '/' ? dir + file : dir + "/" + file;
+}
+
+}  // namespace
+
+FinetuningDataReport create_tagging_data(const FinetuningDataOptions& o,
+                                         const std::string& tagging_task_name) {
+  const auto& labels = tagging_labels(tagging_task_name);
+  const auto tokenizer = open_finetuning_tokenizer(o);
+  const auto train = read_tagging_examples(in_dir(o.input_data_dir, "train-en.tsv"), labels);
+  std::vector<TaggingExample> eval;
+  if (!o.eval_data_output_path.empty())
+    eval = read_tagging_examples(in_dir(o.input_data_dir, "dev-en.tsv"), labels);
+  FinetuningDataReport report;
+  report.train_examples =
+      write_tagging_records(*tokenizer, train, o.max_seq_length, o.train_data_output_path);
+  if (!o.eval_data_output_path.empty())
+    report.eval_examples =
+        write_tagging_records(*tokenizer, eval, o.max_seq_length, o.eval_data_output_path);
+  nlohmann::json meta = {{"task_type", "bert_tagging"},
+                         {"label_list", labels},
+                         {"max_seq_length", o.max_seq_length},
+                         {"train_data_size", report.train_examples}};
+  if (!o.eval_data_output_path.empty()) meta["eval_data_size"] = report.eval_examples;
+  report.meta_data = meta.dump(2) + "\n";
+  write_file_atomically(o.meta_data_file_path, report.meta_data);
+  return report;
+}
+
+void TaggingDataConfig::visit(config::Visitor& v) {
+  config::DataConfig::visit(v);
+  v("seq_length", seq_length, "Tokens per sequence: the length of input_ids in the records.");
+  v("include_sentence_id", include_sentence_id, "Read sentence_id and sub_sentence_id.");
+  v("vocab_file", vocab_file,
+    "The tokenizer the records were made with: serving takes raw text with it.");
+  v("tokenization", tokenization, "WordPiece or SentencePiece: what vocab_file is.");
+  v("lower_case", lower_case, "Lower-case (and strip accents) before tokenizing.");
+}
+
+void TaggingDataConfig::validate() const {
+  validate_reading();
+  if (file_type != "tfrecord" && file_type != "tfrecord_compressed")
+    config::refuse("file_type", "'" + file_type + "' is not one of tfrecord, tfrecord_compressed");
+  config::check_range("seq_length", seq_length, config::Range::at_least(3));
+  if (tokenization != "WordPiece" && tokenization != "SentencePiece")
+    config::refuse("tokenization", "'" + tokenization + "' is not one of WordPiece, SentencePiece");
+}
+
+DatasetPtr build_tagging_inputs(const TaggingDataConfig& params, const InputContext& input_context,
+                                int64_t vocab_size) {
+  if (params.input_path.empty())
+    throw Error("input_path is empty; name the TFRecord files create_finetuning_data wrote");
+  using data::DType;
+  using data::FixedLenFeature;
+  auto spec = std::make_shared<data::ParseSpec>();
+  for (const char* name : {"input_ids", "input_mask", "segment_ids", "label_ids"})
+    (*spec)[name] = FixedLenFeature{{params.seq_length}, DType::kInt64, std::nullopt};
+  const bool sentence_ids = params.include_sentence_id;
+  if (sentence_ids)
+    for (const char* name : {"sentence_id", "sub_sentence_id"})
+      (*spec)[name] = FixedLenFeature{{1}, DType::kInt64, std::nullopt};
+  std::shared_ptr<const data::ParseSpec> frozen = spec;
+  data::LocatedMapFn map_fn = [frozen, sentence_ids, vocab_size](
+                                  const std::string& record, const data::RecordLocation& where) {
+    const std::string at =
+        "TFRecord file '" + where.file + "', record " + std::to_string(where.index);
+    data::Example example;
+    try {
+      example = data::parse_example(record);
+    } catch (const data::DataError& e) {
+      throw data::DataError(at + ": " + e.what());
+    }
+    Batch parsed = data::parse(example, *frozen, where).tensors;
+    if (vocab_size > 0) {
+      const at::Tensor& ids = parsed.at("input_ids");
+      const int64_t* v = ids.data_ptr<int64_t>();
+      for (int64_t i = 0; i < ids.numel(); ++i)
+        if (v[i] < 0 || v[i] >= vocab_size)
+          throw data::DataError(at + ": feature 'input_ids' holds " + std::to_string(v[i]) +
+                                " at index " + std::to_string(i) +
+                                ", outside the model's vocabulary (vocab_size) of " +
+                                std::to_string(vocab_size));
+    }
+    Batch out{{"input_word_ids", parsed.at("input_ids")},
+              {"input_mask", parsed.at("input_mask")},
+              {"input_type_ids", parsed.at("segment_ids")},
+              {"label_ids", parsed.at("label_ids")}};
+    if (sentence_ids) {
+      out["sentence_id"] = parsed.at("sentence_id").reshape({});
+      out["sub_sentence_id"] = parsed.at("sub_sentence_id").reshape({});
+    }
+    return out;
+  };
+  return std::make_shared<data::InputPipeline>(params, std::move(map_fn), data::BatchingOptions{},
+                                               input_context);
+}
+
+}  // namespace garden::nlp

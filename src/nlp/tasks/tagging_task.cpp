@@ -1,0 +1,263 @@
+#include "garden/nlp/tasks/tagging_task.h"
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include <sstream>
+
+#include "garden/base/error.h"
+#include "garden/nlp/metrics/seqeval.h"
+
+namespace garden::nlp {
+
+namespace {
+
+constexpr const char* kLabelRows = "tagging_label_rows";
+constexpr const char* kPredictRows = "tagging_predict_rows";
+constexpr const char* kWordPieceAsset = "vocab.txt";
+constexpr const char* kSentencePieceAsset = "sp.model";
+
+BertTokenClassifierImpl& as_tagger(Model& model) {
+  auto* tagger = model.as<BertTokenClassifierImpl>();
+  if (!tagger) throw Error("the tagging task was given a model that is not a BertTokenClassifier");
+  return *tagger;
+}
+
+const at::Tensor& input(const Batch& batch, const std::string& key) {
+  auto it = batch.find(key);
+  if (it == batch.end()) throw Error("tagging: the batch has no '" + key + "'");
+  return it->second;
+}
+
+}  // namespace
+
+TaggingTask::TaggingTask(std::shared_ptr<const TaggingConfig> params, std::string logging_dir)
+    : Task(params, std::move(logging_dir)), config_(*params) {}
+
+DatasetPtr TaggingTask::build_inputs(const config::DataConfig& params,
+                                     const InputContext& input_context) {
+  const auto* data = dynamic_cast<const TaggingDataConfig*>(&params);
+  if (!data) throw Error("the tagging task reads TaggingDataConfig data");
+  return build_tagging_inputs(*data, input_context, config_.model.encoder.bert.vocab_size);
+}
+
+ModelPtr TaggingTask::build_model() { return BertTokenClassifier(config_.model_options()).ptr(); }
+
+Batch TaggingTask::call_model(Model& model, const Batch& features, bool) {
+  return {{"logits", as_tagger(model).forward(input(features, "input_word_ids"),
+                                              input(features, "input_mask"),
+                                              input(features, "input_type_ids"))}};
+}
+
+Losses TaggingTask::build_losses(const Batch& labels, const Batch& model_outputs,
+                                 const at::Tensor& aux_losses) {
+  const at::Tensor logits = input(model_outputs, "logits").to(at::kFloat);
+  const at::Tensor label_ids = input(labels, "label_ids").reshape(-1).to(at::kLong);
+  const at::Tensor weights = label_ids.ge(0).to(at::kFloat);
+  const at::Tensor per_token = at::cross_entropy_loss(
+      logits.reshape({-1, logits.size(-1)}), label_ids.clamp_min(0), {}, at::Reduction::None);
+  const at::Tensor count = weights.sum();
+  Losses losses;
+  losses.add(kLoss, (per_token * weights).sum() / count.clamp_min(1e-12), count);
+  losses.add_aux(aux_losses);
+  return losses;
+}
+
+MetricList TaggingTask::build_metrics(bool) {
+  return {std::make_shared<SparseCategoricalAccuracy>(
+      "accuracy", MetricInputs{"label_ids", "logits", "label_weights"})};
+}
+
+void TaggingTask::process_metrics(MetricList& metrics, const Batch& labels,
+                                  const Batch& model_outputs) {
+  Batch with_weights = labels;
+  const at::Tensor label_ids = input(labels, "label_ids");
+  with_weights["label_weights"] = label_ids.ge(0).to(at::kFloat);
+  with_weights["label_ids"] = label_ids.clamp_min(0);
+  Task::process_metrics(metrics, with_weights, model_outputs);
+}
+
+Logs TaggingTask::validation_step(const Batch& inputs, Model& model, MetricList& metrics) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  Batch outputs;
+  Logs logs;
+  {
+    const AutocastGuard guard = autocast();
+    outputs = call_model(model, inputs, /*training=*/false);
+    logs = build_losses(inputs, outputs).logs();
+  }
+  process_metrics(metrics, inputs, outputs);
+  const at::Tensor labels = input(inputs, "label_ids").to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor predictions = outputs.at("logits").argmax(-1).to(at::kCPU, at::kLong).contiguous();
+  std::vector<std::vector<int64_t>> label_rows, predict_rows;
+  for (int64_t b = 0; b < labels.size(0); ++b) {
+    std::vector<int64_t> l, p;
+    for (int64_t t = 0; t < labels.size(1); ++t) {
+      const int64_t label = labels[b][t].item<int64_t>();
+      if (label < 0) continue;
+      l.push_back(label);
+      p.push_back(predictions[b][t].item<int64_t>());
+    }
+    label_rows.push_back(std::move(l));
+    predict_rows.push_back(std::move(p));
+  }
+  logs[kLabelRows] = std::move(label_rows);
+  logs[kPredictRows] = std::move(predict_rows);
+  return logs;
+}
+
+void TaggingTask::aggregate_logs(Logs& state, const Logs& step_logs) {
+  for (const char* key : {kLabelRows, kPredictRows}) {
+    const auto it = step_logs.find(key);
+    if (it == step_logs.end()) continue;
+    const auto& rows = std::get<std::vector<std::vector<int64_t>>>(it->second);
+    auto [slot, inserted] = state.try_emplace(key, std::vector<std::vector<int64_t>>{});
+    auto& all = std::get<std::vector<std::vector<int64_t>>>(slot->second);
+    all.insert(all.end(), rows.begin(), rows.end());
+  }
+}
+
+Logs TaggingTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {
+  Logs logs;
+  const auto labels = aggregated_logs.find(kLabelRows);
+  const auto predictions = aggregated_logs.find(kPredictRows);
+  if (labels == aggregated_logs.end() || predictions == aggregated_logs.end()) return logs;
+  const auto names = [&](const std::vector<std::vector<int64_t>>& rows) {
+    std::vector<std::vector<std::string>> out;
+    for (const auto& row : rows) {
+      std::vector<std::string> tags;
+      for (const int64_t id : row) tags.push_back(config_.class_names.at(static_cast<std::size_t>(id)));
+      out.push_back(std::move(tags));
+    }
+    return out;
+  };
+  const SeqevalScores scores =
+      seqeval_scores(names(std::get<std::vector<std::vector<int64_t>>>(labels->second)),
+                     names(std::get<std::vector<std::vector<int64_t>>>(predictions->second)));
+  logs["precision"] = scores.precision;
+  logs["recall"] = scores.recall;
+  logs["f1"] = scores.f1;
+  logs["accuracy"] = scores.accuracy;
+  return logs;
+}
+
+const FinetuningTokenizer& TaggingTask::tokenizer() {
+  if (!tokenizer_) {
+    const auto& data = config_.train_data;
+    const std::string path = serving_vocab_path_.empty() ? data.vocab_file : serving_vocab_path_;
+    if (path.empty())
+      throw Error("task.train_data.vocab_file is empty: the task has no tokenizer for raw text");
+    tokenizer_ = FinetuningTokenizer::open(tokenization_kind(data.tokenization), path,
+                                           data.lower_case, "task.train_data.vocab_file");
+  }
+  return *tokenizer_;
+}
+
+ServingSignature TaggingTask::serving_signature() {
+  if (config_.train_data.vocab_file.empty())
+    throw Error("the tagging task serves raw text: set task.train_data.vocab_file");
+  return {{{"sentence", {"DT_STRING", {}}}}, {{"labels", {"DT_STRING", {-1}}}}};
+}
+
+std::map<std::string, std::string> TaggingTask::serving_assets() {
+  if (config_.train_data.vocab_file.empty()) return {};
+  const bool wordpiece = config_.train_data.tokenization == "WordPiece";
+  return {{wordpiece ? kWordPieceAsset : kSentencePieceAsset, config_.train_data.vocab_file}};
+}
+
+void TaggingTask::prepare_serving(const nlohmann::json& task_metadata,
+                                  const std::map<std::string, std::string>& assets) {
+  const bool wordpiece = config_.train_data.tokenization == "WordPiece";
+  const char* name = wordpiece ? kWordPieceAsset : kSentencePieceAsset;
+  const auto it = assets.find(name);
+  if (it == assets.end()) throw Error(std::string("the export has no asset '") + name + "'");
+  serving_vocab_path_ = it->second;
+  tokenizer_.reset();
+  restore_checkpoint_metadata(task_metadata);
+}
+
+Batch TaggingTask::serving_inputs(const std::vector<nlohmann::json>& instances) {
+  const int64_t max_length = std::min(config_.validation_data.seq_length,
+                                      config_.model.encoder.bert.max_position_embeddings);
+  std::vector<TaggingFeatures> rows;
+  std::vector<std::vector<int64_t>> word_positions;
+  int64_t longest = 1, most_words = 1;
+  for (std::size_t i = 0; i < instances.size(); ++i) {
+    const std::string where = "instance " + std::to_string(i);
+    const auto it = instances[i].find("sentence");
+    if (it == instances[i].end()) throw InputError(where + " has no input 'sentence'");
+    if (!it->is_string())
+      throw InputError(where + ": input 'sentence' must be a string, not " +
+                       std::string(it->type_name()));
+    TaggingExample example;
+    std::istringstream words(it->get<std::string>());
+    for (std::string word; words >> word;) {
+      example.words.push_back(word);
+      example.label_ids.push_back(0);
+    }
+    if (example.words.empty()) throw InputError(where + ": input 'sentence' has no word");
+    auto parts = encode_tagging_example(tokenizer(), example, max_length);
+    if (parts.size() > 1)
+      throw InputError(where + " is longer than the model's " + std::to_string(max_length) +
+                       " tokens");
+    // The first piece of each word carries its label id (0 here).
+    std::vector<int64_t> positions;
+    for (int64_t t = 0; t < max_length; ++t)
+      if (parts[0].label_ids[static_cast<std::size_t>(t)] >= 0) positions.push_back(t);
+    int64_t used = 0;
+    for (int64_t t = 0; t < max_length; ++t)
+      if (parts[0].input_mask[static_cast<std::size_t>(t)]) used = t + 1;
+    longest = std::max(longest, used);
+    most_words = std::max<int64_t>(most_words, static_cast<int64_t>(positions.size()));
+    rows.push_back(std::move(parts[0]));
+    word_positions.push_back(std::move(positions));
+  }
+  const auto batch = static_cast<int64_t>(rows.size());
+  at::Tensor ids = at::zeros({batch, longest}, at::kLong);
+  at::Tensor mask = at::zeros({batch, longest}, at::kLong);
+  at::Tensor positions = at::full({batch, most_words}, -1, at::kLong);
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto& row = rows[static_cast<std::size_t>(b)];
+    std::copy(row.input_ids.begin(), row.input_ids.begin() + longest,
+              ids.data_ptr<int64_t>() + b * longest);
+    std::copy(row.input_mask.begin(), row.input_mask.begin() + longest,
+              mask.data_ptr<int64_t>() + b * longest);
+    const auto& p = word_positions[static_cast<std::size_t>(b)];
+    std::copy(p.begin(), p.end(), positions.data_ptr<int64_t>() + b * most_words);
+  }
+  return {{"input_word_ids", ids},
+          {"input_mask", mask},
+          {"input_type_ids", at::zeros({batch, longest}, at::kLong)},
+          {"word_positions", positions}};
+}
+
+Batch TaggingTask::inference_step(const Batch& inputs, Model& model) {
+  torch::NoGradGuard no_grad;
+  if (model.is_training()) model.eval();
+  Batch outputs = call_model(model, inputs, /*training=*/false);
+  outputs["predictions"] = outputs.at("logits").argmax(-1);
+  const auto positions = inputs.find("word_positions");
+  if (positions != inputs.end()) outputs["word_positions"] = positions->second;
+  return outputs;
+}
+
+std::vector<nlohmann::json> TaggingTask::serving_outputs(const Batch& outputs, std::size_t count) {
+  const at::Tensor predictions = outputs.at("predictions").to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor positions = outputs.at("word_positions").to(at::kCPU, at::kLong).contiguous();
+  std::vector<nlohmann::json> rows;
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto b = static_cast<int64_t>(i);
+    std::vector<std::string> labels;
+    for (int64_t w = 0; w < positions.size(1); ++w) {
+      const int64_t t = positions[b][w].item<int64_t>();
+      if (t < 0) break;
+      labels.push_back(config_.class_names.at(
+          static_cast<std::size_t>(predictions[b][t].item<int64_t>())));
+    }
+    rows.push_back({{"labels", labels}});
+  }
+  return rows;
+}
+
+}  // namespace garden::nlp
