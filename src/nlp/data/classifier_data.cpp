@@ -240,6 +240,43 @@ std::vector<int64_t> FinetuningTokenizer::tokenize(std::string_view text) const 
   return tokenizer_->encode(preprocess_text(text, do_lower_case_));
 }
 
+TaskTextTokenizer::TaskTextTokenizer(std::string vocab_file, std::string tokenization,
+                                     bool lower_case)
+    : vocab_file_(std::move(vocab_file)),
+      tokenization_(std::move(tokenization)),
+      lower_case_(lower_case) {}
+
+namespace {
+const char* asset_name(const std::string& tokenization) {
+  return tokenization == "WordPiece" ? "vocab.txt" : "sp.model";
+}
+}  // namespace
+
+std::map<std::string, std::string> TaskTextTokenizer::assets() const {
+  if (vocab_file_.empty()) return {};
+  return {{asset_name(tokenization_), vocab_file_}};
+}
+
+void TaskTextTokenizer::use_assets(const std::map<std::string, std::string>& assets) {
+  if (vocab_file_.empty()) return;
+  const auto it = assets.find(asset_name(tokenization_));
+  if (it == assets.end())
+    throw Error(std::string("the export has no asset '") + asset_name(tokenization_) + "'");
+  asset_path_ = it->second;
+  tokenizer_.reset();
+}
+
+const FinetuningTokenizer& TaskTextTokenizer::get() {
+  if (!tokenizer_) {
+    const std::string& path = asset_path_.empty() ? vocab_file_ : asset_path_;
+    if (path.empty())
+      throw Error("task.train_data.vocab_file is empty: the task has no tokenizer for raw text");
+    tokenizer_ = FinetuningTokenizer::open(tokenization_kind(tokenization_), path, lower_case_,
+                                           "task.train_data.vocab_file");
+  }
+  return *tokenizer_;
+}
+
 ClassifierFeatures encode_classifier_input(const FinetuningTokenizer& tokenizer,
                                            std::string_view text_a,
                                            const std::optional<std::string>& text_b,

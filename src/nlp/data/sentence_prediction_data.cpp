@@ -44,6 +44,17 @@ void SentencePredictionDataConfig::validate() const {
                                       " fields; give one, or two for a pair");
 }
 
+void check_input_ids(const at::Tensor& ids, int64_t vocab_size, const std::string& where) {
+  if (vocab_size <= 0) return;
+  const int64_t* v = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    if (v[i] < 0 || v[i] >= vocab_size)
+      throw data::DataError(where + ": feature 'input_ids' holds " + std::to_string(v[i]) +
+                            " at index " + std::to_string(i) +
+                            ", outside the model's vocabulary (vocab_size) of " +
+                            std::to_string(vocab_size));
+}
+
 DatasetPtr build_sentence_prediction_inputs(const SentencePredictionDataConfig& params,
                                             const InputContext& input_context,
                                             int64_t vocab_size) {
@@ -78,16 +89,7 @@ DatasetPtr build_sentence_prediction_inputs(const SentencePredictionDataConfig& 
     out["input_word_ids"] = parsed.at("input_ids");
     out["input_mask"] = parsed.at("input_mask");
     out["input_type_ids"] = parsed.at("segment_ids");
-    if (vocab_size > 0) {
-      const at::Tensor& ids = out["input_word_ids"];
-      const int64_t* v = ids.data_ptr<int64_t>();
-      for (int64_t i = 0; i < ids.numel(); ++i)
-        if (v[i] < 0 || v[i] >= vocab_size)
-          throw data::DataError(at + ": feature 'input_ids' holds " + std::to_string(v[i]) +
-                                " at index " + std::to_string(i) +
-                                ", outside the model's vocabulary (vocab_size) of " +
-                                std::to_string(vocab_size));
-    }
+    check_input_ids(out["input_word_ids"], vocab_size, at);
     out["label_ids"] = parsed.at(label_field).reshape({});
     if (example_id) out["example_id"] = parsed.at("example_id").reshape({});
     return out;

@@ -15,6 +15,7 @@
 #include "garden/data/parse_spec.h"
 #include "garden/data/pipeline.h"
 #include "garden/data/tfrecord.h"
+#include "garden/nlp/data/sentence_prediction_data.h"
 
 namespace garden::nlp {
 
@@ -222,16 +223,7 @@ DatasetPtr build_tagging_inputs(const TaggingDataConfig& params, const InputCont
       throw data::DataError(at + ": " + e.what());
     }
     Batch parsed = data::parse(example, *frozen, where).tensors;
-    if (vocab_size > 0) {
-      const at::Tensor& ids = parsed.at("input_ids");
-      const int64_t* v = ids.data_ptr<int64_t>();
-      for (int64_t i = 0; i < ids.numel(); ++i)
-        if (v[i] < 0 || v[i] >= vocab_size)
-          throw data::DataError(at + ": feature 'input_ids' holds " + std::to_string(v[i]) +
-                                " at index " + std::to_string(i) +
-                                ", outside the model's vocabulary (vocab_size) of " +
-                                std::to_string(vocab_size));
-    }
+    check_input_ids(parsed.at("input_ids"), vocab_size, at);
     Batch out{{"input_word_ids", parsed.at("input_ids")},
               {"input_mask", parsed.at("input_mask")},
               {"input_type_ids", parsed.at("segment_ids")},

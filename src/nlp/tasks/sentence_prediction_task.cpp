@@ -13,8 +13,6 @@ namespace garden::nlp {
 namespace {
 
 constexpr const char* kRows = "sentence_prediction_rows";
-constexpr const char* kWordPieceAsset = "vocab.txt";
-constexpr const char* kSentencePieceAsset = "sp.model";
 
 BertClassifierImpl& as_classifier(Model& model) {
   auto* classifier = model.as<BertClassifierImpl>();
@@ -46,7 +44,10 @@ double value_of(int64_t bits) {
 
 SentencePredictionTask::SentencePredictionTask(
     std::shared_ptr<const SentencePredictionConfig> params, std::string logging_dir)
-    : Task(params, std::move(logging_dir)), config_(*params) {}
+    : Task(params, std::move(logging_dir)),
+      config_(*params),
+      text_tokenizer_(params->train_data.vocab_file, params->train_data.tokenization,
+                      params->train_data.lower_case) {}
 
 DatasetPtr SentencePredictionTask::build_inputs(const config::DataConfig& params,
                                                 const InputContext& input_context) {
@@ -189,17 +190,7 @@ Batch SentencePredictionTask::inference_step(const Batch& inputs, Model& model) 
   return outputs;
 }
 
-const FinetuningTokenizer& SentencePredictionTask::tokenizer() {
-  if (!tokenizer_) {
-    const auto& data = config_.train_data;
-    const std::string path = serving_vocab_path_.empty() ? data.vocab_file : serving_vocab_path_;
-    if (path.empty())
-      throw Error("task.train_data.vocab_file is empty: the task has no tokenizer for raw text");
-    tokenizer_ = FinetuningTokenizer::open(tokenization_kind(data.tokenization), path,
-                                           data.lower_case, "task.train_data.vocab_file");
-  }
-  return *tokenizer_;
-}
+const FinetuningTokenizer& SentencePredictionTask::tokenizer() { return text_tokenizer_.get(); }
 
 ServingSignature SentencePredictionTask::serving_signature() {
   ServingSignature signature;
@@ -221,21 +212,12 @@ ServingSignature SentencePredictionTask::serving_signature() {
 }
 
 std::map<std::string, std::string> SentencePredictionTask::serving_assets() {
-  if (!serves_text()) return {};
-  const bool wordpiece = config_.train_data.tokenization == "WordPiece";
-  return {{wordpiece ? kWordPieceAsset : kSentencePieceAsset, config_.train_data.vocab_file}};
+  return text_tokenizer_.assets();
 }
 
 void SentencePredictionTask::prepare_serving(const nlohmann::json& task_metadata,
                                              const std::map<std::string, std::string>& assets) {
-  if (serves_text()) {
-    const bool wordpiece = config_.train_data.tokenization == "WordPiece";
-    const char* name = wordpiece ? kWordPieceAsset : kSentencePieceAsset;
-    const auto it = assets.find(name);
-    if (it == assets.end()) throw Error(std::string("the export has no asset '") + name + "'");
-    serving_vocab_path_ = it->second;
-    tokenizer_.reset();
-  }
+  text_tokenizer_.use_assets(assets);
   restore_checkpoint_metadata(task_metadata);
 }
 

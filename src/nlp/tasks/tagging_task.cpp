@@ -14,8 +14,6 @@ namespace {
 
 constexpr const char* kLabelRows = "tagging_label_rows";
 constexpr const char* kPredictRows = "tagging_predict_rows";
-constexpr const char* kWordPieceAsset = "vocab.txt";
-constexpr const char* kSentencePieceAsset = "sp.model";
 
 BertTokenClassifierImpl& as_tagger(Model& model) {
   auto* tagger = model.as<BertTokenClassifierImpl>();
@@ -32,7 +30,10 @@ const at::Tensor& input(const Batch& batch, const std::string& key) {
 }  // namespace
 
 TaggingTask::TaggingTask(std::shared_ptr<const TaggingConfig> params, std::string logging_dir)
-    : Task(params, std::move(logging_dir)), config_(*params) {}
+    : Task(params, std::move(logging_dir)),
+      config_(*params),
+      text_tokenizer_(params->train_data.vocab_file, params->train_data.tokenization,
+                      params->train_data.lower_case) {}
 
 DatasetPtr TaggingTask::build_inputs(const config::DataConfig& params,
                                      const InputContext& input_context) {
@@ -142,38 +143,21 @@ Logs TaggingTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {
   return logs;
 }
 
-const FinetuningTokenizer& TaggingTask::tokenizer() {
-  if (!tokenizer_) {
-    const auto& data = config_.train_data;
-    const std::string path = serving_vocab_path_.empty() ? data.vocab_file : serving_vocab_path_;
-    if (path.empty())
-      throw Error("task.train_data.vocab_file is empty: the task has no tokenizer for raw text");
-    tokenizer_ = FinetuningTokenizer::open(tokenization_kind(data.tokenization), path,
-                                           data.lower_case, "task.train_data.vocab_file");
-  }
-  return *tokenizer_;
-}
+const FinetuningTokenizer& TaggingTask::tokenizer() { return text_tokenizer_.get(); }
 
 ServingSignature TaggingTask::serving_signature() {
-  if (config_.train_data.vocab_file.empty())
+  if (!text_tokenizer_.configured())
     throw Error("the tagging task serves raw text: set task.train_data.vocab_file");
   return {{{"sentence", {"DT_STRING", {}}}}, {{"labels", {"DT_STRING", {-1}}}}};
 }
 
 std::map<std::string, std::string> TaggingTask::serving_assets() {
-  if (config_.train_data.vocab_file.empty()) return {};
-  const bool wordpiece = config_.train_data.tokenization == "WordPiece";
-  return {{wordpiece ? kWordPieceAsset : kSentencePieceAsset, config_.train_data.vocab_file}};
+  return text_tokenizer_.assets();
 }
 
 void TaggingTask::prepare_serving(const nlohmann::json& task_metadata,
                                   const std::map<std::string, std::string>& assets) {
-  const bool wordpiece = config_.train_data.tokenization == "WordPiece";
-  const char* name = wordpiece ? kWordPieceAsset : kSentencePieceAsset;
-  const auto it = assets.find(name);
-  if (it == assets.end()) throw Error(std::string("the export has no asset '") + name + "'");
-  serving_vocab_path_ = it->second;
-  tokenizer_.reset();
+  text_tokenizer_.use_assets(assets);
   restore_checkpoint_metadata(task_metadata);
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +85,27 @@ class FinetuningTokenizer {
 // "WordPiece" or "SentencePiece" (Model Garden's `tokenization`); throws for
 // anything else.
 FinetuningTokenizer::Kind tokenization_kind(const std::string& name);
+
+// The raw-text tokenizer of a fine-tuning task that serves text: its data
+// config's vocab_file (tokenization, lower_case) while training, the
+// export's asset once prepare_serving gave it. Opened on first use.
+class TaskTextTokenizer {
+ public:
+  TaskTextTokenizer(std::string vocab_file, std::string tokenization, bool lower_case);
+  bool configured() const { return !vocab_file_.empty(); }
+  // The file export copies: {"vocab.txt" or "sp.model": vocab_file}, or
+  // none when no vocab_file is set.
+  std::map<std::string, std::string> assets() const;
+  // The export's copy; throws garden::Error when the export lacks it.
+  void use_assets(const std::map<std::string, std::string>& assets);
+  const FinetuningTokenizer& get();
+
+ private:
+  std::string vocab_file_, tokenization_;
+  bool lower_case_;
+  std::string asset_path_;
+  std::shared_ptr<const FinetuningTokenizer> tokenizer_;
+};
 
 // The model inputs of one example, each max_seq_length long (Model Garden's
 // InputFeatures; `segment_ids` is what the model calls input_type_ids).

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include <ATen/core/Tensor.h>
+
 #include "garden/base/dataset.h"
 #include "garden/config/definitions.h"
 
@@ -39,6 +41,11 @@ struct SentencePredictionDataConfig : config::DataConfig {
 // record without a feature, with one of another length, or with an id
 // outside [0, vocab_size) (when vocab_size > 0) is one garden::Error naming
 // the file, the record and the feature.
+// The first id of `ids` (int64) outside [0, vocab_size), as one
+// garden::DataError "WHERE: feature 'input_ids' holds ..."; nothing when
+// vocab_size is 0. For the fine-tuning loaders.
+void check_input_ids(const at::Tensor& ids, int64_t vocab_size, const std::string& where);
+
 DatasetPtr build_sentence_prediction_inputs(const SentencePredictionDataConfig& params,
                                             const InputContext& input_context = {},
                                             int64_t vocab_size = 0);

@@ -65,11 +65,10 @@ class SentencePredictionTask : public Task {
 
  private:
   bool regression() const { return config_.model.num_classes == 1; }
-  bool serves_text() const { return !config_.train_data.vocab_file.empty(); }
+  bool serves_text() const { return text_tokenizer_.configured(); }
 
   const SentencePredictionConfig& config_;
-  std::string serving_vocab_path_;
-  std::shared_ptr<const FinetuningTokenizer> tokenizer_;
+  TaskTextTokenizer text_tokenizer_;
 };
 
 }  // namespace garden::nlp

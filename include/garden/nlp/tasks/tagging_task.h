@@ -57,8 +57,7 @@ class TaggingTask : public Task {
 
  private:
   const TaggingConfig& config_;
-  std::string serving_vocab_path_;
-  std::shared_ptr<const FinetuningTokenizer> tokenizer_;
+  TaskTextTokenizer text_tokenizer_;
 };
 
 }  // namespace garden::nlp
