@@ -490,6 +490,12 @@ TEST_F(SentencePredictionTest, ConfigsModelGardenRejectsOrGardenLacksAreRefused)
   refused("task.hub_module_url=https://tfhub.dev/x", "task.hub_module_url");
   refused("task.train_data.tokenization=BPE", "task.train_data.tokenization");
   refused("task.train_data.seq_length=1024", "task.train_data.seq_length");
+  // Model Garden's bert/sentence_prediction leaves num_classes 0: garden
+  // config shows it, building the model asks for it.
+  auto unset = garden::config::get_experiment_config("bert/sentence_prediction");
+  garden::config::validate_config(*unset);
+  EXPECT_THROW_MSG(garden::get_task(unset->task, "")->build_model(), garden::Error,
+                   "task.model.num_classes is 0");
 }
 
 }  // namespace

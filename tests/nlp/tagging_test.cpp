@@ -18,6 +18,7 @@
 #include "garden/config/registry.h"
 #include "garden/config/yaml_io.h"
 #include "garden/core/runtime.h"
+#include "garden/core/task.h"
 #include "garden/core/train_lib.h"
 #include "garden/nlp/data/tagging_data.h"
 #include "garden/nlp/metrics/seqeval.h"
@@ -238,6 +239,12 @@ TEST_F(TaggingTest, ATinyModelLearnsToTagAndItsExportServesRawText) {
   EXPECT_GE(garden::to_double(logs.at("f1")), 0.95);
   EXPECT_GE(garden::to_double(logs.at("accuracy")), 0.95);
   EXPECT_TRUE(logs.count("precision") && logs.count("recall"));
+  // bert/tagging's default has no class names: the model asks for them.
+  auto unset = garden::config::get_experiment_config("bert/tagging");
+  garden::config::validate_config(*unset);
+  EXPECT_NE(error_text([&] { garden::get_task(unset->task, "")->build_model(); })
+                .find("task.class_names is empty"),
+            std::string::npos);
 
   garden::serving::ExportOptions export_options;
   export_options.experiment = "bert/tagging";

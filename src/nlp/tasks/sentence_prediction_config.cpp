@@ -12,7 +12,9 @@ void SentencePredictionModelConfig::visit(config::Visitor& v) {
 }
 
 void SentencePredictionModelConfig::validate() const {
-  config::check_range("num_classes", num_classes, config::Range::at_least(1));
+  // 0, Model Garden's default, means "not set yet": garden config shows the
+  // experiment; building the model asks for it.
+  config::check_range("num_classes", num_classes, config::Range::at_least(0));
   if (use_encoder_pooler)
     config::refuse("use_encoder_pooler",
                    "true is not implemented: Garden's BERT encoder has no pooler; the "

@@ -58,6 +58,8 @@ DatasetPtr SentencePredictionTask::build_inputs(const config::DataConfig& params
 }
 
 ModelPtr SentencePredictionTask::build_model() {
+  if (config_.model.num_classes < 1)
+    throw Error("task.model.num_classes is 0: set the number of classes (1 for a regression)");
   return BertClassifier(config_.model.options()).ptr();
 }
 

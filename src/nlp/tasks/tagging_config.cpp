@@ -30,9 +30,6 @@ void TaggingConfig::visit_task_fields(config::Visitor& v) {
 void TaggingConfig::validate() const {
   if (!hub_module_url.empty())
     config::refuse("hub_module_url", "TF Hub modules are not supported; use init_checkpoint");
-  if (class_names.empty())
-    config::refuse("class_names", "is empty; list the label of each id (create_finetuning_data's "
-                                  "meta data holds them as label_list)");
   const auto& encoder = model.encoder.bert;
   for (const auto* data : {&train_data, &validation_data})
     if (data->seq_length > encoder.max_position_embeddings)

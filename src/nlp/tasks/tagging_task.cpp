@@ -42,7 +42,13 @@ DatasetPtr TaggingTask::build_inputs(const config::DataConfig& params,
   return build_tagging_inputs(*data, input_context, config_.model.encoder.bert.vocab_size);
 }
 
-ModelPtr TaggingTask::build_model() { return BertTokenClassifier(config_.model_options()).ptr(); }
+ModelPtr TaggingTask::build_model() {
+  // Empty is bert/tagging's default, so that garden config shows it.
+  if (config_.class_names.empty())
+    throw Error("task.class_names is empty: list the label of each id (create_finetuning_data's "
+                "meta data holds them as label_list)");
+  return BertTokenClassifier(config_.model_options()).ptr();
+}
 
 Batch TaggingTask::call_model(Model& model, const Batch& features, bool) {
   return {{"logits", as_tagger(model).forward(input(features, "input_word_ids"),

@@ -21,7 +21,8 @@ struct TaggingConfig : config::TaskConfigWith<TaggingModelConfig, TaggingDataCon
   // init_checkpoint_modules starts as [encoder], as for sentence prediction.
   TaggingConfig();
   std::string hub_module_url;
-  // The label of each id, in order (required): BIO tags for entities.
+  // The label of each id, in order: BIO tags for entities. Required to
+  // build the model.
   config::NameList class_names;
   void validate() const override;
   BertTokenClassifierOptions model_options() const;
