@@ -28,15 +28,15 @@ CLI::App* add_create_finetuning_data_command(CLI::App& app) {
       ->add_option("--tagging_task_name", o.tagging_task_name,
                    "The label set of tagging data: panx (named entities, BIO) or udpos")
       ->capture_default_str();
-  command->add_option("--input_data_dir", o.input_data_dir,
-                      "Folder of train.tsv and dev.tsv (tagging: train-en.tsv and dev-en.tsv)")
+  command
+      ->add_option("--input_data_dir", o.input_data_dir,
+                   "Folder of train.tsv and dev.tsv (tagging: train-en.tsv and dev-en.tsv)")
       ->required();
   command->add_option("--train_data_output_path", o.train_data_output_path, "Training TFRecord")
       ->required();
   command->add_option("--eval_data_output_path", o.eval_data_output_path,
                       "Evaluation TFRecord (from dev.tsv; dev_matched.tsv for MNLI)");
-  command->add_option("--meta_data_file_path", o.meta_data_file_path, "Meta data JSON")
-      ->required();
+  command->add_option("--meta_data_file_path", o.meta_data_file_path, "Meta data JSON")->required();
   command->add_option("--vocab_file", o.vocab_file, "WordPiece vocabulary (one token a line)");
   command->add_option("--sp_model_file", o.sp_model_file,
                       "SentencePiece model instead of --vocab_file; needs [CLS] and [SEP]");

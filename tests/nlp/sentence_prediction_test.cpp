@@ -39,10 +39,10 @@ using garden::nlp::FinetuningTokenizer;
 using json = nlohmann::json;
 
 // `expr` throws a garden::Error whose message holds `text`.
-#define EXPECT_THROW_MSG(expr, type, text)                                    \
-  do {                                                                        \
+#define EXPECT_THROW_MSG(expr, type, text)                                     \
+  do {                                                                         \
     const std::string message_ = garden_test::error_of([&] { (void)(expr); }); \
-    EXPECT_NE(message_.find(text), std::string::npos) << message_;           \
+    EXPECT_NE(message_.find(text), std::string::npos) << message_;             \
   } while (0)
 
 std::string read_file(const std::string& path) {
@@ -52,11 +52,11 @@ std::string read_file(const std::string& path) {
 
 // ids: [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4, then the words from 5.
 const std::vector<std::string> kVocab = {
-    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the",    "a",      "message", "about",
-    "alpha", "bravo", "charlie", "delta", "echo",  "foxtrot", "golf", "hotel",   "##s",
-    "today", "is",    "."};
-constexpr int64_t kThe = 5, kA = 6, kMessage = 7, kAbout = 8, kAlpha = 9, kBravo = 10,
-                  kEcho = 13, kToday = 18, kS = 17;
+    "[PAD]",   "[UNK]", "[CLS]", "[SEP]", "[MASK]",  "the",   "a",
+    "message", "about", "alpha", "bravo", "charlie", "delta", "echo",
+    "foxtrot", "golf",  "hotel", "##s",   "today",   "is",    "."};
+constexpr int64_t kThe = 5, kA = 6, kMessage = 7, kAbout = 8, kAlpha = 9, kBravo = 10, kEcho = 13,
+                  kToday = 18, kS = 17;
 
 std::string write(const fs::path& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
@@ -121,7 +121,8 @@ class SentencePredictionTest : public ::testing::Test {
         *experiment,
         "task.model.encoder.bert.vocab_size=21,task.model.encoder.bert.hidden_size=32,"
         "task.model.encoder.bert.num_layers=2,task.model.encoder.bert.intermediate_size=64,"
-        "task.model.encoder.bert.embedding_size=32,task.model.encoder.bert.max_position_embeddings=16,"
+        "task.model.encoder.bert.embedding_size=32,task.model.encoder.bert.max_position_embeddings="
+        "16,"
         "task.train_data.seq_length=16,task.validation_data.seq_length=16,"
         "task.train_data.tokenization=WordPiece,task.train_data.lower_case=true,"
         "task.class_names=[zero,one],trainer.optimizer_config.learning_rate.polynomial."
@@ -190,10 +191,11 @@ TEST_F(SentencePredictionTest, GlueLayoutsAreReadAsModelGardenReadsThem) {
   EXPECT_EQ(sts.at(0).text_a, "x y");
   EXPECT_EQ(sts.at(0).label, "3.8");
   // QQP skips lines with too few columns, as Model Garden's processor does.
-  auto qqp = read_classifier_examples(
-      classifier_processor("QQP"),
-      write(dir_ / "qqp.tsv", "id\tq1\tq2\tquestion1\tquestion2\tis_duplicate\nbroken line\n"
-                              "1\t2\t3\tWhy?\tHow?\t0\n"));
+  auto qqp =
+      read_classifier_examples(classifier_processor("QQP"),
+                               write(dir_ / "qqp.tsv",
+                                     "id\tq1\tq2\tquestion1\tquestion2\tis_duplicate\nbroken line\n"
+                                     "1\t2\t3\tWhy?\tHow?\t0\n"));
   EXPECT_EQ(qqp.size(), 1u);
 }
 
@@ -207,8 +209,8 @@ TEST_F(SentencePredictionTest, BadInputNamesTheFileLineAndColumn) {
   const std::string bad_label = write(dir_ / "label.tsv", "sentence\tlabel\nok\tyes\n");
   EXPECT_THROW_MSG(read_classifier_examples(sst, bad_label), garden::Error,
                    bad_label + ":2, column 2: label 'yes' is not one of 0, 1");
-  const std::string bad_number = write(
-      dir_ / "number.tsv", "h\th\th\th\th\th\th\th\th\th\n0\t1\t2\t3\t4\t5\t6\ta\tb\tfour\n");
+  const std::string bad_number =
+      write(dir_ / "number.tsv", "h\th\th\th\th\th\th\th\th\th\n0\t1\t2\t3\t4\t5\t6\ta\tb\tfour\n");
   EXPECT_THROW_MSG(read_classifier_examples(classifier_processor("STS-B"), bad_number),
                    garden::Error, ":2, column 10: label 'four' is not a number");
   const std::string bad_utf8 = write(dir_ / "utf8.tsv", "sentence\tlabel\nab\xff\t1\n");
@@ -230,16 +232,18 @@ TEST_F(SentencePredictionTest, InputsAreEncodedAsModelGardenEncodesThem) {
   // from its end: [CLS] the message about [SEP] alpha bravo [SEP].
   auto pair = garden::nlp::encode_classifier_input(*tokenizer, "the message about a today",
                                                    std::string("alpha bravo"), 8);
-  EXPECT_EQ(pair.input_ids, (std::vector<int64_t>{2, kThe, kMessage, kAbout, 3, kAlpha, kBravo, 3}));
+  EXPECT_EQ(pair.input_ids,
+            (std::vector<int64_t>{2, kThe, kMessage, kAbout, 3, kAlpha, kBravo, 3}));
   EXPECT_EQ(pair.segment_ids, (std::vector<int64_t>{0, 0, 0, 0, 0, 1, 1, 1}));
   EXPECT_EQ(pair.input_mask, std::vector<int64_t>(8, 1));
   // Equal lengths lose from the second side first (Model Garden pops b
   // when a is not longer).
-  auto even = garden::nlp::encode_classifier_input(*tokenizer, "alpha bravo", std::string("echo a"),
-                                                   6);
+  auto even =
+      garden::nlp::encode_classifier_input(*tokenizer, "alpha bravo", std::string("echo a"), 6);
   EXPECT_EQ(even.input_ids, (std::vector<int64_t>{2, kAlpha, kBravo, 3, kEcho, 3}));
   // A single text is cut to max_seq_length - 2.
-  auto cut = garden::nlp::encode_classifier_input(*tokenizer, "the a message about", std::nullopt, 4);
+  auto cut =
+      garden::nlp::encode_classifier_input(*tokenizer, "the a message about", std::nullopt, 4);
   EXPECT_EQ(cut.input_ids, (std::vector<int64_t>{2, kThe, kA, 3}));
   // A tokenizer without [SEP] is refused naming the file.
   const std::string no_sep = write(dir_ / "no_sep.txt", "[PAD]\n[UNK]\n[CLS]\nthe\n");
@@ -269,8 +273,8 @@ TEST_F(SentencePredictionTest, RecordsReadBackByAnIndependentReaderHoldTheTokeni
   for (std::size_t i = 0; i < records.size(); ++i) {
     auto features = ref::ref_parse_example(records[i]);
     ASSERT_EQ(features.size(), 5u);
-    for (const char* name : {"input_ids", "input_mask", "segment_ids", "label_ids",
-                             "is_real_example"})
+    for (const char* name :
+         {"input_ids", "input_mask", "segment_ids", "label_ids", "is_real_example"})
       ASSERT_EQ(features[name].kind, ref::kInt64ListField) << name;
     const auto expected =
         garden::nlp::encode_classifier_input(*tokenizer, examples[i].text_a, std::nullopt, 16);
@@ -389,8 +393,8 @@ TEST_F(SentencePredictionTest, ATinyModelLearnsASeparableSetAndItsExportServesRa
   // The same through the task itself, with the checkpoint's weights.
   auto task = garden::get_task(experiment->task, options.model_dir);
   auto model = task->build_model();
-  garden::load_model_state(
-      *model, garden::read_checkpoint_file(exported.checkpoint).tensors, "model/", true);
+  garden::load_model_state(*model, garden::read_checkpoint_file(exported.checkpoint).tensors,
+                           "model/", true);
   const auto outputs = task->inference_step(task->serving_inputs(instances), *model);
   for (int b = 0; b < 2; ++b)
     for (int c = 0; c < 2; ++c)

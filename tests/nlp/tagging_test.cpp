@@ -46,7 +46,8 @@ std::string write(const fs::path& path, const std::string& text) {
 TEST(SeqevalTest, ScoresAsSeqevalsReadmeExample) {
   // seqeval's README: f1 0.50, accuracy 0.80.
   const Tags truth = {{"O", "O", "O", "B-MISC", "I-MISC", "I-MISC", "O"}, {"B-PER", "I-PER", "O"}};
-  const Tags found = {{"O", "O", "B-MISC", "I-MISC", "I-MISC", "I-MISC", "O"}, {"B-PER", "I-PER", "O"}};
+  const Tags found = {{"O", "O", "B-MISC", "I-MISC", "I-MISC", "I-MISC", "O"},
+                      {"B-PER", "I-PER", "O"}};
   const auto s = garden::nlp::seqeval_scores(truth, found);
   EXPECT_DOUBLE_EQ(s.precision, 0.5);
   EXPECT_DOUBLE_EQ(s.recall, 0.5);
@@ -72,9 +73,9 @@ TEST(SeqevalTest, ChunksStartAtIAndEndWhereTheTypeChanges) {
 }
 
 // ids: [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4, then the words.
-const std::vector<std::string> kVocab = {"[PAD]",   "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the",
-                                         "message", "about", "alpha", "bravo", "echo",   "##s",
-                                         "today",   "is",    "a"};
+const std::vector<std::string> kVocab = {"[PAD]", "[UNK]",   "[CLS]", "[SEP]", "[MASK]",
+                                         "the",   "message", "about", "alpha", "bravo",
+                                         "echo",  "##s",     "today", "is",    "a"};
 
 // Sentences of filler words holding "alpha bravo" (a person) or "echo" (a
 // place), in word<TAB>label lines.
@@ -144,12 +145,14 @@ TEST_F(TaggingTest, FilesAreReadAsWordAndLabelLinesAndBadLinesNamed) {
   EXPECT_EQ(examples[1].sentence_id, 1);
   EXPECT_EQ(examples[1].label_ids, (std::vector<int64_t>{0, 3}));
   const std::string bad_label = write(dir_ / "bad.tsv", "alpha\tB-PER\nbravo\tB-FOO\n");
-  EXPECT_NE(error_text([&] { garden::nlp::read_tagging_examples(bad_label, panx); })
-                .find(bad_label + ":2, column 2: label 'B-FOO' is not one of O, B-PER"),
+  EXPECT_NE(error_text([&] {
+              garden::nlp::read_tagging_examples(bad_label, panx);
+            }).find(bad_label + ":2, column 2: label 'B-FOO' is not one of O, B-PER"),
             std::string::npos);
   const std::string no_tab = write(dir_ / "tab.tsv", "alpha B-PER\n");
-  EXPECT_NE(error_text([&] { garden::nlp::read_tagging_examples(no_tab, panx); })
-                .find(no_tab + ":1: expected word<TAB>label"),
+  EXPECT_NE(error_text([&] {
+              garden::nlp::read_tagging_examples(no_tab, panx);
+            }).find(no_tab + ":1: expected word<TAB>label"),
             std::string::npos);
   EXPECT_NE(error_text([&] { garden::nlp::tagging_labels("conll"); }).find("panx, udpos"),
             std::string::npos);
@@ -216,7 +219,8 @@ TEST_F(TaggingTest, ATinyModelLearnsToTagAndItsExportServesRawText) {
       *experiment,
       "task.model.encoder.bert.vocab_size=15,task.model.encoder.bert.hidden_size=32,"
       "task.model.encoder.bert.num_layers=2,task.model.encoder.bert.num_attention_heads=2,"
-      "task.model.encoder.bert.intermediate_size=64,task.model.encoder.bert.max_position_embeddings=16,"
+      "task.model.encoder.bert.intermediate_size=64,task.model.encoder.bert.max_position_"
+      "embeddings=16,"
       "task.train_data.seq_length=16,task.validation_data.seq_length=16,"
       "task.train_data.global_batch_size=16,task.validation_data.global_batch_size=16,"
       "task.class_names=[O,B-PER,I-PER,B-LOC,I-LOC,B-ORG,I-ORG],"
@@ -242,8 +246,9 @@ TEST_F(TaggingTest, ATinyModelLearnsToTagAndItsExportServesRawText) {
   // bert/tagging's default has no class names: the model asks for them.
   auto unset = garden::config::get_experiment_config("bert/tagging");
   garden::config::validate_config(*unset);
-  EXPECT_NE(error_text([&] { garden::get_task(unset->task, "")->build_model(); })
-                .find("task.class_names is empty"),
+  EXPECT_NE(error_text([&] {
+              garden::get_task(unset->task, "")->build_model();
+            }).find("task.class_names is empty"),
             std::string::npos);
 
   garden::serving::ExportOptions export_options;

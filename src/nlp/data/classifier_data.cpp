@@ -123,7 +123,8 @@ std::string preprocess_text(std::string_view text, bool lower) {
     }
   }
   std::u32string stripped;
-  for (const char32_t cp : unicode::decode_utf8(quoted)) data::unicode::append_stripped(cp, stripped);
+  for (const char32_t cp : unicode::decode_utf8(quoted))
+    data::unicode::append_stripped(cp, stripped);
   std::u32string cased;
   if (lower)
     for (const char32_t cp : stripped) unicode::append_lower(cp, cased);
@@ -384,7 +385,8 @@ FinetuningDataReport create_finetuning_data(const FinetuningDataOptions& o) {
   const auto tokenizer = open_finetuning_tokenizer(o);
 
   // Everything is read and checked before anything is written.
-  const auto train = read_classifier_examples(processor, in_dir(o.input_data_dir, processor.train_file));
+  const auto train =
+      read_classifier_examples(processor, in_dir(o.input_data_dir, processor.train_file));
   std::vector<ClassifierExample> eval;
   if (!o.eval_data_output_path.empty())
     eval = read_classifier_examples(processor, in_dir(o.input_data_dir, processor.dev_file));

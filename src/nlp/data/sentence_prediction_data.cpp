@@ -56,8 +56,7 @@ void check_input_ids(const at::Tensor& ids, int64_t vocab_size, const std::strin
 }
 
 DatasetPtr build_sentence_prediction_inputs(const SentencePredictionDataConfig& params,
-                                            const InputContext& input_context,
-                                            int64_t vocab_size) {
+                                            const InputContext& input_context, int64_t vocab_size) {
   if (params.input_path.empty())
     throw Error("input_path is empty; name the TFRecord files create_finetuning_data wrote");
   using data::DType;

@@ -22,9 +22,9 @@ namespace garden::nlp {
 const std::vector<std::string>& tagging_labels(const std::string& tagging_task_name) {
   static const std::vector<std::string> panx = {"O",     "B-PER", "I-PER", "B-LOC",
                                                 "I-LOC", "B-ORG", "I-ORG"};
-  static const std::vector<std::string> udpos = {"ADJ",  "ADP",   "ADV",  "AUX",   "CCONJ", "DET",
-                                                 "INTJ", "NOUN",  "NUM",  "PART",  "PRON",  "PROPN",
-                                                 "PUNCT", "SCONJ", "SYM", "VERB",  "X"};
+  static const std::vector<std::string> udpos = {"ADJ",   "ADP",   "ADV", "AUX",  "CCONJ", "DET",
+                                                 "INTJ",  "NOUN",  "NUM", "PART", "PRON",  "PROPN",
+                                                 "PUNCT", "SCONJ", "SYM", "VERB", "X"};
   if (tagging_task_name == "panx") return panx;
   if (tagging_task_name == "udpos") return udpos;
   throw Error("--tagging_task_name '" + tagging_task_name + "' is not one of panx, udpos");

@@ -18,7 +18,8 @@ bool end_of_chunk(char prev_tag, char tag, const std::string& prev_type, const s
   return prev_tag != 'O' && prev_tag != '.' && prev_type != type;
 }
 
-bool start_of_chunk(char prev_tag, char tag, const std::string& prev_type, const std::string& type) {
+bool start_of_chunk(char prev_tag, char tag, const std::string& prev_type,
+                    const std::string& type) {
   if (tag == 'B' || tag == 'S') return true;
   if ((prev_tag == 'E' || prev_tag == 'S' || prev_tag == 'O') && (tag == 'E' || tag == 'I'))
     return true;
@@ -64,7 +65,8 @@ SeqevalScores seqeval_scores(const std::vector<std::vector<std::string>>& labels
     if (labels[s].size() != predictions[s].size())
       throw std::invalid_argument("seqeval_scores: sequence " + std::to_string(s) +
                                   " differs in length");
-    for (std::size_t t = 0; t < labels[s].size(); ++t, ++tokens) equal += labels[s][t] == predictions[s][t];
+    for (std::size_t t = 0; t < labels[s].size(); ++t, ++tokens)
+      equal += labels[s][t] == predictions[s][t];
   }
   auto truth = get_entities(labels);
   auto found = get_entities(predictions);

@@ -7,8 +7,7 @@
 
 namespace garden::nlp {
 
-BertClassifierImpl::BertClassifierImpl(const BertClassifierOptions& options)
-    : options_(options) {
+BertClassifierImpl::BertClassifierImpl(const BertClassifierOptions& options) : options_(options) {
   encoder = register_module("encoder", BertEncoder(options.encoder));
   ClassificationHeadOptions head;
   head.input_width = options.encoder.hidden_size;
@@ -36,8 +35,8 @@ BertTokenClassifierImpl::BertTokenClassifierImpl(const BertTokenClassifierOption
   if (!(options.dropout_rate >= 0.0 && options.dropout_rate < 1.0))
     throw Error("token classifier: dropout_rate must be in [0, 1)");
   encoder = register_module("encoder", BertEncoder(options.encoder));
-  classifier = register_module(
-      "classifier", torch::nn::Linear(options.encoder.hidden_size, options.num_classes));
+  classifier = register_module("classifier",
+                               torch::nn::Linear(options.encoder.hidden_size, options.num_classes));
   torch::NoGradGuard no_grad;
   truncated_normal_(classifier->weight, options.initializer_range);
   classifier->bias.zero_();

@@ -87,15 +87,17 @@ std::shared_ptr<config::ExperimentConfig> tagging_experiment() {
 
 void register_finetuning() {
   register_task<SentencePredictionConfig, SentencePredictionTask>("sentence_prediction");
-  config::register_experiment("bert/sentence_prediction",
-                              "Model Garden's sentence prediction (GLUE) fine-tuning of a BERT-base "
-                              "encoder; set num_classes, the data and init_checkpoint",
-                              sentence_prediction_experiment);
+  config::register_experiment(
+      "bert/sentence_prediction",
+      "Model Garden's sentence prediction (GLUE) fine-tuning of a BERT-base "
+      "encoder; set num_classes, the data and init_checkpoint",
+      sentence_prediction_experiment);
   register_task<TaggingConfig, TaggingTask>("tagging");
-  config::register_experiment("bert/tagging",
-                              "Model Garden's tagging (a label per word: NER, POS) fine-tuning of a "
-                              "BERT-base encoder; set class_names, the data and init_checkpoint",
-                              tagging_experiment);
+  config::register_experiment(
+      "bert/tagging",
+      "Model Garden's tagging (a label per word: NER, POS) fine-tuning of a "
+      "BERT-base encoder; set class_names, the data and init_checkpoint",
+      tagging_experiment);
   config::register_experiment("bert/sentence_prediction_tiny",
                               "Sentence prediction on electra/tiny's encoder for a CPU; set the "
                               "data, vocab_file and init_checkpoint",

@@ -140,9 +140,9 @@ Logs SentencePredictionTask::reduce_aggregated_logs(const Logs& aggregated_logs,
       predictions.push_back(value_of(row[1]));
     }
     if (config_.metric_type == "pearson_spearman_corr")
-      logs["pearson_spearman_corr"] = (pearson_correlation(predictions, labels) +
-                                       spearman_correlation(predictions, labels)) /
-                                      2.0;
+      logs["pearson_spearman_corr"] =
+          (pearson_correlation(predictions, labels) + spearman_correlation(predictions, labels)) /
+          2.0;
     return logs;
   }
   std::vector<int64_t> labels, predictions;
@@ -188,7 +188,8 @@ Batch SentencePredictionTask::inference_step(const Batch& inputs, Model& model) 
   torch::NoGradGuard no_grad;
   if (model.is_training()) model.eval();
   Batch outputs = call_model(model, inputs, /*training=*/false);
-  if (!regression()) outputs["probabilities"] = at::softmax(outputs.at("logits").to(at::kFloat), -1);
+  if (!regression())
+    outputs["probabilities"] = at::softmax(outputs.at("logits").to(at::kFloat), -1);
   return outputs;
 }
 
@@ -294,7 +295,8 @@ Batch SentencePredictionTask::serving_inputs(const std::vector<nlohmann::json>& 
   for (int64_t b = 0; b < batch; ++b) {
     const auto& row = rows[static_cast<std::size_t>(b)];
     const auto n = static_cast<std::ptrdiff_t>(std::min<int64_t>(longest, row.input_ids.size()));
-    std::copy(row.input_ids.begin(), row.input_ids.begin() + n, ids.data_ptr<int64_t>() + b * longest);
+    std::copy(row.input_ids.begin(), row.input_ids.begin() + n,
+              ids.data_ptr<int64_t>() + b * longest);
     std::copy(row.input_mask.begin(), row.input_mask.begin() + n,
               mask.data_ptr<int64_t>() + b * longest);
     std::copy(row.segment_ids.begin(), row.segment_ids.begin() + n,

@@ -33,11 +33,11 @@ void TaggingConfig::validate() const {
   const auto& encoder = model.encoder.bert;
   for (const auto* data : {&train_data, &validation_data})
     if (data->seq_length > encoder.max_position_embeddings)
-      config::refuse(std::string(data == &train_data ? "train_data" : "validation_data") +
-                         ".seq_length",
-                     std::to_string(data->seq_length) +
-                         " is longer than model.encoder.bert.max_position_embeddings " +
-                         std::to_string(encoder.max_position_embeddings));
+      config::refuse(
+          std::string(data == &train_data ? "train_data" : "validation_data") + ".seq_length",
+          std::to_string(data->seq_length) +
+              " is longer than model.encoder.bert.max_position_embeddings " +
+              std::to_string(encoder.max_position_embeddings));
 }
 
 BertTokenClassifierOptions TaggingConfig::model_options() const {

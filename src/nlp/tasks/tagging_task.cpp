@@ -45,8 +45,9 @@ DatasetPtr TaggingTask::build_inputs(const config::DataConfig& params,
 ModelPtr TaggingTask::build_model() {
   // Empty is bert/tagging's default, so that garden config shows it.
   if (config_.class_names.empty())
-    throw Error("task.class_names is empty: list the label of each id (create_finetuning_data's "
-                "meta data holds them as label_list)");
+    throw Error(
+        "task.class_names is empty: list the label of each id (create_finetuning_data's "
+        "meta data holds them as label_list)");
   return BertTokenClassifier(config_.model_options()).ptr();
 }
 
@@ -96,7 +97,8 @@ Logs TaggingTask::validation_step(const Batch& inputs, Model& model, MetricList&
   }
   process_metrics(metrics, inputs, outputs);
   const at::Tensor labels = input(inputs, "label_ids").to(at::kCPU, at::kLong).contiguous();
-  const at::Tensor predictions = outputs.at("logits").argmax(-1).to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor predictions =
+      outputs.at("logits").argmax(-1).to(at::kCPU, at::kLong).contiguous();
   std::vector<std::vector<int64_t>> label_rows, predict_rows;
   for (int64_t b = 0; b < labels.size(0); ++b) {
     std::vector<int64_t> l, p;
@@ -134,7 +136,8 @@ Logs TaggingTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {
     std::vector<std::vector<std::string>> out;
     for (const auto& row : rows) {
       std::vector<std::string> tags;
-      for (const int64_t id : row) tags.push_back(config_.class_names.at(static_cast<std::size_t>(id)));
+      for (const int64_t id : row)
+        tags.push_back(config_.class_names.at(static_cast<std::size_t>(id)));
       out.push_back(std::move(tags));
     }
     return out;
@@ -242,8 +245,8 @@ std::vector<nlohmann::json> TaggingTask::serving_outputs(const Batch& outputs, s
     for (int64_t w = 0; w < positions.size(1); ++w) {
       const int64_t t = positions[b][w].item<int64_t>();
       if (t < 0) break;
-      labels.push_back(config_.class_names.at(
-          static_cast<std::size_t>(predictions[b][t].item<int64_t>())));
+      labels.push_back(
+          config_.class_names.at(static_cast<std::size_t>(predictions[b][t].item<int64_t>())));
     }
     rows.push_back({{"labels", labels}});
   }

@@ -14,7 +14,9 @@ namespace garden::nlp {
 struct Chunk {
   std::string type;
   int64_t begin = 0, end = 0;  // inclusive, in the sequences joined with an O between them
-  bool operator==(const Chunk& o) const { return type == o.type && begin == o.begin && end == o.end; }
+  bool operator==(const Chunk& o) const {
+    return type == o.type && begin == o.begin && end == o.end;
+  }
   bool operator<(const Chunk& o) const;
 };
 

@@ -27,7 +27,7 @@ class BertClassifierImpl : public torch::nn::Module {
                      const at::Tensor& type_ids);
   const BertClassifierOptions& options() const { return options_; }
 
-  BertEncoder encoder{nullptr};             // checkpoint item "encoder"
+  BertEncoder encoder{nullptr};            // checkpoint item "encoder"
   ClassificationHead classifier{nullptr};  // Model Garden's "sentence_prediction" head
 
  private:
