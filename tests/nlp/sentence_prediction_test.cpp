@@ -125,6 +125,7 @@ class SentencePredictionTest : public ::testing::Test {
         "16,"
         "task.train_data.seq_length=16,task.validation_data.seq_length=16,"
         "task.train_data.tokenization=WordPiece,task.train_data.lower_case=true,"
+        "task.validation_data.tokenization=WordPiece,task.validation_data.lower_case=true,"
         "task.class_names=[zero,one],trainer.optimizer_config.learning_rate.polynomial."
         "initial_learning_rate=0.001,runtime.seed=7");
     auto& task = static_cast<garden::nlp::SentencePredictionConfig&>(*experiment->task);
@@ -494,6 +495,8 @@ TEST_F(SentencePredictionTest, ConfigsModelGardenRejectsOrGardenLacksAreRefused)
   refused("task.hub_module_url=https://tfhub.dev/x", "task.hub_module_url");
   refused("task.train_data.tokenization=BPE", "task.train_data.tokenization");
   refused("task.train_data.seq_length=1024", "task.train_data.seq_length");
+  refused("task.validation_data.lower_case=true", "task.validation_data.lower_case");
+  refused("task.train_data.include_example_id=true", "task.train_data.include_example_id");
   // Model Garden's bert/sentence_prediction leaves num_classes 0: garden
   // config shows it, building the model asks for it.
   auto unset = garden::config::get_experiment_config("bert/sentence_prediction");

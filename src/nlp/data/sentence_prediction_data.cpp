@@ -17,7 +17,8 @@ void SentencePredictionDataConfig::visit(config::Visitor& v) {
   config::DataConfig::visit(v);
   v("seq_length", seq_length, "Tokens per sequence: the length of input_ids in the records.");
   v("label_type", label_type, "int (a class index) or float (a regression target).");
-  v("include_example_id", include_example_id, "Read example_id (one int64 per record).");
+  v("include_example_id", include_example_id,
+    "Read example_id (not implemented: nothing in Garden reads it yet; false only).");
   v("label_field", label_field, "The record's feature holding the label.");
   v("vocab_file", vocab_file,
     "The tokenizer the records were made with (vocab.txt, or a SentencePiece .model): serving "
@@ -37,6 +38,10 @@ void SentencePredictionDataConfig::validate() const {
   if (label_type != "int" && label_type != "float")
     config::refuse("label_type", "'" + label_type + "' is not one of int, float");
   if (label_field.empty()) config::refuse("label_field", "is empty");
+  if (include_example_id)
+    config::refuse("include_example_id",
+                   "true is not implemented: nothing in Garden reads "
+                   "example_id yet");
   if (tokenization != "WordPiece" && tokenization != "SentencePiece")
     config::refuse("tokenization", "'" + tokenization + "' is not one of WordPiece, SentencePiece");
   if (text_fields.empty() || text_fields.size() > 2)
@@ -68,13 +73,10 @@ DatasetPtr build_sentence_prediction_inputs(const SentencePredictionDataConfig& 
   const bool float_label = params.label_type == "float";
   (*spec)[params.label_field] =
       FixedLenFeature{{1}, float_label ? DType::kFloat : DType::kInt64, std::nullopt};
-  if (params.include_example_id)
-    (*spec)["example_id"] = FixedLenFeature{{1}, DType::kInt64, std::nullopt};
   const std::string label_field = params.label_field;
-  const bool example_id = params.include_example_id;
   std::shared_ptr<const data::ParseSpec> frozen = spec;
-  data::LocatedMapFn map_fn = [frozen, label_field, example_id, vocab_size](
-                                  const std::string& record, const data::RecordLocation& where) {
+  data::LocatedMapFn map_fn = [frozen, label_field, vocab_size](const std::string& record,
+                                                                const data::RecordLocation& where) {
     const std::string at =
         "TFRecord file '" + where.file + "', record " + std::to_string(where.index);
     data::Example example;
@@ -90,7 +92,6 @@ DatasetPtr build_sentence_prediction_inputs(const SentencePredictionDataConfig& 
     out["input_type_ids"] = parsed.at("segment_ids");
     check_input_ids(out["input_word_ids"], vocab_size, at);
     out["label_ids"] = parsed.at(label_field).reshape({});
-    if (example_id) out["example_id"] = parsed.at("example_id").reshape({});
     return out;
   };
   return std::make_shared<data::InputPipeline>(params, std::move(map_fn), data::BatchingOptions{},

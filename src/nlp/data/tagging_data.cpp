@@ -182,7 +182,9 @@ FinetuningDataReport create_tagging_data(const FinetuningDataOptions& o,
 void TaggingDataConfig::visit(config::Visitor& v) {
   config::DataConfig::visit(v);
   v("seq_length", seq_length, "Tokens per sequence: the length of input_ids in the records.");
-  v("include_sentence_id", include_sentence_id, "Read sentence_id and sub_sentence_id.");
+  v("include_sentence_id", include_sentence_id,
+    "Read sentence_id and sub_sentence_id (not implemented: nothing in Garden reads them yet; "
+    "false only).");
   v("vocab_file", vocab_file,
     "The tokenizer the records were made with: serving takes raw text with it.");
   v("tokenization", tokenization, "WordPiece or SentencePiece: what vocab_file is.");
@@ -194,6 +196,10 @@ void TaggingDataConfig::validate() const {
   if (file_type != "tfrecord" && file_type != "tfrecord_compressed")
     config::refuse("file_type", "'" + file_type + "' is not one of tfrecord, tfrecord_compressed");
   config::check_range("seq_length", seq_length, config::Range::at_least(3));
+  if (include_sentence_id)
+    config::refuse("include_sentence_id",
+                   "true is not implemented: nothing in Garden reads "
+                   "sentence ids yet");
   if (tokenization != "WordPiece" && tokenization != "SentencePiece")
     config::refuse("tokenization", "'" + tokenization + "' is not one of WordPiece, SentencePiece");
 }
@@ -207,13 +213,9 @@ DatasetPtr build_tagging_inputs(const TaggingDataConfig& params, const InputCont
   auto spec = std::make_shared<data::ParseSpec>();
   for (const char* name : {"input_ids", "input_mask", "segment_ids", "label_ids"})
     (*spec)[name] = FixedLenFeature{{params.seq_length}, DType::kInt64, std::nullopt};
-  const bool sentence_ids = params.include_sentence_id;
-  if (sentence_ids)
-    for (const char* name : {"sentence_id", "sub_sentence_id"})
-      (*spec)[name] = FixedLenFeature{{1}, DType::kInt64, std::nullopt};
   std::shared_ptr<const data::ParseSpec> frozen = spec;
-  data::LocatedMapFn map_fn = [frozen, sentence_ids, vocab_size](
-                                  const std::string& record, const data::RecordLocation& where) {
+  data::LocatedMapFn map_fn = [frozen, vocab_size](const std::string& record,
+                                                   const data::RecordLocation& where) {
     const std::string at =
         "TFRecord file '" + where.file + "', record " + std::to_string(where.index);
     data::Example example;
@@ -224,15 +226,10 @@ DatasetPtr build_tagging_inputs(const TaggingDataConfig& params, const InputCont
     }
     Batch parsed = data::parse(example, *frozen, where).tensors;
     check_input_ids(parsed.at("input_ids"), vocab_size, at);
-    Batch out{{"input_word_ids", parsed.at("input_ids")},
-              {"input_mask", parsed.at("input_mask")},
-              {"input_type_ids", parsed.at("segment_ids")},
-              {"label_ids", parsed.at("label_ids")}};
-    if (sentence_ids) {
-      out["sentence_id"] = parsed.at("sentence_id").reshape({});
-      out["sub_sentence_id"] = parsed.at("sub_sentence_id").reshape({});
-    }
-    return out;
+    return Batch{{"input_word_ids", parsed.at("input_ids")},
+                 {"input_mask", parsed.at("input_mask")},
+                 {"input_type_ids", parsed.at("segment_ids")},
+                 {"label_ids", parsed.at("label_ids")}};
   };
   return std::make_shared<data::InputPipeline>(params, std::move(map_fn), data::BatchingOptions{},
                                                input_context);

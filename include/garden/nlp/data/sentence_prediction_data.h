@@ -19,8 +19,8 @@ struct SentencePredictionDataConfig : config::DataConfig {
     is_training = true;
   }
   int64_t seq_length = 128;
-  std::string label_type = "int";  // int (classes) or float (regression)
-  bool include_example_id = false;
+  std::string label_type = "int";   // int (classes) or float (regression)
+  bool include_example_id = false;  // refused when true: nothing reads it yet
   std::string label_field = "label_ids";
   // Model Garden's SentencePredictionTextDataConfig keys: the tokenizer of
   // raw text. Garden reads them to serve raw text (the file travels in the

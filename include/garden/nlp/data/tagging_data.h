@@ -65,7 +65,7 @@ struct TaggingDataConfig : config::DataConfig {
     is_training = true;
   }
   int64_t seq_length = 128;
-  bool include_sentence_id = false;
+  bool include_sentence_id = false;  // refused when true: nothing reads it yet
   // Garden: the tokenizer the records were made with, for serving raw text
   // (as SentencePredictionDataConfig's).
   std::string vocab_file;
@@ -76,8 +76,7 @@ struct TaggingDataConfig : config::DataConfig {
 };
 
 // Batches of input_word_ids, input_mask, input_type_ids, label_ids
-// [B, seq_length] int64 (and sentence_id, sub_sentence_id [B] with
-// include_sentence_id). Bad records are one garden::Error naming the file,
+// [B, seq_length] int64. Bad records are one garden::Error naming the file,
 // the record and the feature.
 DatasetPtr build_tagging_inputs(const TaggingDataConfig& params,
                                 const InputContext& input_context = {}, int64_t vocab_size = 0);
