@@ -49,6 +49,22 @@ void SentencePredictionDataConfig::validate() const {
                                       " fields; give one, or two for a pair");
 }
 
+void check_validation_tokenizer_keys(const std::string& train_vocab_file,
+                                     const std::string& train_tokenization, bool train_lower_case,
+                                     const std::string& vocab_file, const std::string& tokenization,
+                                     bool lower_case) {
+  if (vocab_file != train_vocab_file && !vocab_file.empty())
+    config::refuse("validation_data.vocab_file",
+                   "'" + vocab_file +
+                       "' differs from train_data.vocab_file, which serving reads; leave it empty");
+  if (tokenization != train_tokenization)
+    config::refuse(
+        "validation_data.tokenization",
+        "'" + tokenization + "' differs from train_data.tokenization '" + train_tokenization + "'");
+  if (lower_case != train_lower_case)
+    config::refuse("validation_data.lower_case", "differs from train_data.lower_case");
+}
+
 void check_input_ids(const at::Tensor& ids, int64_t vocab_size, const std::string& where) {
   if (vocab_size <= 0) return;
   const int64_t* v = ids.data_ptr<int64_t>();

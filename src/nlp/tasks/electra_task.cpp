@@ -5,9 +5,9 @@
 #include <ATen/ATen.h>
 
 #include "garden/base/error.h"
+#include "garden/kernels/losses.h"
 #include "garden/nlp/data/bert_pretrain_data.h"
 #include "garden/nlp/modeling/electra_pretrainer.h"
-#include "garden/kernels/losses.h"
 
 namespace garden::nlp {
 

@@ -106,14 +106,18 @@ Logs SentencePredictionTask::validation_step(const Batch& inputs, Model& model,
     logs = build_losses(inputs, outputs).logs();
   }
   process_metrics(metrics, inputs, outputs);
-  const at::Tensor labels = input(inputs, "label_ids").reshape(-1).to(at::kCPU);
+  const at::Tensor labels = input(inputs, "label_ids").reshape(-1).to(at::kCPU, at::kDouble);
   const at::Tensor logits = outputs.at("logits").to(at::kCPU, at::kDouble);
+  const at::Tensor best = logits.argmax(-1).contiguous();
+  const auto label_at = labels.accessor<double, 1>();
+  const auto logit_at = logits.accessor<double, 2>();
+  const auto best_at = best.accessor<int64_t, 1>();
   std::vector<std::vector<int64_t>> rows;
   for (int64_t b = 0; b < labels.size(0); ++b) {
     if (regression())
-      rows.push_back({bits_of(labels[b].item<double>()), bits_of(logits[b][0].item<double>())});
+      rows.push_back({bits_of(label_at[b]), bits_of(logit_at[b][0])});
     else
-      rows.push_back({labels[b].item<int64_t>(), logits[b].argmax().item<int64_t>()});
+      rows.push_back({static_cast<int64_t>(label_at[b]), best_at[b]});
   }
   logs[kRows] = std::move(rows);
   return logs;

@@ -1,6 +1,7 @@
 #include "garden/nlp/tasks/tagging_config.h"
 
 #include "garden/config/validation.h"
+#include "garden/nlp/data/sentence_prediction_data.h"
 
 namespace garden::nlp {
 
@@ -28,21 +29,10 @@ void TaggingConfig::visit_task_fields(config::Visitor& v) {
 }
 
 void TaggingConfig::validate() const {
-  // Serving reads train_data's tokenizer keys; validation_data's copy may
-  // only repeat them.
   const auto& t = train_data;
   const auto& e = validation_data;
-  if (e.vocab_file != t.vocab_file && !e.vocab_file.empty())
-    config::refuse("validation_data.vocab_file",
-                   "'" + e.vocab_file +
-                       "' differs from train_data.vocab_file, which serving "
-                       "reads; leave it empty");
-  if (e.tokenization != t.tokenization)
-    config::refuse(
-        "validation_data.tokenization",
-        "'" + e.tokenization + "' differs from train_data.tokenization '" + t.tokenization + "'");
-  if (e.lower_case != t.lower_case)
-    config::refuse("validation_data.lower_case", "differs from train_data.lower_case");
+  check_validation_tokenizer_keys(t.vocab_file, t.tokenization, t.lower_case, e.vocab_file,
+                                  e.tokenization, e.lower_case);
   if (!hub_module_url.empty())
     config::refuse("hub_module_url", "TF Hub modules are not supported; use init_checkpoint");
   const auto& encoder = model.encoder.bert;

@@ -99,14 +99,15 @@ Logs TaggingTask::validation_step(const Batch& inputs, Model& model, MetricList&
   const at::Tensor labels = input(inputs, "label_ids").to(at::kCPU, at::kLong).contiguous();
   const at::Tensor predictions =
       outputs.at("logits").argmax(-1).to(at::kCPU, at::kLong).contiguous();
+  const auto label_at = labels.accessor<int64_t, 2>();
+  const auto predicted_at = predictions.accessor<int64_t, 2>();
   std::vector<std::vector<int64_t>> label_rows, predict_rows;
   for (int64_t b = 0; b < labels.size(0); ++b) {
     std::vector<int64_t> l, p;
     for (int64_t t = 0; t < labels.size(1); ++t) {
-      const int64_t label = labels[b][t].item<int64_t>();
-      if (label < 0) continue;
-      l.push_back(label);
-      p.push_back(predictions[b][t].item<int64_t>());
+      if (label_at[b][t] < 0) continue;
+      l.push_back(label_at[b][t]);
+      p.push_back(predicted_at[b][t]);
     }
     label_rows.push_back(std::move(l));
     predict_rows.push_back(std::move(p));
@@ -238,15 +239,16 @@ Batch TaggingTask::inference_step(const Batch& inputs, Model& model) {
 std::vector<nlohmann::json> TaggingTask::serving_outputs(const Batch& outputs, std::size_t count) {
   const at::Tensor predictions = outputs.at("predictions").to(at::kCPU, at::kLong).contiguous();
   const at::Tensor positions = outputs.at("word_positions").to(at::kCPU, at::kLong).contiguous();
+  const auto predicted_at = predictions.accessor<int64_t, 2>();
+  const auto position_at = positions.accessor<int64_t, 2>();
   std::vector<nlohmann::json> rows;
   for (std::size_t i = 0; i < count; ++i) {
     const auto b = static_cast<int64_t>(i);
     std::vector<std::string> labels;
     for (int64_t w = 0; w < positions.size(1); ++w) {
-      const int64_t t = positions[b][w].item<int64_t>();
+      const int64_t t = position_at[b][w];
       if (t < 0) break;
-      labels.push_back(
-          config_.class_names.at(static_cast<std::size_t>(predictions[b][t].item<int64_t>())));
+      labels.push_back(config_.class_names.at(static_cast<std::size_t>(predicted_at[b][t])));
     }
     rows.push_back({{"labels", labels}});
   }

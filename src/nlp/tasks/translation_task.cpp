@@ -13,9 +13,9 @@
 #include "garden/data/pipeline.h"
 #include "garden/data/record_source.h"
 #include "garden/data/sentencepiece.h"
-#include "garden/nlp/metrics/bleu.h"
 #include "garden/kernels/losses.h"
 #include "garden/nlp/data/translation_tokenizer.h"
+#include "garden/nlp/metrics/bleu.h"
 
 namespace garden::nlp {
 

@@ -34,6 +34,14 @@ struct SentencePredictionDataConfig : config::DataConfig {
   void validate() const override;
 };
 
+// Serving reads train_data's tokenizer keys (vocab_file, tokenization,
+// lower_case); validation_data's copy may only repeat them (vocab_file may
+// stay empty). Refuses a difference naming validation_data's key.
+void check_validation_tokenizer_keys(const std::string& train_vocab_file,
+                                     const std::string& train_tokenization, bool train_lower_case,
+                                     const std::string& vocab_file, const std::string& tokenization,
+                                     bool lower_case);
+
 // Every batch holds input_word_ids, input_mask, input_type_ids
 // [B, seq_length] int64 (from the records' input_ids, input_mask,
 // segment_ids), label_ids [B] (int64, or float for label_type float, read
