@@ -265,6 +265,8 @@ void TaskTextTokenizer::use_assets(const std::map<std::string, std::string>& ass
     throw Error(std::string("the export has no asset '") + asset_name(tokenization_) + "'");
   asset_path_ = it->second;
   tokenizer_.reset();
+  // Opened now, not on the first request: serving threads then only read it.
+  get();
 }
 
 const FinetuningTokenizer& TaskTextTokenizer::get() {

@@ -96,7 +96,8 @@ class TaskTextTokenizer {
   // The file export copies: {"vocab.txt" or "sp.model": vocab_file}, or
   // none when no vocab_file is set.
   std::map<std::string, std::string> assets() const;
-  // The export's copy; throws garden::Error when the export lacks it.
+  // The export's copy, opened at once (so that serving threads only read
+  // it); throws garden::Error when the export lacks it.
   void use_assets(const std::map<std::string, std::string>& assets);
   const FinetuningTokenizer& get();
 
