@@ -14,11 +14,11 @@ CLI::App* add_create_finetuning_data_command(CLI::App& app) {
   auto& o = *options;
   auto* command = app.add_subcommand(
       "create_finetuning_data",
-      "GLUE-style TSV files -> sentence prediction tf.Example TFRecords and their meta data, as "
-      "Model Garden's create_finetuning_data.py");
+      "GLUE-style TSV files, tagging files or SQuAD JSON -> tf.Example TFRecords and their meta "
+      "data, as Model Garden's create_finetuning_data.py");
   command
       ->add_option("--fine_tuning_task_type", o.fine_tuning_task_type,
-                   "classification, regression or tagging (squad: not implemented yet)")
+                   "classification, regression, tagging or squad (retrieval: not implemented yet)")
       ->capture_default_str();
   command
       ->add_option("--classification_task_name", o.classification_task_name,
@@ -28,10 +28,22 @@ CLI::App* add_create_finetuning_data_command(CLI::App& app) {
       ->add_option("--tagging_task_name", o.tagging_task_name,
                    "The label set of tagging data: panx (named entities, BIO) or udpos")
       ->capture_default_str();
+  command->add_option("--input_data_dir", o.input_data_dir,
+                      "Folder of train.tsv and dev.tsv (tagging: train-en.tsv and dev-en.tsv); not "
+                      "for squad");
+  command->add_option("--squad_data_file", o.squad_data_file,
+                      "squad: the SQuAD JSON file of the training questions");
+  command->add_flag("--version_2_with_negative,!--noversion_2_with_negative",
+                    o.version_2_with_negative,
+                    "squad: SQuAD v2.0, with unanswerable questions (default false)");
   command
-      ->add_option("--input_data_dir", o.input_data_dir,
-                   "Folder of train.tsv and dev.tsv (tagging: train-en.tsv and dev-en.tsv)")
-      ->required();
+      ->add_option("--doc_stride", o.doc_stride,
+                   "squad: pieces between the starts of two windows of a long paragraph")
+      ->capture_default_str();
+  command
+      ->add_option("--max_query_length", o.max_query_length,
+                   "squad: the question's pieces kept at most")
+      ->capture_default_str();
   command->add_option("--train_data_output_path", o.train_data_output_path, "Training TFRecord")
       ->required();
   command->add_option("--eval_data_output_path", o.eval_data_output_path,

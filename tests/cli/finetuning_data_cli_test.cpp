@@ -55,11 +55,40 @@ TEST_F(FinetuningDataCliTest, ErrorsAreOneLineAndLeaveNoOutput) {
   EXPECT_FALSE(fs::exists(path("train.tfrecord")));
   EXPECT_FALSE(fs::exists(path("meta.json")));
   expect_one_error_line(garden(flags(path("absent"))), {"absent/train.tsv"});
-  expect_one_error_line(garden(flags(path("glue")) + " --fine_tuning_task_type=squad"),
-                        {"--fine_tuning_task_type=squad is not implemented yet"});
+  expect_one_error_line(garden(flags(path("glue")) + " --fine_tuning_task_type=retrieval"),
+                        {"--fine_tuning_task_type=retrieval is not implemented yet"});
   expect_one_error_line(garden(flags(path("glue"), "GLUE")),
                         {"--classification_task_name 'GLUE' is not one of"});
   EXPECT_FALSE(fs::exists(path("eval.tfrecord")));
+}
+
+TEST_F(FinetuningDataCliTest, TheBundledSquadQuestionsBecomeWindowsAndBadJsonOneLine) {
+  const std::string squad = std::string(GARDEN_SOURCE_DIR) + "/data/squad/train.json";
+  const std::string common = " --train_data_output_path='" + path("squad.tfrecord") +
+                             "' --meta_data_file_path='" + path("squad.json") + "' --vocab_file='" +
+                             path("vocab.txt") +
+                             "' --max_seq_length=64 --max_query_length=16 --doc_stride=32";
+  const CliRun run = garden(
+      "create_finetuning_data --fine_tuning_task_type=squad "
+      "--squad_data_file='" +
+      squad + "'" + common);
+  ASSERT_EQ(run.status, 0) << run.err;
+  const auto meta = nlohmann::json::parse(slurp(dir_ / "squad.json"));
+  EXPECT_EQ(meta.at("task_type"), "bert_squad");
+  EXPECT_EQ(meta.at("questions"), 1500);
+  EXPECT_EQ(meta.at("skipped_questions"), 0);
+  const auto records = garden_test::reference::read_records(path("squad.tfrecord"));
+  // Paragraphs longer than a window make several: more windows than questions.
+  EXPECT_GT(records.size(), 1500u);
+  EXPECT_EQ(meta.at("train_data_size"), records.size());
+  EXPECT_NE(run.out.find("train records: " + std::to_string(records.size())), std::string::npos);
+  spit(dir_ / "bad.json", "{\"data\": [\n  {\"paragraphs\": 3}\n]}\n");
+  fs::remove(path("squad.tfrecord"));
+  expect_one_error_line(garden("create_finetuning_data --fine_tuning_task_type=squad "
+                               "--squad_data_file='" +
+                               path("bad.json") + "'" + common),
+                        {path("bad.json") + ": data[0].paragraphs must be a list, not number"});
+  EXPECT_FALSE(fs::exists(path("squad.tfrecord")));
 }
 
 }  // namespace

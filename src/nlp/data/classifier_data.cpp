@@ -17,6 +17,7 @@
 #include "garden/data/tfrecord.h"
 #include "garden/data/wordpiece.h"
 #include "garden/data/wordpiece_unicode.h"
+#include "garden/nlp/data/squad_data.h"
 #include "garden/nlp/data/tagging_data.h"
 
 namespace garden::nlp {
@@ -351,7 +352,7 @@ std::string in_dir(const std::string& dir, const std::string& file) {
 
 std::shared_ptr<const FinetuningTokenizer> open_finetuning_tokenizer(
     const FinetuningDataOptions& o) {
-  check_not_empty(o.input_data_dir, "--input_data_dir");
+  if (o.fine_tuning_task_type != "squad") check_not_empty(o.input_data_dir, "--input_data_dir");
   check_not_empty(o.train_data_output_path, "--train_data_output_path");
   check_not_empty(o.meta_data_file_path, "--meta_data_file_path");
   if (o.vocab_file.empty() == o.sp_model_file.empty())
@@ -370,13 +371,14 @@ std::shared_ptr<const FinetuningTokenizer> open_finetuning_tokenizer(
 
 FinetuningDataReport create_finetuning_data(const FinetuningDataOptions& o) {
   if (o.fine_tuning_task_type == "tagging") return create_tagging_data(o, o.tagging_task_name);
+  if (o.fine_tuning_task_type == "squad") return create_squad_data(o);
   if (o.fine_tuning_task_type != "classification" && o.fine_tuning_task_type != "regression") {
-    if (o.fine_tuning_task_type == "squad" || o.fine_tuning_task_type == "retrieval")
-      throw Error("--fine_tuning_task_type=" + o.fine_tuning_task_type +
-                  " is not implemented yet; Garden makes classification, regression and tagging "
-                  "data");
+    if (o.fine_tuning_task_type == "retrieval")
+      throw Error(
+          "--fine_tuning_task_type=retrieval is not implemented yet; Garden makes "
+          "classification, regression, tagging and squad data");
     throw Error("--fine_tuning_task_type '" + o.fine_tuning_task_type +
-                "' is not one of classification, regression, tagging");
+                "' is not one of classification, regression, tagging, squad");
   }
   const ClassifierProcessor& processor = classifier_processor(o.classification_task_name);
   if (processor.regression() != (o.fine_tuning_task_type == "regression"))

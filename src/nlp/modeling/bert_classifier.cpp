@@ -49,3 +49,24 @@ at::Tensor BertTokenClassifierImpl::forward(const at::Tensor& word_ids, const at
 }
 
 }  // namespace garden::nlp
+
+namespace garden::nlp {
+
+BertSpanLabelerImpl::BertSpanLabelerImpl(const BertSpanLabelerOptions& options)
+    : options_(options) {
+  encoder = register_module("encoder", BertEncoder(options.encoder));
+  span_labeling =
+      register_module("span_labeling", torch::nn::Linear(options.encoder.hidden_size, 2));
+  torch::NoGradGuard no_grad;
+  truncated_normal_(span_labeling->weight, options.initializer_range);
+  span_labeling->bias.zero_();
+}
+
+std::pair<at::Tensor, at::Tensor> BertSpanLabelerImpl::forward(const at::Tensor& word_ids,
+                                                               const at::Tensor& mask,
+                                                               const at::Tensor& type_ids) {
+  const at::Tensor logits = span_labeling->forward(encoder->forward(word_ids, mask, type_ids));
+  return {logits.select(-1, 0), logits.select(-1, 1)};
+}
+
+}  // namespace garden::nlp

@@ -3,6 +3,7 @@
 #include "garden/nlp/tasks/finetuning_experiments.h"
 
 #include "garden/config/registry.h"
+#include "garden/nlp/tasks/question_answering_task.h"
 #include "garden/nlp/tasks/sentence_prediction_task.h"
 #include "garden/nlp/tasks/tagging_task.h"
 
@@ -83,6 +84,54 @@ std::shared_ptr<config::ExperimentConfig> tagging_experiment() {
   return experiment;
 }
 
+// Model Garden's bert/squad: a BERT-base encoder, AdamW 8e-5 with
+// polynomial decay; set the data, vocab_file and init_checkpoint.
+std::shared_ptr<config::ExperimentConfig> squad_experiment() {
+  auto experiment = std::make_shared<config::ExperimentConfig>();
+  experiment->task = std::make_shared<QuestionAnsweringConfig>();
+  experiment->trainer.train_steps = 10000;
+  finetuning_optimizer(*experiment, 8e-5, 1000);
+  return experiment;
+}
+
+// Question answering on electra/tiny's encoder (sizes as
+// tiny_experiment's): windows of 128 with questions of at most 32 pieces,
+// 64 apart, batches of 32, SentencePiece; 600 steps (about 7 epochs of the
+// bundled 1,500 man-page questions' windows) at 3e-4, evaluated every 200.
+std::shared_ptr<config::ExperimentConfig> squad_tiny_experiment() {
+  auto experiment = std::make_shared<config::ExperimentConfig>();
+  auto task = std::make_shared<QuestionAnsweringConfig>();
+  auto& encoder = task->model.encoder.bert;
+  encoder.vocab_size = 8000;
+  encoder.hidden_size = 128;
+  encoder.num_layers = 4;
+  encoder.num_attention_heads = 2;
+  encoder.intermediate_size = 512;
+  encoder.embedding_size = 128;
+  for (auto* data : {&task->train_data, &task->validation_data}) {
+    data->seq_length = 128;
+    data->global_batch_size = 32;
+    data->tokenization = "SentencePiece";
+    data->do_lower_case = false;
+  }
+  // The training records' windows come from create_finetuning_data's
+  // --max_query_length=32 --doc_stride=64.
+  task->validation_data.query_length = 32;
+  task->validation_data.doc_stride = 64;
+  experiment->task = task;
+  auto& trainer = experiment->trainer;
+  trainer.train_steps = 600;
+  trainer.steps_per_loop = 100;
+  trainer.summary_interval = 100;
+  trainer.checkpoint_interval = 200;
+  trainer.validation_interval = 200;
+  trainer.validation_steps = -1;
+  trainer.max_to_keep = 2;
+  finetuning_optimizer(*experiment, 3e-4, 60);
+  experiment->runtime.distribution_strategy = "one_device";
+  return experiment;
+}
+
 }  // namespace
 
 void register_finetuning() {
@@ -98,6 +147,16 @@ void register_finetuning() {
       "Model Garden's tagging (a label per word: NER, POS) fine-tuning of a "
       "BERT-base encoder; set class_names, the data and init_checkpoint",
       tagging_experiment);
+  register_task<QuestionAnsweringConfig, QuestionAnsweringTask>("question_answering");
+  config::register_experiment(
+      "bert/squad",
+      "Model Garden's question answering (SQuAD v1.1 / v2.0) fine-tuning of a BERT-base "
+      "encoder; set the data, vocab_file and init_checkpoint",
+      squad_experiment);
+  config::register_experiment("bert/squad_tiny",
+                              "Question answering on electra/tiny's encoder for a CPU; set the "
+                              "data, vocab_file and init_checkpoint",
+                              squad_tiny_experiment);
   config::register_experiment("bert/sentence_prediction_tiny",
                               "Sentence prediction on electra/tiny's encoder for a CPU; set the "
                               "data, vocab_file and init_checkpoint",

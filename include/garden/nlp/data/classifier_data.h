@@ -67,6 +67,9 @@ class FinetuningTokenizer {
                                                          bool do_lower_case,
                                                          const std::string& flag);
   std::vector<int64_t> tokenize(std::string_view text) const;
+  // The string `id` stands for ("##ing", "▁the").
+  std::string piece(int64_t id) const { return tokenizer_->id_to_piece(id); }
+  bool do_lower_case() const { return do_lower_case_; }
   int64_t cls_id() const { return cls_id_; }
   int64_t sep_id() const { return sep_id_; }
   int64_t unk_id() const { return tokenizer_->unk_id(); }
@@ -125,7 +128,8 @@ ClassifierFeatures encode_classifier_input(const FinetuningTokenizer& tokenizer,
 
 // garden create_finetuning_data's flags (Model Garden's names).
 struct FinetuningDataOptions {
-  std::string fine_tuning_task_type = "classification";  // classification, regression, tagging
+  // classification, regression, tagging, squad
+  std::string fine_tuning_task_type = "classification";
   std::string classification_task_name = "MNLI";
   std::string tagging_task_name = "panx";  // panx, udpos
   std::string input_data_dir;
@@ -136,6 +140,12 @@ struct FinetuningDataOptions {
   std::string sp_model_file;
   bool do_lower_case = true;
   int64_t max_seq_length = 128;
+  // squad: the SQuAD JSON (instead of input_data_dir), its version and the
+  // windows' stride and question length.
+  std::string squad_data_file;
+  bool version_2_with_negative = false;
+  int64_t doc_stride = 128;
+  int64_t max_query_length = 64;
 };
 
 struct FinetuningDataReport {

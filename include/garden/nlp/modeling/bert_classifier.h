@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
@@ -63,5 +64,32 @@ class BertTokenClassifierImpl : public torch::nn::Module {
   BertTokenClassifierOptions options_;
 };
 TORCH_MODULE(BertTokenClassifier);
+
+}  // namespace garden::nlp
+
+namespace garden::nlp {
+
+// Model Garden's BertSpanLabeler (models/bert_span_labeler.py): the encoder,
+// then one dense layer to two logits per token, the answer's start and end.
+struct BertSpanLabelerOptions {
+  BertEncoderOptions encoder;
+  double initializer_range = 0.02;
+};
+
+class BertSpanLabelerImpl : public torch::nn::Module {
+ public:
+  explicit BertSpanLabelerImpl(const BertSpanLabelerOptions& options);
+  // word_ids, mask, type_ids [B, S] -> start and end logits, each [B, S].
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& word_ids, const at::Tensor& mask,
+                                            const at::Tensor& type_ids);
+  const BertSpanLabelerOptions& options() const { return options_; }
+
+  BertEncoder encoder{nullptr};
+  torch::nn::Linear span_labeling{nullptr};  // [hidden] -> [start, end]
+
+ private:
+  BertSpanLabelerOptions options_;
+};
+TORCH_MODULE(BertSpanLabeler);
 
 }  // namespace garden::nlp

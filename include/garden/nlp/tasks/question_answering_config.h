@@ -1,0 +1,35 @@
+// Model Garden's QuestionAnsweringConfig (official/nlp/tasks/
+// question_answering.py) with its ModelConfig: its keys and defaults.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "garden/config/definitions.h"
+#include "garden/nlp/data/squad_data.h"
+#include "garden/nlp/modeling/bert_classifier.h"
+#include "garden/nlp/tasks/electra_config.h"
+
+namespace garden::nlp {
+
+struct QuestionAnsweringModelConfig : config::Config {
+  EncoderConfig encoder;
+  void visit(config::Visitor& v) override;
+};
+
+struct QuestionAnsweringConfig
+    : config::TaskConfigWith<QuestionAnsweringModelConfig, QADataConfig> {
+  // init_checkpoint_modules starts as [encoder], as for sentence prediction.
+  QuestionAnsweringConfig();
+  std::string hub_module_url;
+  int64_t n_best_size = 20;
+  int64_t max_answer_length = 30;
+  double null_score_diff_threshold = 0.0;
+  void validate() const override;
+  BertSpanLabelerOptions model_options() const;
+
+ protected:
+  void visit_task_fields(config::Visitor& v) override;
+};
+
+}  // namespace garden::nlp

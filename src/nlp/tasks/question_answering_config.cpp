@@ -1,0 +1,66 @@
+#include "garden/nlp/tasks/question_answering_config.h"
+
+#include "garden/config/validation.h"
+
+namespace garden::nlp {
+
+void QuestionAnsweringModelConfig::visit(config::Visitor& v) {
+  v("encoder", encoder, "The encoder a pretraining run's checkpoint fills.");
+}
+
+QuestionAnsweringConfig::QuestionAnsweringConfig() {
+  init_checkpoint_modules = config::NameList{{"encoder"}};
+  validation_data.is_training = false;
+  validation_data.drop_remainder = false;
+}
+
+void QuestionAnsweringConfig::visit_task_fields(config::Visitor& v) {
+  v("hub_module_url", hub_module_url, "A TF Hub encoder (not supported: leave empty).");
+  v("n_best_size", n_best_size,
+    "Start and end logits kept per window when spans are paired, and answers kept per question.");
+  v("max_answer_length", max_answer_length, "Tokens in an answer at most.");
+  v("null_score_diff_threshold", null_score_diff_threshold,
+    "SQuAD v2.0: answer nothing when the no-answer score beats the best span's by more.");
+}
+
+void QuestionAnsweringConfig::validate() const {
+  const auto& t = train_data;
+  const auto& e = validation_data;
+  // Evaluation tokenizes the JSON with validation_data's tokenizer (Model
+  // Garden's); train_data's is the records'. Either may be left empty.
+  if (!e.vocab_file.empty() && !t.vocab_file.empty() && e.vocab_file != t.vocab_file)
+    config::refuse(
+        "validation_data.vocab_file",
+        "'" + e.vocab_file + "' differs from train_data.vocab_file '" + t.vocab_file + "'");
+  if (e.tokenization != t.tokenization)
+    config::refuse(
+        "validation_data.tokenization",
+        "'" + e.tokenization + "' differs from train_data.tokenization '" + t.tokenization + "'");
+  if (e.do_lower_case != t.do_lower_case)
+    config::refuse("validation_data.do_lower_case", "differs from train_data.do_lower_case");
+  if (e.version_2_with_negative != t.version_2_with_negative)
+    config::refuse("validation_data.version_2_with_negative",
+                   "differs from train_data.version_2_with_negative");
+  if (!hub_module_url.empty())
+    config::refuse("hub_module_url", "TF Hub modules are not supported; use init_checkpoint");
+  config::check_range("n_best_size", n_best_size, config::Range::at_least(1));
+  config::check_range("max_answer_length", max_answer_length, config::Range::at_least(1));
+  config::check_range("null_score_diff_threshold", null_score_diff_threshold, config::Range::any());
+  const auto& encoder = model.encoder.bert;
+  for (const auto* data : {&train_data, &validation_data})
+    if (data->seq_length > encoder.max_position_embeddings)
+      config::refuse(
+          std::string(data == &train_data ? "train_data" : "validation_data") + ".seq_length",
+          std::to_string(data->seq_length) +
+              " is longer than model.encoder.bert.max_position_embeddings " +
+              std::to_string(encoder.max_position_embeddings));
+}
+
+BertSpanLabelerOptions QuestionAnsweringConfig::model_options() const {
+  BertSpanLabelerOptions o;
+  o.encoder = model.encoder.bert.options();
+  o.initializer_range = model.encoder.bert.initializer_range;
+  return o;
+}
+
+}  // namespace garden::nlp

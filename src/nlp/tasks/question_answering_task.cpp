@@ -1,0 +1,231 @@
+#include "garden/nlp/tasks/question_answering_task.h"
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "garden/base/error.h"
+#include "garden/base/file_io.h"
+#include "garden/base/logging.h"
+#include "garden/nlp/metrics/squad_metrics.h"
+
+namespace garden::nlp {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kRows = "squad_raw_results";
+
+BertSpanLabelerImpl& as_span_labeler(Model& model) {
+  auto* labeler = model.as<BertSpanLabelerImpl>();
+  if (!labeler)
+    throw Error("the question answering task was given a model that is not a BertSpanLabeler");
+  return *labeler;
+}
+
+const at::Tensor& input(const Batch& batch, const std::string& key) {
+  auto it = batch.find(key);
+  if (it == batch.end()) throw Error("question answering: the batch has no '" + key + "'");
+  return it->second;
+}
+
+// Logits travel through the logs (and across workers) as their float bits.
+int64_t bits_of(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return static_cast<int64_t>(bits);
+}
+float value_of(int64_t bits) {
+  const auto narrow = static_cast<uint32_t>(bits);
+  float value;
+  std::memcpy(&value, &narrow, sizeof value);
+  return value;
+}
+
+}  // namespace
+
+QuestionAnsweringTask::QuestionAnsweringTask(std::shared_ptr<const QuestionAnsweringConfig> params,
+                                             std::string logging_dir)
+    : Task(params, std::move(logging_dir)), config_(*params) {}
+
+QuestionAnsweringTask::~QuestionAnsweringTask() {
+  if (temporary_dir_.empty()) return;
+  std::error_code ignored;
+  fs::remove_all(temporary_dir_, ignored);
+}
+
+const FinetuningTokenizer& QuestionAnsweringTask::tokenizer() {
+  if (!tokenizer_) {
+    const auto& e = config_.validation_data;
+    const bool from_validation = !e.vocab_file.empty();
+    const std::string& path = from_validation ? e.vocab_file : config_.train_data.vocab_file;
+    if (path.empty())
+      throw Error(
+          "task.validation_data.vocab_file is empty: the evaluation tokenizes the SQuAD JSON with "
+          "it (vocab.txt or a SentencePiece model)");
+    tokenizer_ = FinetuningTokenizer::open(
+        tokenization_kind(e.tokenization), path, e.do_lower_case,
+        from_validation ? "task.validation_data.vocab_file" : "task.train_data.vocab_file");
+  }
+  return *tokenizer_;
+}
+
+DatasetPtr QuestionAnsweringTask::build_inputs(const config::DataConfig& params,
+                                               const InputContext& input_context) {
+  const auto* data = dynamic_cast<const QADataConfig*>(&params);
+  if (!data) throw Error("the question answering task reads QADataConfig data");
+  const int64_t vocab_size = config_.model.encoder.bert.vocab_size;
+  if (data->is_training.value_or(false))
+    return build_squad_inputs(*data, input_context, vocab_size);
+  if (data->input_path.empty())
+    throw Error("task.validation_data.input_path is empty: name the SQuAD JSON file");
+  const SquadReadReport read =
+      read_squad_examples(data->input_path, /*is_training=*/false, data->version_2_with_negative);
+  SquadConversionOptions conversion;
+  conversion.max_seq_length = data->seq_length;
+  conversion.doc_stride = data->doc_stride;
+  conversion.max_query_length = data->query_length;
+  eval_features_ = convert_squad_examples(tokenizer(), read.examples, conversion);
+  eval_examples_ = read.examples;
+  std::string dir = data->input_preprocessed_data_path;
+  if (dir.empty()) {
+    if (temporary_dir_.empty()) {
+      std::string pattern = (fs::temp_directory_path() / "garden_squad_XXXXXX").string();
+      if (!::mkdtemp(pattern.data()))
+        throw Error("cannot make a temporary folder for the SQuAD evaluation windows");
+      temporary_dir_ = pattern;
+    }
+    dir = temporary_dir_;
+  } else {
+    fs::create_directories(dir);
+  }
+  QADataConfig converted = *data;
+  converted.input_path = (fs::path(dir) / "eval.tf_record").string();
+  converted.file_type = "tfrecord";
+  converted.compression_type = "";
+  write_squad_records(eval_features_, /*is_training=*/false, converted.input_path);
+  log_info() << "SQuAD evaluation: " << eval_examples_.size() << " questions in "
+             << eval_features_.size() << " windows of " << data->seq_length << " tokens";
+  return build_squad_inputs(converted, input_context, vocab_size);
+}
+
+ModelPtr QuestionAnsweringTask::build_model() {
+  return BertSpanLabeler(config_.model_options()).ptr();
+}
+
+Batch QuestionAnsweringTask::call_model(Model& model, const Batch& features, bool) {
+  auto [start, end] = as_span_labeler(model).forward(input(features, "input_word_ids"),
+                                                     input(features, "input_mask"),
+                                                     input(features, "input_type_ids"));
+  return {{"start_logits", start}, {"end_logits", end}};
+}
+
+Losses QuestionAnsweringTask::build_losses(const Batch& labels, const Batch& model_outputs,
+                                           const at::Tensor& aux_losses) {
+  const auto part = [&](const char* logits, const char* positions) {
+    return at::cross_entropy_loss(input(model_outputs, logits).to(at::kFloat),
+                                  input(labels, positions).reshape(-1).to(at::kLong));
+  };
+  const at::Tensor loss =
+      (part("start_logits", "start_positions") + part("end_logits", "end_positions")) / 2;
+  Losses losses;
+  losses.add(kLoss, loss,
+             at::scalar_tensor(static_cast<double>(input(labels, "start_positions").numel())));
+  losses.add_aux(aux_losses);
+  return losses;
+}
+
+MetricList QuestionAnsweringTask::build_metrics(bool) {
+  return {std::make_shared<SparseCategoricalAccuracy>(
+              "start_position_accuracy", MetricInputs{"start_positions", "start_logits", ""}),
+          std::make_shared<SparseCategoricalAccuracy>(
+              "end_position_accuracy", MetricInputs{"end_positions", "end_logits", ""})};
+}
+
+Logs QuestionAnsweringTask::validation_step(const Batch& inputs, Model& model,
+                                            MetricList& metrics) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  Batch outputs;
+  Logs logs;
+  {
+    const AutocastGuard guard = autocast();
+    outputs = call_model(model, inputs, /*training=*/false);
+    logs = build_losses(inputs, outputs).logs();
+  }
+  process_metrics(metrics, inputs, outputs);
+  const at::Tensor ids = input(inputs, "unique_ids").reshape(-1).to(at::kCPU, at::kLong);
+  const at::Tensor start = outputs.at("start_logits").to(at::kCPU, at::kFloat).contiguous();
+  const at::Tensor end = outputs.at("end_logits").to(at::kCPU, at::kFloat).contiguous();
+  const auto id_at = ids.accessor<int64_t, 1>();
+  const auto start_at = start.accessor<float, 2>();
+  const auto end_at = end.accessor<float, 2>();
+  std::vector<std::vector<int64_t>> rows;
+  for (int64_t b = 0; b < ids.size(0); ++b) {
+    // [unique id, start logits..., end logits...]
+    std::vector<int64_t> row{id_at[b]};
+    for (int64_t t = 0; t < start.size(1); ++t) row.push_back(bits_of(start_at[b][t]));
+    for (int64_t t = 0; t < end.size(1); ++t) row.push_back(bits_of(end_at[b][t]));
+    rows.push_back(std::move(row));
+  }
+  logs[kRows] = std::move(rows);
+  return logs;
+}
+
+void QuestionAnsweringTask::aggregate_logs(Logs& state, const Logs& step_logs) {
+  const auto it = step_logs.find(kRows);
+  if (it == step_logs.end()) return;
+  const auto& rows = std::get<std::vector<std::vector<int64_t>>>(it->second);
+  auto [slot, inserted] = state.try_emplace(kRows, std::vector<std::vector<int64_t>>{});
+  auto& all = std::get<std::vector<std::vector<int64_t>>>(slot->second);
+  all.insert(all.end(), rows.begin(), rows.end());
+}
+
+Logs QuestionAnsweringTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {
+  Logs logs;
+  const auto it = aggregated_logs.find(kRows);
+  if (it == aggregated_logs.end()) return logs;
+  std::vector<SquadRawResult> results;
+  for (const auto& row : std::get<std::vector<std::vector<int64_t>>>(it->second)) {
+    if (row.empty() || row.size() % 2 == 0)
+      throw Error("question answering: a raw result row of " + std::to_string(row.size()) +
+                  " values");
+    SquadRawResult r;
+    r.unique_id = row[0];
+    const std::size_t length = (row.size() - 1) / 2;
+    for (std::size_t t = 0; t < length; ++t) {
+      r.start_logits.push_back(value_of(row[1 + t]));
+      r.end_logits.push_back(value_of(row[1 + length + t]));
+    }
+    results.push_back(std::move(r));
+  }
+  const auto& data = config_.validation_data;
+  SquadPostprocessOptions options;
+  options.n_best_size = config_.n_best_size;
+  options.max_answer_length = config_.max_answer_length;
+  options.do_lower_case = data.do_lower_case;
+  options.version_2_with_negative = data.version_2_with_negative;
+  options.null_score_diff_threshold = config_.null_score_diff_threshold;
+  const SquadPredictions predictions =
+      postprocess_squad(tokenizer(), eval_examples_, eval_features_, results, options);
+  std::map<std::string, std::vector<std::string>> truths;
+  for (const auto& example : eval_examples_) truths[example.qas_id] = example.answers;
+  const SquadScores scores =
+      evaluate_squad(truths, predictions.answers, data.version_2_with_negative);
+  logs["exact_match"] = scores.exact_match / 100.0;
+  logs["final_f1"] = scores.f1 / 100.0;
+  if (!logging_dir().empty()) {
+    fs::create_directories(logging_dir());
+    write_file_atomically((fs::path(logging_dir()) / "predictions.json").string(),
+                          nlohmann::json(predictions.answers).dump(2) + "\n");
+  }
+  return logs;
+}
+
+}  // namespace garden::nlp
