@@ -12,6 +12,7 @@
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
+#include "garden/nlp/interop/huggingface.h"
 #include "garden/nlp/metrics/squad_metrics.h"
 
 namespace garden::nlp {
@@ -113,6 +114,13 @@ DatasetPtr QuestionAnsweringTask::build_inputs(const config::DataConfig& params,
   log_info() << "SQuAD evaluation: " << eval_examples_.size() << " questions in "
              << eval_features_.size() << " windows of " << data->seq_length << " tokens";
   return build_squad_inputs(converted, input_context, vocab_size);
+}
+
+void QuestionAnsweringTask::initialize(Model& model) {
+  // A Hugging Face BERT or ELECTRA directory gives the encoder; anything
+  // else is a Garden checkpoint.
+  if (!initialize_from_huggingface(config_, model, config_.model.encoder.bert.options()))
+    Task::initialize(model);
 }
 
 ModelPtr QuestionAnsweringTask::build_model() {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "garden/base/error.h"
+#include "garden/nlp/interop/huggingface.h"
 #include "garden/nlp/metrics/glue_metrics.h"
 
 namespace garden::nlp {
@@ -168,6 +169,19 @@ std::vector<std::string> SentencePredictionTask::aggregated_log_names() const {
 }
 
 void SentencePredictionTask::initialize(Model& model) {
+  // A Hugging Face BERT: its pooler is the head's dense layer (Model
+  // Garden's init_cls_pooler), BertForSequenceClassification's classifier
+  // the head's output layer.
+  const std::map<std::string, std::string> pooler{
+      {"classifier.dense.weight", "pooler.dense.weight"},
+      {"classifier.dense.bias", "pooler.dense.bias"}};
+  std::map<std::string, std::string> extra = pooler;
+  extra["classifier.out_proj.weight"] = "classifier.weight";
+  extra["classifier.out_proj.bias"] = "classifier.bias";
+  if (initialize_from_huggingface(
+          config_, model, config_.model.encoder.bert.options(), extra,
+          config_.init_cls_pooler ? pooler : std::map<std::string, std::string>{}))
+    return;
   if (!config_.init_cls_pooler || config_.init_checkpoint.empty()) {
     Task::initialize(model);
     return;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "garden/base/error.h"
+#include "garden/nlp/interop/huggingface.h"
 #include "garden/nlp/metrics/seqeval.h"
 
 namespace garden::nlp {
@@ -40,6 +41,13 @@ DatasetPtr TaggingTask::build_inputs(const config::DataConfig& params,
   const auto* data = dynamic_cast<const TaggingDataConfig*>(&params);
   if (!data) throw Error("the tagging task reads TaggingDataConfig data");
   return build_tagging_inputs(*data, input_context, config_.model.encoder.bert.vocab_size);
+}
+
+void TaggingTask::initialize(Model& model) {
+  // A Hugging Face BERT or ELECTRA directory gives the encoder; anything
+  // else is a Garden checkpoint.
+  if (!initialize_from_huggingface(config_, model, config_.model.encoder.bert.options()))
+    Task::initialize(model);
 }
 
 ModelPtr TaggingTask::build_model() {

@@ -28,6 +28,9 @@ class QuestionAnsweringTask : public Task {
   DatasetPtr build_inputs(const config::DataConfig& params,
                           const InputContext& input_context) override;
   ModelPtr build_model() override;
+  // task.init_checkpoint: a Garden checkpoint, or a Hugging Face BERT or
+  // ELECTRA directory (its encoder).
+  void initialize(Model& model) override;
   // start_logits, end_logits [B, S].
   Batch call_model(Model& model, const Batch& features, bool training) override;
   // The mean of the start and end positions' softmax cross-entropies.

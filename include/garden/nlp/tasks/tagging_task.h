@@ -20,6 +20,9 @@ class TaggingTask : public Task {
   DatasetPtr build_inputs(const config::DataConfig& params,
                           const InputContext& input_context) override;
   ModelPtr build_model() override;
+  // task.init_checkpoint: a Garden checkpoint, or a Hugging Face BERT or
+  // ELECTRA directory (its encoder).
+  void initialize(Model& model) override;
   // logits [B, S, classes].
   Batch call_model(Model& model, const Batch& features, bool training) override;
   // Softmax cross-entropy over the tokens whose label id is >= 0.

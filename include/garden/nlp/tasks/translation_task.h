@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "garden/core/task.h"
-#include "garden/nlp/modeling/decoding.h"
 #include "garden/nlp/data/sentence_pairs.h"
+#include "garden/nlp/modeling/decoding.h"
 #include "garden/nlp/tasks/translation_config.h"
 
 namespace garden::data {
