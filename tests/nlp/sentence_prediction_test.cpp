@@ -324,8 +324,8 @@ TEST_F(SentencePredictionTest, BadFlagsAndBadRowsLeaveNoOutput) {
     EXPECT_FALSE(fs::exists(o.meta_data_file_path));
   };
   auto o = options;
-  o.fine_tuning_task_type = "squad";
-  refused(o, "--fine_tuning_task_type=squad is not implemented yet");
+  o.fine_tuning_task_type = "retrieval";
+  refused(o, "--fine_tuning_task_type=retrieval is not implemented yet");
   o = options;
   o.classification_task_name = "STS-B";
   refused(o, "--classification_task_name=STS-B is a regression task");
