@@ -22,6 +22,7 @@
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
 #include "garden/cli/files.h"
+#include "garden/nlp/tasks/huggingface_export.h"
 #include "garden/platform/stop_signals.h"
 #include "garden/serving/export.h"
 #include "garden/serving/predictor.h"
@@ -34,7 +35,23 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-void run_export(const serving::ExportOptions& options) {
+void run_export(const serving::ExportOptions& options, const std::string& format) {
+  if (format == "huggingface") {
+    if (options.experiment.empty())
+      throw Error(
+          "--format=huggingface needs --experiment (a TensorFX model has no Hugging Face "
+          "architecture)");
+    serving::LoadedRun run = serving::load_run(options);
+    nlp::write_huggingface_dir(nlp::huggingface_export(*run.task, *run.model), run.assets,
+                               options.export_dir);
+    std::cout << "export:     " << fs::absolute(options.export_dir).string()
+              << " (Hugging Face: config.json, model.safetensors)\n"
+              << "checkpoint: " << fs::absolute(run.checkpoint).string() << " (step "
+              << run.global_step << (run.ema ? ", moving averages" : "") << ")\n";
+    return;
+  }
+  if (format != "garden")
+    throw Error("--format '" + format + "' is not one of garden, huggingface");
   const auto result = serving::export_model(options);
   std::cout << "export:     " << fs::absolute(result.directory).string() << "\n"
             << "version:    " << result.version << "\n"
@@ -208,7 +225,14 @@ void add_serving_commands(CLI::App& app) {
       ->add_option("--export_dir", export_options->export_dir,
                    "Base directory; the export goes to EXPORT_DIR/<version>")
       ->required();
-  export_command->callback([export_options] { run_export(*export_options); });
+  auto export_format = std::make_shared<std::string>("garden");
+  export_command
+      ->add_option("--format", *export_format,
+                   "garden (a versioned export garden predict and serve read) or huggingface (a "
+                   "transformers model directory, EXPORT_DIR itself, which must not exist)")
+      ->capture_default_str();
+  export_command->callback(
+      [export_options, export_format] { run_export(*export_options, *export_format); });
 
   auto predict_flags = std::make_shared<PredictFlags>();
   auto* predict = app.add_subcommand(

@@ -176,6 +176,38 @@ ExportResult export_tensorfx(const ExportOptions& options, const std::string& so
 
 }  // namespace
 
+LoadedRun load_run(const ExportOptions& options) {
+  LoadedRun run;
+  run.params = read_run_params(options.experiment, options.model_dir);
+  run.checkpoint = resolve_checkpoint(options.model_dir, options.checkpoint, *run.params);
+  const CheckpointData data = read_checkpoint_file(run.checkpoint);
+  run.task_metadata = data.meta.value("task", nlohmann::json::object());
+  run.checkpoint_items = data.meta.value("checkpoint_items", nlohmann::json::object());
+  run.global_step = data.meta.value("global_step", int64_t{0});
+  run.task = get_task(run.params->task, options.model_dir);
+  // The task readied for serving: a task that cannot be served stops at
+  // its signature.
+  run.assets = run.task->serving_assets();
+  run.task->prepare_serving(run.task_metadata, run.assets);
+  run.model = run.task->build_model();
+  // The weights: the moving averages where the run kept them (what Model
+  // Garden evaluates and exports), else the live ones.
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& [name, tensor] : model_state(*run.model)) {
+    const auto live = data.tensors.find("model/" + name);
+    if (live == data.tensors.end())
+      throw Error("checkpoint '" + run.checkpoint + "' has no weight '" + name + "'");
+    const auto average = data.tensors.find("optimizer/ema/" + name);
+    const bool use_average = average != data.tensors.end();
+    run.ema = run.ema || use_average;
+    const at::Tensor& value = use_average ? average->second : live->second;
+    tensors["model/" + name] = value;
+    run.weights.emplace_back(name, value);
+  }
+  load_model_state(*run.model, tensors, "model/", /*strict=*/true);
+  return run;
+}
+
 ExportResult export_model(const ExportOptions& options) {
   if (options.experiment.empty()) {
     const std::string source = tensorfx_model_dir(options.model_dir);
@@ -185,43 +217,23 @@ ExportResult export_model(const ExportOptions& options) {
     return export_tensorfx(options, source);
   }
   if (options.export_dir.empty()) throw Error("--export_dir is empty");
-  auto params = read_run_params(options.experiment, options.model_dir);
-  const std::string checkpoint = resolve_checkpoint(options.model_dir, options.checkpoint, *params);
-  const CheckpointData data = read_checkpoint_file(checkpoint);
-  const nlohmann::json task_meta = data.meta.value("task", nlohmann::json::object());
-  const int64_t step = data.meta.value("global_step", int64_t{0});
-
-  TaskPtr task = get_task(params->task, options.model_dir);
-  // The signature first: a task that cannot be served stops here.
-  std::map<std::string, std::string> assets = task->serving_assets();
-  task->prepare_serving(task_meta, assets);
+  LoadedRun run = load_run(options);
+  const auto& params = run.params;
+  const auto& task = run.task;
+  const auto& assets = run.assets;
+  const auto& named = run.weights;
+  const bool ema = run.ema;
+  const int64_t step = run.global_step;
+  const std::string& checkpoint = run.checkpoint;
   const ServingSignature signature = task->serving_signature();
-  ModelPtr model = task->build_model();
-
-  // The weights: the moving averages where the run kept them (what Model
-  // Garden evaluates and exports), else the live ones.
-  bool ema = false;
   CheckpointData weights;
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  for (const auto& [name, tensor] : model_state(*model)) {
-    const auto live = data.tensors.find("model/" + name);
-    if (live == data.tensors.end())
-      throw Error("checkpoint '" + checkpoint + "' has no weight '" + name + "'");
-    const auto average = data.tensors.find("optimizer/ema/" + name);
-    const bool use_average = average != data.tensors.end();
-    ema = ema || use_average;
-    const at::Tensor& value = use_average ? average->second : live->second;
-    weights.tensors["model/" + name] = value;
-    named.emplace_back(name, value);
-  }
-  load_model_state(*model, weights.tensors, "model/", /*strict=*/true);
+  for (const auto& [name, value] : named) weights.tensors["model/" + name] = value;
   const std::string source = fs::absolute(checkpoint).string();
-  weights.meta = {
-      {"global_step", step},
-      {"task", task_meta},
-      {"checkpoint_items", data.meta.value("checkpoint_items", nlohmann::json::object())},
-      {"source_checkpoint", source},
-      {"ema", ema}};
+  weights.meta = {{"global_step", step},
+                  {"task", run.task_metadata},
+                  {"checkpoint_items", run.checkpoint_items},
+                  {"source_checkpoint", source},
+                  {"ema", ema}};
 
   ExportResult result =
       write_version(options.export_dir, options.model_dir, [&](const fs::path& staging) {

@@ -24,6 +24,7 @@
 #include "garden/core/task.h"
 #include "garden/nlp/interop/huggingface.h"
 #include "garden/nlp/modeling/bert_classifier.h"
+#include "garden/nlp/tasks/huggingface_export.h"
 #include "garden/nlp/tasks/sentence_prediction_config.h"
 #include "test_util.h"
 
@@ -183,6 +184,25 @@ TEST_F(HuggingFaceTest, ASequenceClassifierFineTunesFromItsDirectoryWithTheSameL
               false)
           .at("logits");
   EXPECT_LT(max_difference(logits, expected("bert_classifier", "logits")), 1e-5);
+  // Exported back (garden export --format=huggingface): the file's own
+  // names, shapes and values, so transformers loads it unchanged.
+  const auto exported = garden::nlp::huggingface_export(*task, *model);
+  const auto original = garden::nlp::read_huggingface_dir((kFixtures / "bert_classifier").string());
+  EXPECT_EQ(exported.tensors.size(), original.tensors.size());
+  for (const auto& [name, tensor] : exported.tensors) {
+    ASSERT_TRUE(original.tensors.count(name)) << name;
+    EXPECT_TRUE(at::equal(tensor, original.tensors.at(name))) << name;
+  }
+  EXPECT_EQ(exported.config.at("architectures"), json({"BertForSequenceClassification"}));
+  EXPECT_EQ(exported.config.at("id2label").size(), 3u);
+  const fs::path out = dir_ / "export";
+  garden::nlp::write_huggingface_dir(exported, {}, out.string());
+  EXPECT_EQ(garden::nlp::read_huggingface_dir(out.string()).tensors.size(),
+            original.tensors.size());
+  EXPECT_NE(error_text([&] {
+              garden::nlp::write_huggingface_dir(exported, {}, out.string());
+            }).find("exists"),
+            std::string::npos);
 
   // The default ([encoder]) leaves the head as initialized; init_cls_pooler
   // adds the pooler, which a checkpoint without one cannot give.

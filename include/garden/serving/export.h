@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,6 +63,23 @@ struct ExportResult {
   int64_t global_step = 0;  // -1: not recorded (a TensorFX model)
   bool ema = false;         // the weights are the moving averages
 };
+
+// A run's model as export writes it: the config, the task (readied for
+// serving), the model holding the checkpoint's weights (the moving averages
+// where the run kept them), and what they came from.
+struct LoadedRun {
+  std::shared_ptr<config::ExperimentConfig> params;
+  TaskPtr task;
+  ModelPtr model;
+  std::string checkpoint;
+  int64_t global_step = 0;
+  bool ema = false;
+  nlohmann::json task_metadata;
+  nlohmann::json checkpoint_items;
+  std::map<std::string, std::string> assets;                // the task's serving assets
+  std::vector<std::pair<std::string, at::Tensor>> weights;  // by parameter name
+};
+LoadedRun load_run(const ExportOptions& options);
 
 // Writes a new version of the export. Loads what it wrote back before
 // renaming it into place, so a version that exists is one that loads.
