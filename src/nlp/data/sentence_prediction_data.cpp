@@ -76,6 +76,21 @@ void check_input_ids(const at::Tensor& ids, int64_t vocab_size, const std::strin
                             std::to_string(vocab_size));
 }
 
+std::string record_place(const data::RecordLocation& where) {
+  return "TFRecord file '" + where.file + "', record " + std::to_string(where.index);
+}
+
+Batch parse_record(const std::string& record, const data::RecordLocation& where,
+                   const data::ParseSpec& spec, const std::string& at) {
+  data::Example example;
+  try {
+    example = data::parse_example(record);
+  } catch (const data::DataError& e) {
+    throw data::DataError(at + ": " + e.what());
+  }
+  return data::parse(example, spec, where).tensors;
+}
+
 DatasetPtr build_sentence_prediction_inputs(const SentencePredictionDataConfig& params,
                                             const InputContext& input_context, int64_t vocab_size) {
   if (params.input_path.empty())
@@ -93,15 +108,8 @@ DatasetPtr build_sentence_prediction_inputs(const SentencePredictionDataConfig& 
   std::shared_ptr<const data::ParseSpec> frozen = spec;
   data::LocatedMapFn map_fn = [frozen, label_field, vocab_size](const std::string& record,
                                                                 const data::RecordLocation& where) {
-    const std::string at =
-        "TFRecord file '" + where.file + "', record " + std::to_string(where.index);
-    data::Example example;
-    try {
-      example = data::parse_example(record);
-    } catch (const data::DataError& e) {
-      throw data::DataError(at + ": " + e.what());
-    }
-    Batch parsed = data::parse(example, *frozen, where).tensors;
+    const std::string at = record_place(where);
+    Batch parsed = parse_record(record, where, *frozen, at);
     Batch out;
     out["input_word_ids"] = parsed.at("input_ids");
     out["input_mask"] = parsed.at("input_mask");

@@ -603,15 +603,8 @@ DatasetPtr build_squad_inputs(const QADataConfig& params, const InputContext& in
   const int64_t length = params.seq_length;
   data::LocatedMapFn map_fn = [frozen, vocab_size, length](const std::string& record,
                                                            const data::RecordLocation& where) {
-    const std::string at =
-        "TFRecord file '" + where.file + "', record " + std::to_string(where.index);
-    data::Example example;
-    try {
-      example = data::parse_example(record);
-    } catch (const data::DataError& e) {
-      throw data::DataError(at + ": " + e.what());
-    }
-    Batch parsed = data::parse(example, *frozen, where).tensors;
+    const std::string at = record_place(where);
+    Batch parsed = parse_record(record, where, *frozen, at);
     check_input_ids(parsed.at("input_ids"), vocab_size, at);
     for (const char* name : {"start_positions", "end_positions"}) {
       const int64_t p = parsed.at(name).item<int64_t>();

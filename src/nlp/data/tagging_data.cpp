@@ -216,15 +216,8 @@ DatasetPtr build_tagging_inputs(const TaggingDataConfig& params, const InputCont
   std::shared_ptr<const data::ParseSpec> frozen = spec;
   data::LocatedMapFn map_fn = [frozen, vocab_size](const std::string& record,
                                                    const data::RecordLocation& where) {
-    const std::string at =
-        "TFRecord file '" + where.file + "', record " + std::to_string(where.index);
-    data::Example example;
-    try {
-      example = data::parse_example(record);
-    } catch (const data::DataError& e) {
-      throw data::DataError(at + ": " + e.what());
-    }
-    Batch parsed = data::parse(example, *frozen, where).tensors;
+    const std::string at = record_place(where);
+    Batch parsed = parse_record(record, where, *frozen, at);
     check_input_ids(parsed.at("input_ids"), vocab_size, at);
     return Batch{{"input_word_ids", parsed.at("input_ids")},
                  {"input_mask", parsed.at("input_mask")},

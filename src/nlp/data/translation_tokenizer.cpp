@@ -10,8 +10,8 @@
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
-#include "garden/platform/stop_signals.h"
 #include "garden/nlp/data/sentence_pairs.h"
+#include "garden/platform/stop_signals.h"
 
 namespace garden::nlp {
 
@@ -56,9 +56,8 @@ void train_translation_sentencepiece(const TranslationDataConfig& train, int64_t
     });
     if (!text.flush()) throw Error("cannot write '" + text_path + "'");
   }
-  log_info() << "training a joint SentencePiece model (vocab_size "
-             << vocab_size << ") on " << sentences << " sentences of '"
-             << train.input_path << "'";
+  log_info() << "training a joint SentencePiece model (vocab_size " << vocab_size << ") on "
+             << sentences << " sentences of '" << train.input_path << "'";
   data::SentencePieceTrainOptions options;
   options.input = {text_path};
   options.model_prefix = (dir / fs::path(model_path).stem()).string();

@@ -28,6 +28,17 @@ void finetuning_optimizer(config::ExperimentConfig& experiment, double learning_
   opt.warmup.polynomial.warmup_steps = warmup_steps;
 }
 
+// electra/tiny's discriminator: 128 wide, 4 layers, 2 heads, ffn 512,
+// embeddings 128, vocabulary 8000.
+void tiny_encoder(BertEncoderConfig& encoder) {
+  encoder.vocab_size = 8000;
+  encoder.hidden_size = 128;
+  encoder.num_layers = 4;
+  encoder.num_attention_heads = 2;
+  encoder.intermediate_size = 512;
+  encoder.embedding_size = 128;
+}
+
 std::shared_ptr<config::ExperimentConfig> sentence_prediction_experiment() {
   auto experiment = std::make_shared<config::ExperimentConfig>();
   experiment->task = std::make_shared<SentencePredictionConfig>();
@@ -46,13 +57,7 @@ std::shared_ptr<config::ExperimentConfig> sentence_prediction_experiment() {
 std::shared_ptr<config::ExperimentConfig> tiny_experiment() {
   auto experiment = std::make_shared<config::ExperimentConfig>();
   auto task = std::make_shared<SentencePredictionConfig>();
-  auto& encoder = task->model.encoder.bert;
-  encoder.vocab_size = 8000;
-  encoder.hidden_size = 128;
-  encoder.num_layers = 4;
-  encoder.num_attention_heads = 2;
-  encoder.intermediate_size = 512;
-  encoder.embedding_size = 128;
+  tiny_encoder(task->model.encoder.bert);
   task->model.num_classes = 2;
   for (auto* data : {&task->train_data, &task->validation_data}) {
     data->seq_length = 64;
@@ -101,13 +106,7 @@ std::shared_ptr<config::ExperimentConfig> squad_experiment() {
 std::shared_ptr<config::ExperimentConfig> squad_tiny_experiment() {
   auto experiment = std::make_shared<config::ExperimentConfig>();
   auto task = std::make_shared<QuestionAnsweringConfig>();
-  auto& encoder = task->model.encoder.bert;
-  encoder.vocab_size = 8000;
-  encoder.hidden_size = 128;
-  encoder.num_layers = 4;
-  encoder.num_attention_heads = 2;
-  encoder.intermediate_size = 512;
-  encoder.embedding_size = 128;
+  tiny_encoder(task->model.encoder.bert);
   for (auto* data : {&task->train_data, &task->validation_data}) {
     data->seq_length = 128;
     data->global_batch_size = 32;

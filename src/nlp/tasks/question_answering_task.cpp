@@ -14,6 +14,7 @@
 #include "garden/base/logging.h"
 #include "garden/nlp/interop/huggingface.h"
 #include "garden/nlp/metrics/squad_metrics.h"
+#include "garden/nlp/tasks/log_rows.h"
 
 namespace garden::nlp {
 
@@ -187,12 +188,7 @@ Logs QuestionAnsweringTask::validation_step(const Batch& inputs, Model& model,
 }
 
 void QuestionAnsweringTask::aggregate_logs(Logs& state, const Logs& step_logs) {
-  const auto it = step_logs.find(kRows);
-  if (it == step_logs.end()) return;
-  const auto& rows = std::get<std::vector<std::vector<int64_t>>>(it->second);
-  auto [slot, inserted] = state.try_emplace(kRows, std::vector<std::vector<int64_t>>{});
-  auto& all = std::get<std::vector<std::vector<int64_t>>>(slot->second);
-  all.insert(all.end(), rows.begin(), rows.end());
+  append_log_rows(state, step_logs, kRows);
 }
 
 Logs QuestionAnsweringTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {

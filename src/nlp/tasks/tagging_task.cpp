@@ -8,6 +8,7 @@
 #include "garden/base/error.h"
 #include "garden/nlp/interop/huggingface.h"
 #include "garden/nlp/metrics/seqeval.h"
+#include "garden/nlp/tasks/log_rows.h"
 
 namespace garden::nlp {
 
@@ -126,14 +127,7 @@ Logs TaggingTask::validation_step(const Batch& inputs, Model& model, MetricList&
 }
 
 void TaggingTask::aggregate_logs(Logs& state, const Logs& step_logs) {
-  for (const char* key : {kLabelRows, kPredictRows}) {
-    const auto it = step_logs.find(key);
-    if (it == step_logs.end()) continue;
-    const auto& rows = std::get<std::vector<std::vector<int64_t>>>(it->second);
-    auto [slot, inserted] = state.try_emplace(key, std::vector<std::vector<int64_t>>{});
-    auto& all = std::get<std::vector<std::vector<int64_t>>>(slot->second);
-    all.insert(all.end(), rows.begin(), rows.end());
-  }
+  for (const char* key : {kLabelRows, kPredictRows}) append_log_rows(state, step_logs, key);
 }
 
 Logs TaggingTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {

@@ -10,6 +10,7 @@
 
 #include "garden/base/dataset.h"
 #include "garden/config/definitions.h"
+#include "garden/data/parse_spec.h"
 
 namespace garden::nlp {
 
@@ -53,6 +54,13 @@ void check_validation_tokenizer_keys(const std::string& train_vocab_file,
 // garden::DataError "WHERE: feature 'input_ids' holds ..."; nothing when
 // vocab_size is 0. For the fine-tuning loaders.
 void check_input_ids(const at::Tensor& ids, int64_t vocab_size, const std::string& where);
+
+// A fine-tuning loader's record: parsed by `spec`, a bad one one
+// data::DataError starting with `at` ("TFRecord file 'F', record N", which
+// record_place gives).
+std::string record_place(const data::RecordLocation& where);
+Batch parse_record(const std::string& record, const data::RecordLocation& where,
+                   const data::ParseSpec& spec, const std::string& at);
 
 DatasetPtr build_sentence_prediction_inputs(const SentencePredictionDataConfig& params,
                                             const InputContext& input_context = {},
