@@ -38,23 +38,9 @@ BOILERPLATE_DOCS = 25
 MAX_BODY_CHARS = 20000   # very long messages (digests, lists of links) are cut
 
 
-def subject_of(message):
-    # As make_spam_subjects.py's subject_of, but from a parsed message.
-    raw = message.get("Subject")
-    if raw is None:
-        return ""
-    parts = []
-    for value, charset in email.header.decode_header(str(raw)):
-        if isinstance(value, bytes):
-            try:
-                value = value.decode(charset or "latin-1", errors="replace")
-            except LookupError:
-                value = value.decode("latin-1", errors="replace")
-        parts.append(value)
-    subject = " ".join("".join(parts).split())
-    subject = re.sub(r"^((re|fwd?|fw)\s*:\s*)*\[[^\]]{1,40}\]\s*", lambda m: m.group(1) or "",
-                     subject, flags=re.I)
-    return subject.replace("\t", " ").strip()
+# The subject exactly as make_spam_subjects.py (beside this file) reads it.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_spam_subjects import subject_of_message as subject_of  # noqa: E402
 
 
 def part_text(part):

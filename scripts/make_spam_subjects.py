@@ -21,7 +21,10 @@ import sys
 
 
 def subject_of(text):
-    message = email.message_from_string(text)
+    return subject_of_message(email.message_from_string(text))
+
+
+def subject_of_message(message):
     raw = message.get("Subject")
     if raw is None:
         return ""
