@@ -143,6 +143,13 @@ TEST_F(ServingCliTest, ABadLineIsOneErrorNamingItAndWritesNothing) {
   expect_one_error_line(garden("export --experiment tabular/iris --model_dir '" + path("none") +
                                "' --export_dir '" + path("x") + "'"),
                         {"has no params.yaml"});
+  // --format: an unknown one, and a task with no Hugging Face architecture.
+  expect_one_error_line(garden("export --experiment tabular/iris --model_dir '" + run("iris") +
+                               "' --export_dir '" + path("x") + "' --format=onnx"),
+                        {"--format 'onnx' is not one of garden, huggingface"});
+  expect_one_error_line(garden("export --experiment tabular/iris --model_dir '" + run("iris") +
+                               "' --export_dir '" + path("x") + "' --format=huggingface"),
+                        {"--format=huggingface: task", "has no Hugging Face architecture"});
   EXPECT_FALSE(fs::exists(dir_ / "x"));
 }
 
