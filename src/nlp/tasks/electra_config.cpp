@@ -72,6 +72,14 @@ void BertEncoderConfig::validate() const {
                    "true is not implemented in Garden; only false is accepted");
 }
 
+void BertEncoderConfig::check_fits(const std::string& which, int64_t seq_length) const {
+  if (seq_length > max_position_embeddings)
+    config::refuse(which + ".seq_length",
+                   std::to_string(seq_length) +
+                       " is longer than model.encoder.bert.max_position_embeddings " +
+                       std::to_string(max_position_embeddings));
+}
+
 BertEncoderOptions BertEncoderConfig::options() const {
   const auto& c = *this;
   BertEncoderOptions o;

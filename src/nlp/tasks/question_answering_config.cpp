@@ -46,14 +46,8 @@ void QuestionAnsweringConfig::validate() const {
   config::check_range("n_best_size", n_best_size, config::Range::at_least(1));
   config::check_range("max_answer_length", max_answer_length, config::Range::at_least(1));
   config::check_range("null_score_diff_threshold", null_score_diff_threshold, config::Range::any());
-  const auto& encoder = model.encoder.bert;
-  for (const auto* data : {&train_data, &validation_data})
-    if (data->seq_length > encoder.max_position_embeddings)
-      config::refuse(
-          std::string(data == &train_data ? "train_data" : "validation_data") + ".seq_length",
-          std::to_string(data->seq_length) +
-              " is longer than model.encoder.bert.max_position_embeddings " +
-              std::to_string(encoder.max_position_embeddings));
+  model.encoder.bert.check_fits("train_data", train_data.seq_length);
+  model.encoder.bert.check_fits("validation_data", validation_data.seq_length);
 }
 
 BertSpanLabelerOptions QuestionAnsweringConfig::model_options() const {

@@ -72,11 +72,7 @@ void SentencePredictionConfig::validate() const {
       config::refuse(which + ".label_type", "'" + data->label_type + "' with model.num_classes " +
                                                 std::to_string(model.num_classes) + " (use " +
                                                 (regression ? "float" : "int") + ")");
-    if (data->seq_length > encoder.max_position_embeddings)
-      config::refuse(which + ".seq_length",
-                     std::to_string(data->seq_length) +
-                         " is longer than model.encoder.bert.max_position_embeddings " +
-                         std::to_string(encoder.max_position_embeddings));
+    encoder.check_fits(which, data->seq_length);
   }
 }
 

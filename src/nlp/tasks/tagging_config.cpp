@@ -35,14 +35,8 @@ void TaggingConfig::validate() const {
                                   e.tokenization, e.lower_case);
   if (!hub_module_url.empty())
     config::refuse("hub_module_url", "TF Hub modules are not supported; use init_checkpoint");
-  const auto& encoder = model.encoder.bert;
-  for (const auto* data : {&train_data, &validation_data})
-    if (data->seq_length > encoder.max_position_embeddings)
-      config::refuse(
-          std::string(data == &train_data ? "train_data" : "validation_data") + ".seq_length",
-          std::to_string(data->seq_length) +
-              " is longer than model.encoder.bert.max_position_embeddings " +
-              std::to_string(encoder.max_position_embeddings));
+  model.encoder.bert.check_fits("train_data", train_data.seq_length);
+  model.encoder.bert.check_fits("validation_data", validation_data.seq_length);
 }
 
 BertTokenClassifierOptions TaggingConfig::model_options() const {

@@ -39,6 +39,9 @@ struct BertEncoderConfig : config::Config {
   void visit(config::Visitor& v) override;
   void validate() const override;
   BertEncoderOptions options() const;
+  // A fine-tuning task's sequences must fit the position table: refuses
+  // "<which>.seq_length" (train_data, validation_data) naming both values.
+  void check_fits(const std::string& which, int64_t seq_length) const;
 };
 
 // Model Garden's EncoderConfig, a one-of; Garden builds `bert`.
