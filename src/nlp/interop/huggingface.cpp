@@ -12,6 +12,7 @@
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
 #include "garden/config/definitions.h"
+#include "garden/config/validation.h"
 #include "garden/core/safetensors.h"
 
 namespace garden::nlp {
@@ -23,15 +24,7 @@ using json = nlohmann::json;
 
 std::string shape_text(at::IntArrayRef sizes) {
   std::ostringstream out;
-  out << "[";
-  for (std::size_t i = 0; i < sizes.size(); ++i) out << (i ? ", " : "") << sizes[i];
-  out << "]";
-  return out.str();
-}
-
-std::string number(double value) {
-  std::ostringstream out;
-  out << value;
+  out << sizes;  // c10's "[3, 32]"
   return out.str();
 }
 
@@ -103,8 +96,8 @@ void check_huggingface_encoder_config(const HuggingFaceModel& model,
                         const std::string& garden_key) {
     const double value = c.contains(key) && c[key].is_number() ? c[key].get<double>() : fallback;
     if (std::abs(value - garden) > 1e-12 * std::max(1.0, std::abs(garden)))
-      throw Error(where + key + " " + number(value) + " differs from " + garden_prefix +
-                  garden_key + " " + number(garden));
+      throw Error(where + key + " " + config::number_text(value) + " differs from " +
+                  garden_prefix + garden_key + " " + config::number_text(garden));
   };
   integer("vocab_size", -1, options.vocab_size, "vocab_size");
   integer("hidden_size", -1, options.hidden_size, "hidden_size");
