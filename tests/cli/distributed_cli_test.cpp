@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include <torch/torch.h>
@@ -98,10 +99,10 @@ class DistributedCliTest : public CliFixture {
   // `extra` arguments.
   static std::string fx_iris(const std::string& output, const std::string& extra) {
     const std::string data = std::string(GARDEN_DATA_DIR) + "/fx/iris/";
-    return "fx train --model feedforward_classification --output '" + output +
-           "' --data-train '" + data + "train.csv' --data-eval '" + data +
-           "eval.csv' --data-schema '" + data + "schema.yaml' --data-metadata '" + data +
-           "metadata.json' --data-features '" + data + "features.yaml' " + extra;
+    return "fx train --model feedforward_classification --output '" + output + "' --data-train '" +
+           data + "train.csv' --data-eval '" + data + "eval.csv' --data-schema '" + data +
+           "schema.yaml' --data-metadata '" + data + "metadata.json' --data-features '" + data +
+           "features.yaml' " + extra;
   }
   // The same through `garden launch --ps`: a master, `workers` workers and
   // `ps` ps tasks.
@@ -179,18 +180,20 @@ TEST_F(DistributedCliTest, EvaluationOverFourWorkersReportsWhatOneProcessReports
   // Validation batches of 7 rows: the last one (30 = 4 * 7 + 2) leaves two
   // of the four workers without a row; the metrics and the loss, reduced
   // over the workers, still equal one process's.
-  const std::string overrides = kIris +
-                                ",task.validation_data.global_batch_size=7,"
-                                "task.validation_data.sharding=false,trainer.validation_interval=60";
+  const std::string overrides =
+      kIris +
+      ",task.validation_data.global_batch_size=7,"
+      "task.validation_data.sharding=false,trainer.validation_interval=60";
   const std::string one_dir = path("one"), four_dir = path("four");
   const CliRun one = garden("train --experiment=tabular/iris --mode=train_and_eval --model_dir='" +
                             one_dir + "' --params_override='" + overrides + "'");
   ASSERT_EQ(one.status, 0) << one.err;
-  const CliRun four = garden("launch --nproc_per_node=4 --master_port=" +
-                             std::to_string(free_port()) +
-                             " -- train --experiment=tabular/iris --mode=train_and_eval "
-                             "--model_dir='" + four_dir + "' --params_override='" + overrides +
-                             ",runtime.distribution_strategy=multi_worker_mirrored'");
+  const CliRun four =
+      garden("launch --nproc_per_node=4 --master_port=" + std::to_string(free_port()) +
+             " -- train --experiment=tabular/iris --mode=train_and_eval "
+             "--model_dir='" +
+             four_dir + "' --params_override='" + overrides +
+             ",runtime.distribution_strategy=multi_worker_mirrored'");
   ASSERT_EQ(four.status, 0) << four.err;
   // "evaluation:  accuracy 0.9667, validation_loss 0.1234"
   const auto value = [](const std::string& out, const std::string& key) {
@@ -205,8 +208,9 @@ TEST_F(DistributedCliTest, EvaluationOverFourWorkersReportsWhatOneProcessReports
 
 TEST_F(DistributedCliTest, ShardedInputGivesEachWorkerItsRowsAndTrains) {
   // sharding: true (Model Garden's default): each worker reads its rows.
-  const CliRun run = iris(path("sharded"), 2, "runtime.seed=3,trainer.train_steps=40,"
-                                               "trainer.steps_per_loop=10");
+  const CliRun run = iris(path("sharded"), 2,
+                          "runtime.seed=3,trainer.train_steps=40,"
+                          "trainer.steps_per_loop=10");
   ASSERT_EQ(run.status, 0) << run.err;
   const auto checkpoint = garden::read_checkpoint_file(*garden::latest_checkpoint(path("sharded")));
   ASSERT_TRUE(checkpoint.meta.contains("workers"));
@@ -237,9 +241,9 @@ TEST_F(DistributedCliTest, TinyTranslationOnTwoAndFourWorkersEndsWithOneProcesss
   for (int workers : {2, 4}) {
     const std::string model_dir = path("workers" + std::to_string(workers));
     const CliRun run = shell("\"$GARDEN\" launch --nproc_per_node=" + std::to_string(workers) +
-                              " --master_port=" + std::to_string(free_port()) + " -- " + train +
-                              ",runtime.distribution_strategy=multi_worker_mirrored' --model_dir='" +
-                              model_dir + "'\n");
+                             " --master_port=" + std::to_string(free_port()) + " -- " + train +
+                             ",runtime.distribution_strategy=multi_worker_mirrored' --model_dir='" +
+                             model_dir + "'\n");
     ASSERT_EQ(run.status, 0) << run.err;
     expect_same_weights(model_dir, path("one"), 1e-3, 1e-5);
   }
@@ -261,8 +265,12 @@ TEST_F(DistributedCliTest, GradientAccumulationOnOneAndTwoWorkersEqualsTheWholeB
   const std::string data = std::string(GARDEN_DATA_DIR) + "/translation/en_de_";
   const std::string train =
       "\"$GARDEN\" train --experiment=wmt_transformer/tiny --mode=train "
-      "--params_override='task.train_data.input_path=" + data + "train.tsv,"
-      "task.validation_data.input_path=" + data + "valid.tsv,task.sentencepiece_vocab_size=1000,"
+      "--params_override='task.train_data.input_path=" +
+      data +
+      "train.tsv,"
+      "task.validation_data.input_path=" +
+      data +
+      "valid.tsv,task.sentencepiece_vocab_size=1000,"
       "runtime.seed=5,trainer.train_steps=10,trainer.steps_per_loop=10,"
       "trainer.summary_interval=10,trainer.checkpoint_interval=10,"
       "task.train_data.global_batch_size=512,task.model.dropout_rate=0,"
@@ -281,7 +289,8 @@ TEST_F(DistributedCliTest, ResumingOnAnotherNumberOfWorkersGivesEachItsOwnRandom
   // One process writes ckpt-30; two workers continue it. The checkpoint has
   // no random state for them, so each draws from seed + rank: their dropout
   // masks (and the states in ckpt-60) differ.
-  const std::string common = "runtime.seed=7,trainer.steps_per_loop=10,trainer.checkpoint_interval=30";
+  const std::string common =
+      "runtime.seed=7,trainer.steps_per_loop=10,trainer.checkpoint_interval=30";
   const CliRun first = iris(path("run"), 1, common + ",trainer.train_steps=30");
   ASSERT_EQ(first.status, 0) << first.err;
   const CliRun second = iris(path("run"), 2, common + ",trainer.train_steps=60");
@@ -323,8 +332,9 @@ TEST_F(DistributedCliTest, ParameterServersWithOneWorkerUpdateAsOneProcess) {
 
 TEST_F(DistributedCliTest, ParameterServersWithTwoWorkersTrainAsynchronouslyAndResume) {
   // Adam, the iris default, on two workers that read their own rows.
-  const std::string common = "runtime.seed=3,trainer.steps_per_loop=50,trainer.summary_interval=50,"
-                             "trainer.checkpoint_interval=100,trainer.validation_interval=100";
+  const std::string common =
+      "runtime.seed=3,trainer.steps_per_loop=50,trainer.summary_interval=50,"
+      "trainer.checkpoint_interval=100,trainer.validation_interval=100";
   const CliRun run =
       launch_ps(path("async"), 2, 1, common + ",trainer.train_steps=300", "train_and_eval");
   ASSERT_EQ(run.status, 0) << run.err;
@@ -334,8 +344,7 @@ TEST_F(DistributedCliTest, ParameterServersWithTwoWorkersTrainAsynchronouslyAndR
   ASSERT_NE(at, std::string::npos) << run.out;
   EXPECT_GE(std::stod(run.out.substr(at + 9, 6)), 0.9) << run.out;
   // The same command with more steps continues from ckpt-300.
-  const CliRun more =
-      launch_ps(path("async"), 2, 1, common + ",trainer.train_steps=400", "train");
+  const CliRun more = launch_ps(path("async"), 2, 1, common + ",trainer.train_steps=400", "train");
   ASSERT_EQ(more.status, 0) << more.err;
   EXPECT_NE(more.err.find("ckpt-300"), std::string::npos) << more.err;
   const auto data = garden::read_checkpoint_file((fs::path(path("async")) / "ckpt-400").string());
@@ -347,18 +356,22 @@ TEST_F(DistributedCliTest, ParameterServersStopAllWhenAWorkerGetsSigtermAndResum
   // SIGTERM to worker 0 alone: it reports the signal with its gradients, the
   // chief checkpoints at the end of its loop and ends every process.
   const std::string model_dir = path("signal");
-  const std::string launch = "\"$GARDEN\" launch --nproc_per_node=2 --ps=1 --master_port=" +
-                             std::to_string(free_port()) +
-                             " -- train --experiment=tabular/iris --mode=train --model_dir='" +
-                             model_dir + "' --params_override='runtime.seed=2,"
-                             "trainer.steps_per_loop=50,trainer.summary_interval=50,"
-                             "trainer.checkpoint_interval=100000,"
-                             "runtime.distribution_strategy=parameter_server,";
-  const CliRun stopped = shell(
-      launch + "trainer.train_steps=1000000' 2>'" + path("launch.err") + "' &\nlauncher=$!\n"
-      "for i in $(seq 1 3000); do [ -e '" + model_dir + "/train' ] && break; sleep 0.01; done\n"
-      "sleep 0.5\nworker=$(pgrep -P $launcher | sort -n | sed -n 2p)\nkill -TERM $worker\n"
-      "wait $launcher; status=$?\ncat '" + path("launch.err") + "' >&2\nexit $status\n");
+  const std::string launch =
+      "\"$GARDEN\" launch --nproc_per_node=2 --ps=1 --master_port=" + std::to_string(free_port()) +
+      " -- train --experiment=tabular/iris --mode=train --model_dir='" + model_dir +
+      "' --params_override='runtime.seed=2,"
+      "trainer.steps_per_loop=50,trainer.summary_interval=50,"
+      "trainer.checkpoint_interval=100000,"
+      "runtime.distribution_strategy=parameter_server,";
+  const CliRun stopped =
+      shell(launch + "trainer.train_steps=1000000' 2>'" + path("launch.err") +
+            "' &\nlauncher=$!\n"
+            "for i in $(seq 1 3000); do [ -e '" +
+            model_dir +
+            "/train' ] && break; sleep 0.01; done\n"
+            "sleep 0.5\nworker=$(pgrep -P $launcher | sort -n | sed -n 2p)\nkill -TERM $worker\n"
+            "wait $launcher; status=$?\ncat '" +
+            path("launch.err") + "' >&2\nexit $status\n");
   EXPECT_NE(stopped.status, 0) << stopped.err;
   EXPECT_NE(stopped.err.find("another worker received a stop signal"), std::string::npos)
       << stopped.err;
@@ -378,8 +391,8 @@ TEST_F(DistributedCliTest, ParameterServersStopAllWhenAWorkerGetsSigtermAndResum
 }
 
 TEST_F(DistributedCliTest, ParameterServersRefuseWhatTheyCannotDoYet) {
-  const CliRun run = launch_ps(path("ema"), 1, 1,
-                               kIris + ",trainer.optimizer_config.ema={average_decay: 0.99}");
+  const CliRun run =
+      launch_ps(path("ema"), 1, 1, kIris + ",trainer.optimizer_config.ema={average_decay: 0.99}");
   EXPECT_NE(run.status, 0);
   EXPECT_NE(run.err.find("trainer.optimizer_config.ema with "
                          "runtime.distribution_strategy=parameter_server is not implemented yet"),
@@ -394,9 +407,9 @@ TEST_F(DistributedCliTest, WorkersOnDistinctLoopbackAddressesActAsHosts) {
   const int port = free_port();
   std::string script;
   for (int index : {0, 1}) {
-    const std::string tf_config = "{\"cluster\": {\"chief\": [\"127.0.0.2:" +
-                                  std::to_string(port) + "\"], \"worker\": [\"127.0.0.3:" +
-                                  std::to_string(free_port()) + "\"]}, \"task\": {\"type\": \"" +
+    const std::string tf_config = "{\"cluster\": {\"chief\": [\"127.0.0.2:" + std::to_string(port) +
+                                  "\"], \"worker\": [\"127.0.0.3:" + std::to_string(free_port()) +
+                                  "\"]}, \"task\": {\"type\": \"" +
                                   (index == 0 ? "chief" : "worker") + "\", \"index\": 0}}";
     script += "TF_CONFIG='" + tf_config +
               "' \"$GARDEN\" train --experiment=tabular/iris --mode=train --model_dir='" +
@@ -519,12 +532,14 @@ TEST_F(DistributedCliTest, AHungWorkerIsNamedAfterTheTimeout) {
   const std::string model_dir = path("hung");
   const CliRun run = shell(
       "\"$GARDEN\" launch --nproc_per_node=2 --stop_grace_seconds=1 --master_port=" +
-      std::to_string(free_port()) + " -- train --experiment=tabular/iris --mode=train --model_dir='" +
-      model_dir +
+      std::to_string(free_port()) +
+      " -- train --experiment=tabular/iris --mode=train --model_dir='" + model_dir +
       "' --params_override=runtime.seed=1,trainer.train_steps=100000,trainer.steps_per_loop=50,"
       "trainer.checkpoint_interval=50,runtime.distribution_strategy=multi_worker_mirrored,"
       "runtime.collective_timeout_seconds=3 &\nlauncher=$!\n"
-      "for i in $(seq 1 3000); do [ -e '" + model_dir + "/ckpt-50' ] && break; sleep 0.01; done\n"
+      "for i in $(seq 1 3000); do [ -e '" +
+      model_dir +
+      "/ckpt-50' ] && break; sleep 0.01; done\n"
       "victim=$(pgrep -P $launcher | sort -n | tail -1)\nkill -STOP $victim\n"
       "wait $launcher; status=$?\nkill -KILL $victim 2>/dev/null\nexit $status\n");
   EXPECT_EQ(run.status, 1) << run.err;
@@ -555,14 +570,22 @@ TEST_F(DistributedCliTest, ARendezvousPortInUseIsOneLine) {
   // A first chief holds the port (waiting for its worker); a second chief
   // on the same port retries, then says what is wrong.
   const int port = free_port();
-  const std::string chief = "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                            std::to_string(port) +
-                            " \"$GARDEN\" train --experiment=tabular/iris --mode=train "
-                            "--params_override=runtime.collective_timeout_seconds=";
-  const CliRun run = shell(chief + "8,runtime.distribution_strategy=multi_worker_mirrored --model_dir='" +
-                           path("first") + "' 2>/dev/null &\nfirst=$!\nsleep 1\n" + chief +
-                           "3,runtime.distribution_strategy=multi_worker_mirrored --model_dir='" +
-                           path("second") + "'\nstatus=$?\nkill $first\nexit $status\n");
+  const std::string chief =
+      "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+      " \"$GARDEN\" train --experiment=tabular/iris --mode=train "
+      "--params_override=runtime.collective_timeout_seconds=";
+  // Waits (up to 30 s) until the first chief listens: its port in LISTEN
+  // state in /proc/net/tcp or tcp6, not a fixed sleep that a loaded machine outlasts.
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "%04X", port);
+  const std::string listening = std::string("for i in $(seq 150); do grep -qE ':") + hex +
+                                " [0-9A-F]+:0000 0A' /proc/net/tcp /proc/net/tcp6 && break; "
+                                "sleep 0.2; done\n";
+  const CliRun run =
+      shell(chief + "8,runtime.distribution_strategy=multi_worker_mirrored --model_dir='" +
+            path("first") + "' 2>/dev/null &\nfirst=$!\n" + listening + chief +
+            "3,runtime.distribution_strategy=multi_worker_mirrored --model_dir='" + path("second") +
+            "'\nstatus=$?\nkill $first\nexit $status\n");
   EXPECT_EQ(run.status, 1) << run.err;
   EXPECT_NE(run.err.find("garden: error: the chief cannot serve the rendezvous at 127.0.0.1:" +
                          std::to_string(port)),
@@ -572,11 +595,11 @@ TEST_F(DistributedCliTest, ARendezvousPortInUseIsOneLine) {
 
 TEST_F(DistributedCliTest, AWorkerWithoutItsChiefStopsWithOneLine) {
   const int port = free_port();
-  const CliRun run = shell(
-      "RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
-      " \"$GARDEN\" train --experiment=tabular/iris --mode=train --model_dir='" + path("m") +
-      "' --params_override=runtime.collective_timeout_seconds=3,"
-      "runtime.distribution_strategy=multi_worker_mirrored\n");
+  const CliRun run =
+      shell("RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+            " \"$GARDEN\" train --experiment=tabular/iris --mode=train --model_dir='" + path("m") +
+            "' --params_override=runtime.collective_timeout_seconds=3,"
+            "runtime.distribution_strategy=multi_worker_mirrored\n");
   EXPECT_EQ(run.status, 1) << run.err;
   EXPECT_NE(run.err.find("garden: error: no chief answered at 127.0.0.1:" + std::to_string(port) +
                          " within 3 s"),
@@ -586,8 +609,8 @@ TEST_F(DistributedCliTest, AWorkerWithoutItsChiefStopsWithOneLine) {
 }
 
 TEST_F(DistributedCliTest, LaunchRefusesWhatItCannotDo) {
-  CliRun run = garden(
-      "launch --nproc_per_node=2 --nnodes=2 --ps=1 -- train --experiment=tabular/iris");
+  CliRun run =
+      garden("launch --nproc_per_node=2 --nnodes=2 --ps=1 -- train --experiment=tabular/iris");
   EXPECT_EQ(run.status, 2);
   EXPECT_NE(run.err.find("--ps starts a parameter-server cluster on one machine"),
             std::string::npos)
