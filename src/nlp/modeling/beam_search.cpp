@@ -177,7 +177,8 @@ BeamSearchResult tensor_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
 BeamSearchResult host_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
                              const at::Tensor& initial_ids, Cache initial_cache, int64_t vocab_size,
                              int64_t beams, double alpha, const std::vector<int64_t>& limits,
-                             int64_t eos_id) {
+                             int64_t eos_id, BeamSearchRules rules) {
+  const bool transformers = rules == BeamSearchRules::kTransformers;
   const int64_t batch = initial_ids.size(0);
   const auto long_opts = torch::TensorOptions().dtype(torch::kLong);
   const auto score_opts = long_opts.dtype(torch::kDouble);
@@ -251,7 +252,16 @@ BeamSearchResult host_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
         any_finished = any_finished || finished_flags[i * K + k];
       }
       if (!any_finished) lowest = kLargeNegative;
-      done[i] = limit[i] <= step || lowest > best_alive;
+      if (transformers) {
+        // Every slot set, and the best alive over the tokens so far no better.
+        bool full = true;
+        for (std::size_t k = 0; k < K; ++k) full = full && finished_flags[i * K + k];
+        done[i] = limit[i] <= step ||
+                  (full &&
+                   !(alive_log_probs[i * K] / std::pow(static_cast<double>(step), alpha) > lowest));
+      } else {
+        done[i] = limit[i] <= step || lowest > best_alive;
+      }
       any_done = any_done || done[i];
     }
     if (any_done) {
@@ -336,7 +346,10 @@ BeamSearchResult host_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
     top_log_probs = top_log_probs.contiguous();
     top_indices = top_indices.contiguous();
     // Finished candidates are scored with the length normalization.
-    const at::Tensor scaled = (top_log_probs / length_normalization(alpha, step + 1)).contiguous();
+    const at::Tensor scaled =
+        (top_log_probs / (transformers ? std::pow(static_cast<double>(step + 1), alpha)
+                                       : length_normalization(alpha, step + 1)))
+            .contiguous();
     const double* top_lp = top_log_probs.data_ptr<double>();
     const int64_t* top_index = top_indices.data_ptr<int64_t>();
     const double* top_scaled = scaled.data_ptr<double>();
@@ -346,10 +359,14 @@ BeamSearchResult host_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
     for (std::size_t c = 0; c < n * C; ++c) {
       top_beam[c] = top_index[c] / vocab_size;
       top_id[c] = top_index[c] % vocab_size;
-      top_finished[c] = top_id[c] == eos_id;
+      // transformers: at the limit every candidate ends (MaxLengthCriteria).
+      top_finished[c] = top_id[c] == eos_id || (transformers && step + 1 >= limit[c / C]);
+      // transformers: only those ranked in the first `beams` may finish.
+      const bool may_finish = top_finished[c] && (!transformers || c % C < K);
       // As the tensor version computes them: x + flag * kLargeNegative.
       alive_candidates[c] = top_lp[c] + (top_finished[c] ? 1.0 : 0.0) * kLargeNegative;
-      new_scores[c] = top_scaled[c] + (top_finished[c] ? 0.0 : 1.0) * kLargeNegative;
+      new_scores[c] = top_scaled[c] + (may_finish ? 0.0 : 1.0) * kLargeNegative;
+      if (transformers) top_finished[c] = may_finish;
     }
     // The candidate's sequence: its beam's tokens, then its token.
     const auto candidate_token = [&](std::size_t i, std::size_t c, std::size_t t) {
@@ -441,7 +458,7 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
                                       const at::Tensor& initial_ids, Cache initial_cache,
                                       int64_t vocab_size, int64_t beam_size, double alpha,
                                       const at::Tensor& max_decode_lengths, int64_t eos_id,
-                                      BeamSearchState state) {
+                                      BeamSearchState state, BeamSearchRules rules) {
   check_initial_ids(initial_ids);
   if (vocab_size < 1 || beam_size < 1)
     throw Error("beam search: vocab_size and beam_size must be >= 1");
@@ -452,8 +469,12 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
     if (!initial_ids.device().is_cpu())
       throw Error("beam search: the host search needs initial_ids on the CPU");
     return host_search(symbols_to_logits_fn, initial_ids, std::move(initial_cache), vocab_size,
-                       beam_size, alpha, limits, eos_id);
+                       beam_size, alpha, limits, eos_id, rules);
   }
+  if (rules == BeamSearchRules::kTransformers)
+    throw Error(
+        "beam search: transformers' rules (task.model.beam_search: transformers) run with "
+        "the search's state on the host: decode on the CPU");
   return tensor_search(symbols_to_logits_fn, initial_ids, std::move(initial_cache), vocab_size,
                        beam_size, alpha, limits, eos_id);
 }

@@ -32,8 +32,11 @@ std::vector<std::vector<int64_t>> translate_ids(Seq2SeqTransformerImpl& model,
   const BeamSearchResult result =
       options.beam_size <= 1
           ? greedy_decode(step_fn, initial, std::move(cache), max_lengths, eos_id)
-          : sequence_beam_search(step_fn, initial, std::move(cache), model.options().vocab_size,
-                                 options.beam_size, options.alpha, max_lengths, eos_id);
+          : sequence_beam_search(
+                step_fn, initial, std::move(cache), model.options().vocab_size, options.beam_size,
+                options.alpha, max_lengths, eos_id,
+                initial.device().is_cpu() ? BeamSearchState::kHost : BeamSearchState::kTensors,
+                options.rules);
   // The best sequence of each example, without the initial id, up to EOS.
   const at::Tensor best = result.sequences.select(1, 0).slice(1, 1).contiguous().cpu();
   std::vector<std::vector<int64_t>> outputs(static_cast<std::size_t>(batch));

@@ -1,5 +1,6 @@
 #include "garden/nlp/modeling/transformer.h"
 
+#include "garden/base/error.h"
 #include "garden/kernels/autocast.h"
 
 #include <torch/torch.h>
@@ -28,7 +29,6 @@ at::Tensor layer_norm(const at::Tensor& x, torch::nn::LayerNorm& norm) {
   if (shape.size() != 1 || !norm->options.elementwise_affine()) return norm->forward(x);
   return kernels::layer_norm(x, norm->weight, norm->bias, norm->options.eps());
 }
-
 
 namespace {
 
@@ -119,12 +119,34 @@ at::Tensor relative_position_encoding(int64_t length, int64_t hidden_size, int64
   return at::cat({at::sin(scaled_time), at::cos(scaled_time)}, 1).to(dtype);
 }
 
+PositionEncoding position_encoding_from_name(const std::string& name) {
+  if (name == "model_garden") return PositionEncoding::kModelGarden;
+  if (name == "marian") return PositionEncoding::kMarian;
+  throw Error("position encoding '" + name + "' is not one of model_garden, marian");
+}
+
+at::Tensor position_encoding(PositionEncoding style, int64_t length, int64_t hidden_size,
+                             int64_t start, at::ScalarType dtype, at::Device device) {
+  if (style == PositionEncoding::kModelGarden)
+    return relative_position_encoding(length, hidden_size, start, 1.0, 1.0e4, dtype, device);
+  TORCH_CHECK(hidden_size % 2 == 0, "position encoding needs an even hidden_size");
+  // transformers: pos / 10000^(2i / D), in double, then cast.
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
+  const at::Tensor timescales =
+      at::pow(1.0e4, at::arange(hidden_size / 2, f64) * (2.0 / static_cast<double>(hidden_size)));
+  const at::Tensor scaled_time =
+      at::arange(start, start + length, f64).unsqueeze(1) / timescales.unsqueeze(0);
+  return at::cat({at::sin(scaled_time), at::cos(scaled_time)}, 1).to(dtype);
+}
+
 // ---- blocks ----------------------------------------------------------------------
 
 FeedForwardImpl::FeedForwardImpl(const TransformerBlockOptions& options)
-    : gelu_(options.activation == "gelu"), dropout_(options.intermediate_dropout) {
-  TORCH_CHECK(options.activation == "relu" || options.activation == "gelu",
-              "activation must be relu or gelu, got ", options.activation);
+    : gelu_(options.activation == "gelu"),
+      swish_(options.activation == "swish"),
+      dropout_(options.intermediate_dropout) {
+  TORCH_CHECK(options.activation == "relu" || gelu_ || swish_,
+              "activation must be relu, gelu or swish, got ", options.activation);
   intermediate = register_module(
       "intermediate", make_dense(options.hidden_size, options.intermediate_size, options.use_bias));
   output = register_module(
@@ -132,6 +154,9 @@ FeedForwardImpl::FeedForwardImpl(const TransformerBlockOptions& options)
 }
 
 at::Tensor FeedForwardImpl::forward(const at::Tensor& x, at::Tensor* output_bias) {
+  if (swish_)
+    return output->forward_deferring_bias(
+        kernels::dropout(at::silu(intermediate->forward(x)), dropout_, is_training()), output_bias);
   // Inference: ReLU with the product (dropout is off), with no pass of its own in int8.
   if (!gelu_ && (!is_training() || dropout_ == 0.0) && !at::GradMode::is_enabled())
     return output->forward_deferring_bias(intermediate->forward_relu(x), output_bias);
@@ -148,7 +173,8 @@ at::Tensor FeedForwardImpl::forward(const at::Tensor& x, at::Tensor* output_bias
               : kernels::gelu(intermediate->forward(x));
     h = kernels::dropout(h, dropout_, is_training());
   } else if (fused && is_training() && dropout_ > 0 && dropout_ < 1) {
-    h = kernels::bias_relu_dropout(kernels::linear(x, weight, {}), intermediate->bias, dropout_, true);
+    h = kernels::bias_relu_dropout(kernels::linear(x, weight, {}), intermediate->bias, dropout_,
+                                   true);
   } else {
     h = kernels::relu_dropout(intermediate->forward(x), dropout_, is_training());
   }
@@ -325,6 +351,8 @@ Seq2SeqTransformerImpl::Seq2SeqTransformerImpl(const Seq2SeqTransformerOptions& 
     encoder_norm = register_module("encoder_layer_norm", make_norm(d, options.norm_epsilon));
     decoder_norm = register_module("decoder_layer_norm", make_norm(d, options.norm_epsilon));
   }
+  if (options.output_bias)
+    final_logits_bias = register_buffer("final_logits_bias", torch::zeros({options.vocab_size}));
 }
 
 struct Seq2SeqTransformerImpl::PositionTable {
@@ -337,8 +365,8 @@ at::Tensor Seq2SeqTransformerImpl::position_rows(int64_t n) {
   at::Tensor& rows = positions_->rows;
   if (!rows.defined() || rows.size(0) < n) {
     const int64_t grown = std::max<int64_t>({n, 128, rows.defined() ? 2 * rows.size(0) : 0});
-    rows = relative_position_encoding(grown, options_.hidden_size, 0, 1.0, 1.0e4, at::kFloat,
-                                      at::kCPU);
+    rows = position_encoding(options_.position_encoding, grown, options_.hidden_size, 0, at::kFloat,
+                             at::kCPU);
   }
   return rows;
 }
@@ -367,7 +395,7 @@ at::Tensor Seq2SeqTransformerImpl::embed(const at::Tensor& ids, int64_t start,
       const int64_t token = index[r];
       TORCH_CHECK(token >= 0 && token < vocab, "embedding: id ", token, " is not in [0, ", vocab,
                   ")");
-      const float keep = token != options_.pad_id ? 1.0f : 0.0f;
+      const float keep = token != options_.pad_id || !options_.zero_pad_embedding ? 1.0f : 0.0f;
       const float* __restrict e = embeddings + token * width;
       const float* __restrict p = positions + (start + r % length) * width;
       float* __restrict y = out + r * width;
@@ -375,19 +403,26 @@ at::Tensor Seq2SeqTransformerImpl::embed(const at::Tensor& ids, int64_t start,
     }
     return x;
   }
-  at::Tensor x = (sparse_gradient ? kernels::embedding_rows(weight, ids) : embedding->forward(ids)) *
-                 std::sqrt(static_cast<double>(options_.hidden_size));
-  x = x * (ids != options_.pad_id).unsqueeze(-1).to(x.scalar_type());
-  x = x + relative_position_encoding(ids.size(1), options_.hidden_size, start, 1.0, 1.0e4,
-                                     weight.scalar_type(), weight.device());
+  at::Tensor x =
+      (sparse_gradient ? kernels::embedding_rows(weight, ids) : embedding->forward(ids)) *
+      std::sqrt(static_cast<double>(options_.hidden_size));
+  if (options_.zero_pad_embedding)
+    x = x * (ids != options_.pad_id).unsqueeze(-1).to(x.scalar_type());
+  x = x + position_encoding(options_.position_encoding, ids.size(1), options_.hidden_size, start,
+                            weight.scalar_type(), weight.device());
   const double p = options_.embedding_dropout_rate >= 0 ? options_.embedding_dropout_rate
                                                         : options_.dropout_rate;
   return kernels::dropout(x, p, is_training());
 }
 
 at::Tensor Seq2SeqTransformerImpl::project(const at::Tensor& hidden) {
-  if (int8_projection_ && !at::GradMode::is_enabled()) return int8_projection_->forward(hidden);
-  return kernels::linear(hidden, embedding->weight, {});
+  const at::Tensor bias =
+      final_logits_bias.defined() ? final_logits_bias.to(hidden.scalar_type()) : at::Tensor();
+  if (int8_projection_ && !at::GradMode::is_enabled()) {
+    const at::Tensor logits = int8_projection_->forward(hidden);
+    return bias.defined() ? logits + bias : logits;
+  }
+  return kernels::linear(hidden, embedding->weight, bias);
 }
 
 void Seq2SeqTransformerImpl::use_int8(bool on) {

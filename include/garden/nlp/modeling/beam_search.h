@@ -52,14 +52,14 @@
 
 namespace garden::nlp {
 
-// Cache (garden/nlp/modeling/cache.h): decoder state carried between steps (e.g. attention keys/values,
-// encoder outputs). Every tensor has the flattened batch on dim 0: batch on input to the search,
-// batch * beam_size inside it, row b * beam_size + k being beam k of example b. The search expands
-// it once and reorders its rows after every step so each row follows its beam ("per_example/"
-// entries keep one row per example and stay, "steps/" entries move only their filled positions,
-// or nothing when the model reads them through "step_rows": see cache.h). An example that is done
-// leaves the batch: its rows are dropped from every entry and the ids, so the model decodes only
-// the examples still searching (N shrinks; the results keep every example).
+// Cache (garden/nlp/modeling/cache.h): decoder state carried between steps (e.g. attention
+// keys/values, encoder outputs). Every tensor has the flattened batch on dim 0: batch on input to
+// the search, batch * beam_size inside it, row b * beam_size + k being beam k of example b. The
+// search expands it once and reorders its rows after every step so each row follows its beam
+// ("per_example/" entries keep one row per example and stay, "steps/" entries move only their
+// filled positions, or nothing when the model reads them through "step_rows": see cache.h). An
+// example that is done leaves the batch: its rows are dropped from every entry and the ids, so the
+// model decodes only the examples still searching (N shrinks; the results keep every example).
 
 // Returns logits [N, vocab_size] for the next token, where ids [N, step + 1]
 // holds the tokens decoded so far (initial id first) and N = examples still
@@ -97,11 +97,24 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
 // step. Both give the same bits. The overloads above keep it on the host for
 // ids on the CPU and in tensors otherwise; this one chooses (tests compare).
 enum class BeamSearchState { kTensors, kHost };
+// Whose rules decide which sequences finish and when an example is done.
+//   kModelGarden: as described at the top of this file.
+//   kTransformers: transformers' generate(num_beams=beam_size,
+//     early_stopping=False), which MarianMT users decode with: of the
+//     2 * beam_size candidates only the EOS ones ranked in the first beam_size
+//     enter the finished set, scored log-probability / length^alpha (alpha is
+//     its length_penalty; length the generated tokens, EOS included); an
+//     example is done once all beam_size finished slots are set and its best
+//     alive log-probability / (tokens so far)^alpha does not beat the worst
+//     of them; at its limit every candidate finishes (MaxLengthCriteria).
+//     Host state only (ids on the CPU).
+enum class BeamSearchRules { kModelGarden, kTransformers };
 BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
                                       const at::Tensor& initial_ids, Cache initial_cache,
                                       int64_t vocab_size, int64_t beam_size, double alpha,
                                       const at::Tensor& max_decode_lengths, int64_t eos_id,
-                                      BeamSearchState state);
+                                      BeamSearchState state,
+                                      BeamSearchRules rules = BeamSearchRules::kModelGarden);
 
 // Picks the most likely token at every step until every sequence has produced
 // eos_id or its max_decode_length tokens. Returns sequences

@@ -8,6 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "garden/nlp/modeling/beam_search.h"
 #include "garden/nlp/modeling/transformer.h"
 
 namespace garden::nlp {
@@ -23,6 +24,8 @@ struct DecodeOptions {
   // same in any batch.
   std::optional<int64_t> decode_max_length;
   int64_t extra_decode_length = 0;
+  // Model Garden's beam search, or transformers' (alpha its length_penalty).
+  BeamSearchRules rules = BeamSearchRules::kModelGarden;
 };
 
 // Translates a batch of source ids [B, S] (pad 0, each row ending in EOS);

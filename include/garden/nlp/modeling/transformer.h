@@ -18,14 +18,14 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
-#include "garden/nlp/modeling/attention.h"
-#include "garden/nlp/modeling/cache.h"
 #include "garden/kernels/dropout.h"
 #include "garden/kernels/embedding.h"
 #include "garden/kernels/gelu.h"
 #include "garden/kernels/int8.h"
 #include "garden/kernels/layer_norm.h"
 #include "garden/kernels/linear.h"
+#include "garden/nlp/modeling/attention.h"
+#include "garden/nlp/modeling/cache.h"
 
 namespace garden::nlp {
 
@@ -37,8 +37,8 @@ at::Tensor layer_norm(const at::Tensor& x, torch::nn::LayerNorm& norm);
 std::array<at::Tensor, 2> layer_norm_and_skip(const at::Tensor& x, torch::nn::LayerNorm& norm,
                                               kernels::LayerNormSkip skip);
 
-// The Cache (garden/nlp/modeling/cache.h) this model fills for incremental decoding. Every tensor has the
-// batch on dim 0: the flattened batch x beam B for "steps/" entries, the examples E for
+// The Cache (garden/nlp/modeling/cache.h) this model fills for incremental decoding. Every tensor
+// has the batch on dim 0: the flattened batch x beam B for "steps/" entries, the examples E for
 // "per_example/" ones (B = E x beams; init_cache makes both B rows, beam search keeps E).
 // Entries:
 //   "steps/layer_<i>/self_k", "steps/layer_<i>/self_v": [B, H, capacity, Dh],
@@ -66,12 +66,23 @@ at::Tensor relative_position_encoding(int64_t length, int64_t hidden_size, int64
                                       at::ScalarType dtype = at::kFloat,
                                       at::Device device = at::kCPU);
 
+// The sinusoids a Seq2SeqTransformer adds to its embeddings.
+//   kModelGarden: relative_position_encoding above, timescales 1e4^(i / (D/2 - 1)).
+//   kMarian: MarianMT's (transformers' MarianSinusoidalPositionalEmbedding):
+//     the same layout (sin half, then cos half) with timescales 1e4^(i / (D/2)).
+enum class PositionEncoding { kModelGarden, kMarian };
+// "model_garden" or "marian"; anything else throws garden::Error naming it.
+PositionEncoding position_encoding_from_name(const std::string& name);
+at::Tensor position_encoding(PositionEncoding style, int64_t length, int64_t hidden_size,
+                             int64_t start = 0, at::ScalarType dtype = at::kFloat,
+                             at::Device device = at::kCPU);
+
 // Shared by the encoder and decoder blocks.
 struct TransformerBlockOptions {
   int64_t hidden_size = 512;
   int64_t num_heads = 8;
   int64_t intermediate_size = 2048;
-  std::string activation = "relu";  // relu or gelu
+  std::string activation = "relu";  // relu, gelu (the exact erf form) or swish (x * sigmoid(x))
   double dropout_rate = 0.0;        // on each sublayer's output before the residual add
   double attention_dropout_rate = 0.0;
   double intermediate_dropout = 0.0;  // after the feed-forward activation
@@ -90,7 +101,7 @@ class FeedForwardImpl : public torch::nn::Module {
   Dense intermediate{nullptr}, output{nullptr};
 
  private:
-  bool gelu_;
+  bool gelu_, swish_;
   double dropout_;
 };
 TORCH_MODULE(FeedForward);
@@ -168,6 +179,13 @@ struct Seq2SeqTransformerOptions {
   bool norm_first = true;  // pre-LN, with final layer norms on both stacks
   double norm_epsilon = 1e-6;
   int64_t pad_id = 0;
+  // Model Garden multiplies the embeddings of pad_id by 0; MarianMT reads
+  // its <pad> row (the decoder's first input) as it is.
+  bool zero_pad_embedding = true;
+  PositionEncoding position_encoding = PositionEncoding::kModelGarden;
+  // A bias added to the logits (MarianMT's final_logits_bias): a buffer,
+  // not trained, as in transformers.
+  bool output_bias = false;
 
   TransformerBlockOptions block_options() const;
 };
@@ -179,7 +197,8 @@ struct EncoderOutput {
 
 // Encoder-decoder Transformer with one embedding shared by the source, the
 // target and the output projection (logits = hidden @ embedding^T).
-// Embeddings are scaled by sqrt(D) and zeroed at pad_id, as in Model Garden.
+// Embeddings are scaled by sqrt(D) and zeroed at pad_id, as in Model Garden
+// (unless zero_pad_embedding is off).
 class Seq2SeqTransformerImpl : public torch::nn::Module {
  public:
   explicit Seq2SeqTransformerImpl(const Seq2SeqTransformerOptions& options);
@@ -229,12 +248,13 @@ class Seq2SeqTransformerImpl : public torch::nn::Module {
   std::vector<TransformerDecoderBlock> decoder_layers;
   torch::nn::LayerNorm encoder_norm{nullptr};  // only when norm_first
   torch::nn::LayerNorm decoder_norm{nullptr};  // only when norm_first
+  at::Tensor final_logits_bias;                // [V], only with output_bias
 
  private:
   EncoderOutput encode(const at::Tensor& src_ids, bool sparse_gradient);
   at::Tensor decode(const at::Tensor& tgt_in, const EncoderOutput& encoded, bool sparse_gradient);
   at::Tensor project(const at::Tensor& hidden);
-  // Rows 0 .. n - 1 (at least) of relative_position_encoding in float32 on
+  // Rows 0 .. n - 1 (at least) of position_encoding in float32 on
   // the CPU, grown as decoding needs; shared by the threads that decode.
   at::Tensor position_rows(int64_t n);
   struct PositionTable;
