@@ -5,7 +5,10 @@
 #include <cstring>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "garden/base/error.h"
+#include "garden/base/file_io.h"
 #include "garden/base/unicode_case.h"
 
 namespace garden::data {
@@ -54,8 +57,57 @@ std::string trim(const std::string& s) {
 
 }  // namespace
 
+namespace {
+
+// Hugging Face tokenizers' tokenizer.json with a WordPiece model.
+WordPieceTokenizer from_tokenizer_json(const std::string& path, bool do_lower_case) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(path, "tokenizer.json"));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(path + ": not JSON (" + e.what() + ")");
+  }
+  const auto model = j.find("model");
+  if (model == j.end() || !model->is_object() || model->value("type", "") != "WordPiece")
+    throw Error(path + ": model.type is not WordPiece");
+  if (model->value("continuing_subword_prefix", "##") != "##")
+    throw Error(path + ": model.continuing_subword_prefix '" +
+                model->value("continuing_subword_prefix", "") + "' is not '##'");
+  const auto normalizer = j.find("normalizer");
+  if (normalizer != j.end() && normalizer->is_object() && normalizer->contains("lowercase") &&
+      normalizer->at("lowercase").is_boolean() &&
+      normalizer->at("lowercase").get<bool>() != do_lower_case)
+    throw Error(path + ": normalizer.lowercase " +
+                std::string(normalizer->at("lowercase").get<bool>() ? "true" : "false") +
+                " differs from do_lower_case " + (do_lower_case ? "true" : "false"));
+  const auto vocab = model->find("vocab");
+  if (vocab == model->end() || !vocab->is_object() || vocab->empty())
+    throw Error(path + ": model.vocab is not an object of token -> id");
+  std::vector<std::string> tokens(vocab->size());
+  std::vector<bool> seen(vocab->size(), false);
+  for (const auto& [token, id] : vocab->items()) {
+    const int64_t value = id.is_number_integer() ? id.get<int64_t>() : -1;
+    if (value < 0 || value >= static_cast<int64_t>(tokens.size()) ||
+        seen[static_cast<std::size_t>(value)])
+      throw Error(path + ": model.vocab gives '" + token + "' the id " + id.dump() +
+                  ", not one of 0 .. " + std::to_string(tokens.size() - 1) + " once each");
+    seen[static_cast<std::size_t>(value)] = true;
+    tokens[static_cast<std::size_t>(value)] = token;
+  }
+  try {
+    return WordPieceTokenizer(std::move(tokens), do_lower_case, model->value("unk_token", "[UNK]"),
+                              model->value("max_input_chars_per_word", 100));
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
+}  // namespace
+
 WordPieceTokenizer WordPieceTokenizer::from_vocab_file(const std::string& path,
                                                        bool do_lower_case) {
+  if (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0)
+    return from_tokenizer_json(path, do_lower_case);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot open WordPiece vocab '" + path + "': " + std::strerror(errno));
   std::vector<std::string> vocab;

@@ -23,7 +23,11 @@ class WordPieceTokenizer : public Tokenizer {
   // vocab.txt: one token a line, id = line index (0-based). A trailing '\r'
   // and surrounding whitespace are trimmed, as BERT's load_vocab does. Throws
   // garden::Error naming the file when it cannot be read, is empty or lacks
-  // unk_token.
+  // unk_token. A path ending in .json is a Hugging Face tokenizer.json whose
+  // model is WordPiece: its vocab (ids 0 .. N - 1), unk_token and
+  // max_input_chars_per_word; a normalizer whose lowercase differs from
+  // do_lower_case, another model type or a continuing_subword_prefix other
+  // than "##" is refused naming the key.
   static WordPieceTokenizer from_vocab_file(const std::string& path, bool do_lower_case = true);
 
   // From the tokens themselves (id = index). Throws when unk_token is missing.

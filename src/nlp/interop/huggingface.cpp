@@ -65,15 +65,37 @@ HuggingFaceModel read_huggingface_dir(const std::string& dir) {
     model.architecture = architectures->front().get<std::string>();
   const fs::path weights = fs::path(dir) / "model.safetensors";
   if (!fs::exists(weights)) {
-    if (fs::exists(fs::path(dir) / "pytorch_model.bin"))
-      throw Error(
-          dir +
-          " holds pytorch_model.bin only: a Python pickle, which LibTorch cannot read; "
-          "convert it to model.safetensors (save_pretrained(dir, safe_serialization=True))");
-    throw Error(dir + " has no model.safetensors");
+    const fs::path pickle = fs::path(dir) / "pytorch_model.bin";
+    if (!fs::exists(pickle)) throw Error(dir + " has no model.safetensors");
+    model.tensors = read_pytorch_state_dict(pickle.string());
+    return model;
   }
   model.tensors = read_safetensors(weights.string()).tensors;
   return model;
+}
+
+std::map<std::string, at::Tensor> read_pytorch_state_dict(const std::string& path) {
+  const std::string bytes = read_file(path, "PyTorch checkpoint");
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const c10::Error& e) {
+    // LibTorch's unpickler takes a dict of tensors, not the OrderedDict
+    // (with its _metadata) that torch.save(model.state_dict()) writes.
+    std::string why = e.what_without_backtrace();
+    why = why.substr(0, why.find('\n'));
+    throw Error(path + ": LibTorch cannot unpickle it (" + why +
+                "); it reads a dict of tensors, not save_pretrained's OrderedDict: convert it to "
+                "model.safetensors (save_pretrained(dir, safe_serialization=True))");
+  }
+  if (!value.isGenericDict()) throw Error(path + ": not a dict of tensors");
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& item : value.toGenericDict()) {
+    if (!item.key().isString() || !item.value().isTensor())
+      throw Error(path + ": not a dict of name -> tensor");
+    tensors.emplace(item.key().toStringRef(), item.value().toTensor().contiguous());
+  }
+  return tensors;
 }
 
 void check_huggingface_encoder_config(const HuggingFaceModel& model,
@@ -180,10 +202,12 @@ int64_t load_named_tensors(torch::nn::Module& module,
                            const std::map<std::string, at::Tensor>& tensors,
                            const std::string& source) {
   auto parameters = module.named_parameters(/*recurse=*/true);
+  auto buffers = module.named_buffers(/*recurse=*/true);
   torch::NoGradGuard no_grad;
   int64_t copied = 0;
   for (const auto& [name, tensor] : tensors) {
     at::Tensor* target = parameters.find(name);
+    if (!target) target = buffers.find(name);
     if (!target) throw Error(source + ": the model has no parameter '" + name + "'");
     if (target->sizes() != tensor.sizes())
       throw Error(source + ": " + name + " is " + shape_text(tensor.sizes()) + ", expected " +

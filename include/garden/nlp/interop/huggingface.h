@@ -32,8 +32,14 @@
 namespace garden::nlp {
 
 // A directory holding config.json and model.safetensors (or only
-// pytorch_model.bin, which is refused when read: LibTorch cannot unpickle it).
+// pytorch_model.bin: see read_pytorch_state_dict).
 bool is_huggingface_dir(const std::string& path);
+
+// pytorch_model.bin (torch.save's zip format) through LibTorch's unpickler,
+// which reads a dict of name -> tensor; the OrderedDict that
+// torch.save(model.state_dict()) and save_pretrained write is refused with
+// one line saying how to convert it.
+std::map<std::string, at::Tensor> read_pytorch_state_dict(const std::string& path);
 
 struct HuggingFaceModel {
   std::string dir;
@@ -43,8 +49,8 @@ struct HuggingFaceModel {
   std::string model_type;                     // bert, electra, marian, ...
 };
 
-// Reads config.json and model.safetensors; one garden::Error line naming the
-// file for anything missing or malformed.
+// Reads config.json and model.safetensors (else pytorch_model.bin); one
+// garden::Error line naming the file for anything missing or malformed.
 HuggingFaceModel read_huggingface_dir(const std::string& dir);
 
 // Compares config.json with `options` (model_type bert or electra; vocab,
@@ -63,7 +69,7 @@ std::map<std::string, at::Tensor> huggingface_encoder_tensors(const HuggingFaceM
                                                               const BertEncoderOptions& options,
                                                               const std::string& garden_prefix);
 
-// Copies `tensors` into `module`'s parameters by name; each must exist and
+// Copies `tensors` into `module`'s parameters (or buffers) by name; each must exist and
 // have the parameter's shape (else garden::Error naming it, the shape found
 // and the shape expected). Returns how many were copied.
 int64_t load_named_tensors(torch::nn::Module& module,
