@@ -22,6 +22,7 @@
 #include "garden/cli/builtins.h"
 #include "garden/cli/finetuning_data_command.h"
 #include "garden/cli/fx_command.h"
+#include "garden/cli/import_command.h"
 #include "garden/cli/launch_command.h"
 #include "garden/cli/pretraining_data_command.h"
 #include "garden/cli/serving_commands.h"
@@ -91,6 +92,7 @@ constexpr CommandSetup kCommands[] = {
     {"bleu", kPlain},
     {"create_pretraining_data", kPlain},
     {"create_finetuning_data", kPlain},
+    {"import", kPlain},
 };
 
 // A failure is one "garden: error:" line and exit 1, unless a stop signal
@@ -345,6 +347,7 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
     add_translate_command(app);
     add_create_pretraining_data_command(app);
     add_create_finetuning_data_command(app);
+    add_import_command(app);
     add_serving_commands(app);
 
     try {

@@ -7,11 +7,15 @@
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/core/safetensors.h"
+#include "garden/data/tokenizer.h"
+#include "garden/nlp/data/marian_tokenizer.h"
 #include "garden/nlp/interop/huggingface.h"
+#include "garden/nlp/interop/marian.h"
 #include "garden/nlp/tasks/electra_task.h"
 #include "garden/nlp/tasks/question_answering_task.h"
 #include "garden/nlp/tasks/sentence_prediction_task.h"
 #include "garden/nlp/tasks/tagging_task.h"
+#include "garden/nlp/tasks/translation_task.h"
 
 namespace garden::nlp {
 
@@ -55,8 +59,43 @@ void add_labels(json& config, const std::vector<std::string>& names, int64_t cou
 
 }  // namespace
 
-HuggingFaceExport huggingface_export(const Task& task, Model& model) {
+HuggingFaceExport huggingface_export(Task& task, Model& model) {
   const config::TaskConfig& params = task.task_config();
+  if (auto* translation = dynamic_cast<TranslationTask*>(&task)) {
+    auto* transformer = model.as<Seq2SeqTransformerImpl>();
+    if (!transformer) throw Error("the translation task needs its Seq2SeqTransformer model");
+    const data::Tokenizer& tokenizer = translation->tokenizer();
+    const auto* marian = dynamic_cast<const MarianTokenizer*>(&tokenizer);
+    // A Garden SentencePiece model gets OPUS-MT's ids: <pad> last.
+    const int64_t pad = marian ? marian->marian_pad_id() : tokenizer.vocab_size() - 1;
+    const int64_t eos = (tokenizer.eos_id() + pad) % tokenizer.vocab_size();
+    HuggingFaceExport out;
+    out.config =
+        marian_config(transformer->options(), translation->config().model.dropout_rate, pad, eos);
+    out.tensors = garden_to_marian(*transformer, pad);
+    out.files["generation_config.json"] =
+        marian_generation_config(pad, eos, translation->config().model.beam_size).dump(2) + "\n";
+    out.files["tokenizer_config.json"] =
+        json({{"tokenizer_class", "MarianTokenizer"}, {"model_max_length", 512}}).dump(2) + "\n";
+    if (marian) {
+      for (const char* file : {MarianTokenizer::kVocabFile, MarianTokenizer::kSourceSpmFile,
+                               MarianTokenizer::kTargetSpmFile}) {
+        const fs::path path = fs::path(marian->dir()) / file;
+        const fs::path source =
+            fs::exists(path) ? path : fs::path(marian->dir()) / MarianTokenizer::kSourceSpmFile;
+        out.files[file] = read_file(source.string(), "the tokenizer's " + std::string(file));
+      }
+    } else {
+      // One joint SentencePiece model for both sides.
+      const std::string model_file =
+          read_file(translation->tokenizer_path(), "the SentencePiece model");
+      out.files[MarianTokenizer::kSourceSpmFile] = model_file;
+      out.files[MarianTokenizer::kTargetSpmFile] = model_file;
+      out.files[MarianTokenizer::kVocabFile] = marian_vocab_json(tokenizer);
+    }
+    out.copy_assets = false;
+    return out;
+  }
   if (const auto* c = dynamic_cast<const SentencePredictionConfig*>(&params)) {
     const BertEncoderOptions o = c->model.encoder.bert.options();
     if (projects(o))
@@ -121,7 +160,7 @@ HuggingFaceExport huggingface_export(const Task& task, Model& model) {
   }
   throw Error("--format=huggingface: task '" + task.name() +
               "' has no Hugging Face architecture in Garden yet (sentence_prediction, tagging, "
-              "question_answering and electra export; the translation Transformer does not)");
+              "question_answering, electra and translation export)");
 }
 
 void write_huggingface_dir(const HuggingFaceExport& exported,
@@ -144,11 +183,14 @@ void write_huggingface_dir(const HuggingFaceExport& exported,
     write_file_atomically((staging / "config.json").string(), config.dump(2) + "\n");
     write_safetensors((staging / "model.safetensors").string(), exported.tensors,
                       {{"format", "pt"}});
-    for (const auto& [name, path] : assets) {
-      const std::string file = name == "sp.model" ? "spiece.model" : name;
-      write_file_atomically((staging / file).string(),
-                            read_file(path, "the task's asset '" + name + "'"));
-    }
+    for (const auto& [name, contents] : exported.files)
+      write_file_atomically((staging / name).string(), contents);
+    if (exported.copy_assets)
+      for (const auto& [name, path] : assets) {
+        const std::string file = name == "sp.model" ? "spiece.model" : name;
+        write_file_atomically((staging / file).string(),
+                              read_file(path, "the task's asset '" + name + "'"));
+      }
     fs::rename(staging, target);
   } catch (...) {
     fs::remove_all(staging, ec);

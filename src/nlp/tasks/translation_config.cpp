@@ -8,7 +8,7 @@ void EncDecoderConfig::visit(config::Visitor& v) {
   v("num_layers", num_layers, "Transformer blocks in the stack.");
   v("num_attention_heads", num_attention_heads, "Attention heads per block.");
   v("intermediate_size", intermediate_size, "Width of the feed-forward layer.");
-  v("activation", activation, "Feed-forward activation: relu or gelu.");
+  v("activation", activation, "Feed-forward activation: relu, gelu or swish.");
   v("dropout_rate", dropout_rate, "Dropout on each sublayer's output.");
   v("attention_dropout_rate", attention_dropout_rate, "Dropout on the attention probabilities.");
   v("intermediate_dropout", intermediate_dropout, "Dropout after the feed-forward activation.");
@@ -23,8 +23,8 @@ void EncDecoderConfig::validate() const {
   check_range("num_layers", num_layers, Range::at_least(1));
   check_range("num_attention_heads", num_attention_heads, Range::at_least(1));
   check_range("intermediate_size", intermediate_size, Range::at_least(1));
-  if (activation != "relu" && activation != "gelu")
-    config::refuse("activation", "'" + activation + "' is not one of relu, gelu");
+  if (activation != "relu" && activation != "gelu" && activation != "swish")
+    config::refuse("activation", "'" + activation + "' is not one of relu, gelu, swish");
   check_range("dropout_rate", dropout_rate, Range::at_least(0).below(1));
   check_range("attention_dropout_rate", attention_dropout_rate, Range::at_least(0).below(1));
   check_range("intermediate_dropout", intermediate_dropout, Range::at_least(0).below(1));
@@ -46,6 +46,14 @@ void TranslationModelConfig::visit(config::Visitor& v) {
   v("beam_size", beam_size, "Beam width; 1 decodes greedily.");
   v("alpha", alpha, "Length penalty ((5 + length) / 6)^alpha of beam search.");
   v("label_smoothing", label_smoothing, "Label smoothing of the training loss.");
+  v("position_encoding", position_encoding,
+    "Sinusoids added to the embeddings: model_garden, or marian (MarianMT's timescales).");
+  v("output_bias", output_bias,
+    "A bias on the tied output projection (MarianMT's final_logits_bias; not trained).");
+  v("beam_search", beam_search,
+    "Beam search rules: model_garden, or transformers (generate's; alpha is its length_penalty).");
+  v("zero_pad_embedding", zero_pad_embedding,
+    "Zero the padding id's embedding (Model Garden); false reads its row (MarianMT).");
 }
 
 void TranslationModelConfig::validate() const {
@@ -81,6 +89,11 @@ void TranslationModelConfig::validate() const {
   check_range("beam_size", beam_size, Range::at_least(1));
   check_range("alpha", alpha, Range::at_least(0));
   check_range("label_smoothing", label_smoothing, Range::at_least(0).below(1));
+  if (beam_search != "model_garden" && beam_search != "transformers")
+    config::refuse("beam_search", "'" + beam_search + "' is not one of model_garden, transformers");
+  if (position_encoding != "model_garden" && position_encoding != "marian")
+    config::refuse("position_encoding",
+                   "'" + position_encoding + "' is not one of model_garden, marian");
 }
 
 std::vector<config::IgnoredKey> TranslationModelConfig::ignored_keys() const {

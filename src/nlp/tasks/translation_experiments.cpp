@@ -153,6 +153,57 @@ std::shared_ptr<config::ExperimentConfig> demo_experiment() {
   return experiment;
 }
 
+// MarianMT's blocks (transformers' MarianMTModel as OPUS-MT uses it):
+// post-layer-norm, biases, swish, layer-norm epsilon 1e-5, MarianMT's
+// sinusoids and a bias on the logits, so a Hugging Face MarianMT checkpoint
+// loads as task.init_checkpoint and the model exports with
+// --format=huggingface (docs/huggingface.md).
+void marian_blocks(TranslationConfig& task) {
+  for (auto* stack : {&task.model.encoder, &task.model.decoder}) {
+    stack->activation = "swish";
+    stack->use_bias = true;
+    stack->norm_first = false;
+    stack->norm_epsilon = 1e-5;
+    stack->attention_dropout_rate = 0.0;
+    stack->intermediate_dropout = 0.0;
+  }
+  task.model.position_encoding = "marian";
+  task.model.output_bias = true;
+  task.model.zero_pad_embedding = false;
+}
+
+// OPUS-MT's size (512 wide, 6+6 layers, 8 heads, 2048 feed-forward) for
+// fine-tuning a MarianMT checkpoint: Adam at a constant 2e-5 after a short
+// warmup, as transformers' translation examples fine-tune it, and
+// transformers' beam search.
+std::shared_ptr<config::ExperimentConfig> opus_mt_experiment() {
+  auto experiment = base_experiment();
+  auto& task = static_cast<TranslationConfig&>(*experiment->task);
+  marian_blocks(task);
+  // Decoded as transformers' generate decodes OPUS-MT (length_penalty 1).
+  task.model.beam_search = "transformers";
+  task.model.alpha = 1.0;
+  task.train_data.global_batch_size = 4096;
+  auto& opt = experiment->trainer.optimizer_config;
+  opt.learning_rate.type = "constant";
+  opt.learning_rate.constant.learning_rate = 2e-5;
+  opt.warmup.linear.warmup_steps = 500;
+  opt.optimizer.adam.beta_2 = 0.999;
+  opt.optimizer.adam.epsilon = 1e-8;
+  experiment->trainer.train_steps = 10000;
+  experiment->trainer.checkpoint_interval = 1000;
+  experiment->trainer.validation_interval = 1000;
+  return experiment;
+}
+
+// The demo's model and data with MarianMT's blocks: a model transformers
+// loads as MarianMTModel after garden export --format=huggingface.
+std::shared_ptr<config::ExperimentConfig> marian_demo_experiment() {
+  auto experiment = demo_experiment();
+  marian_blocks(static_cast<TranslationConfig&>(*experiment->task));
+  return experiment;
+}
+
 }  // namespace
 
 void register_translation() {
@@ -170,6 +221,13 @@ void register_translation() {
   config::register_experiment("wmt_transformer/demo",
                               "English-German on a bundled slice of gettext catalogs (the demo)",
                               demo_experiment);
+  config::register_experiment("marian/opus_mt",
+                              "Fine-tune a Hugging Face MarianMT (OPUS-MT) checkpoint: set "
+                              "task.init_checkpoint to its directory and the data paths",
+                              opus_mt_experiment);
+  config::register_experiment("marian/demo",
+                              "The demo with MarianMT's blocks, exportable to transformers",
+                              marian_demo_experiment);
 }
 
 }  // namespace garden::nlp

@@ -14,7 +14,9 @@
 #include "garden/data/record_source.h"
 #include "garden/data/sentencepiece.h"
 #include "garden/kernels/losses.h"
+#include "garden/nlp/data/marian_tokenizer.h"
 #include "garden/nlp/data/translation_tokenizer.h"
+#include "garden/nlp/interop/marian.h"
 #include "garden/nlp/metrics/bleu.h"
 
 namespace garden::nlp {
@@ -45,14 +47,19 @@ TranslationTask::~TranslationTask() = default;
 std::string TranslationTask::tokenizer_path() const {
   if (!serving_tokenizer_path_.empty()) return serving_tokenizer_path_;
   if (!config_.sentencepiece_model_path.empty()) return config_.sentencepiece_model_path;
+  if (MarianTokenizer::is_marian_dir(config_.init_checkpoint)) return config_.init_checkpoint;
   if (logging_dir().empty())
     throw Error("sentencepiece_model_path is empty and there is no model_dir to train one in");
   return (fs::path(logging_dir()) / kSentencePieceFile).string();
 }
 
-const data::SentencePieceTokenizer& TranslationTask::tokenizer() {
+const data::Tokenizer& TranslationTask::tokenizer() {
   if (tokenizer_) return *tokenizer_;
   const std::string path = tokenizer_path();
+  if (MarianTokenizer::is_marian_dir(path)) {
+    tokenizer_ = std::make_unique<MarianTokenizer>(MarianTokenizer::load(path));
+    return *tokenizer_;
+  }
   if (config_.sentencepiece_model_path.empty() && !fs::exists(path)) {
     if (!tokenizer_training_)
       throw Error("no SentencePiece model at '" + path +
@@ -80,6 +87,8 @@ DecodeOptions TranslationTask::decode_options() const {
   options.alpha = config_.model.alpha;
   options.decode_max_length = config_.model.decode_max_length;
   options.extra_decode_length = config_.model.extra_decode_length;
+  options.rules = config_.model.beam_search == "transformers" ? BeamSearchRules::kTransformers
+                                                              : BeamSearchRules::kModelGarden;
   return options;
 }
 
@@ -90,7 +99,7 @@ DatasetPtr TranslationTask::build_inputs(const config::DataConfig& params,
   const TranslationDataConfig& data = *data_config;
   const bool training = data.is_training.value_or(false);
   const auto& tok = tokenizer();
-  const data::SentencePieceTokenizer* tokenizer = &tok;
+  const data::Tokenizer* tokenizer = &tok;
   const int64_t eos = tok.eos_id();
 
   config::DataConfig reader_config = data;
@@ -117,7 +126,9 @@ DatasetPtr TranslationTask::build_inputs(const config::DataConfig& params,
   // the SentencePiece model here refused it already; a given model encodes
   // the bad bytes as unknown pieces).
   auto reported = std::make_shared<std::atomic<bool>>(!training);
-  data::LocatedMapFn map_fn = [tokenizer, eos, decode, training, file_index, reported](
+  // MarianMT cuts targets with its target.spm.
+  const auto* marian = dynamic_cast<const MarianTokenizer*>(tokenizer);
+  data::LocatedMapFn map_fn = [tokenizer, marian, eos, decode, training, file_index, reported](
                                   const std::string& record, const data::RecordLocation& where) {
     std::string source, target;
     (*decode)(record, where, source, target);
@@ -129,7 +140,8 @@ DatasetPtr TranslationTask::build_inputs(const config::DataConfig& params,
                          "reported)";
     }
     std::vector<int64_t> source_ids = tokenizer->encode(source);
-    std::vector<int64_t> target_ids = tokenizer->encode(target);
+    std::vector<int64_t> target_ids =
+        marian ? marian->encode_target(target) : tokenizer->encode(target);
     source_ids.push_back(eos);
     target_ids.push_back(eos);
     Batch example{{"inputs", ids_tensor(source_ids)}, {"targets", ids_tensor(target_ids)}};
@@ -161,6 +173,9 @@ ModelPtr TranslationTask::build_model() {
   options.norm_first = model.encoder.norm_first;
   options.norm_epsilon = model.encoder.norm_epsilon;
   options.pad_id = 0;
+  options.position_encoding = position_encoding_from_name(model.position_encoding);
+  options.output_bias = model.output_bias;
+  options.zero_pad_embedding = model.zero_pad_embedding;
   return Seq2SeqTransformer(options).ptr();
 }
 
@@ -170,6 +185,34 @@ Seq2SeqTransformerImpl& as_transformer(Model& model) {
   if (!transformer) throw Error("the translation task needs its Seq2SeqTransformer model");
   return *transformer;
 }
+}  // namespace
+
+void TranslationTask::initialize(Model& model) {
+  if (!is_huggingface_dir(config_.init_checkpoint)) return Task::initialize(model);
+  const HuggingFaceModel hf = read_huggingface_dir(config_.init_checkpoint);
+  const auto* marian = dynamic_cast<const MarianTokenizer*>(&tokenizer());
+  if (!marian)
+    throw Error("task.init_checkpoint '" + config_.init_checkpoint +
+                "' is a Hugging Face model, but the task's tokenizer '" + tokenizer_path() +
+                "' is not its vocabulary (leave task.sentencepiece_model_path empty, or point it "
+                "at that directory)");
+  for (const auto& module : config_.init_checkpoint_modules)
+    if (module != "all")
+      throw Error(
+          "task.init_checkpoint_modules: a MarianMT checkpoint restores the whole model "
+          "(all), not '" +
+          module + "'");
+  auto& transformer = as_transformer(model);
+  check_marian_config(hf, transformer.options(), config_.model.dropout_rate,
+                      marian->marian_pad_id(), marian->to_marian(marian->eos_id()));
+  const int64_t copied = load_named_tensors(
+      transformer, marian_to_garden(hf, transformer.options(), marian->marian_pad_id()), hf.dir);
+  log_info() << "initialized the model from " << hf.dir << " ("
+             << (hf.architecture.empty() ? hf.model_type : hf.architecture) << "): " << copied
+             << " tensors restored";
+}
+
+namespace {
 
 // The decoder input: targets shifted right by one, 0 first.
 at::Tensor shift_right(const at::Tensor& targets) {
@@ -236,15 +279,24 @@ ServingSignature TranslationTask::serving_signature() {
 }
 
 std::map<std::string, std::string> TranslationTask::serving_assets() {
-  return {{kSentencePieceFile, tokenizer_path()}};
+  const std::string path = tokenizer_path();
+  if (!MarianTokenizer::is_marian_dir(path)) return {{kSentencePieceFile, path}};
+  std::map<std::string, std::string> assets;
+  for (const char* file : {MarianTokenizer::kVocabFile, MarianTokenizer::kSourceSpmFile,
+                           MarianTokenizer::kTargetSpmFile})
+    if (fs::exists(fs::path(path) / file)) assets[file] = (fs::path(path) / file).string();
+  return assets;
 }
 
 void TranslationTask::prepare_serving(const nlohmann::json& task_metadata,
                                       const std::map<std::string, std::string>& assets) {
-  const auto it = assets.find(kSentencePieceFile);
+  const auto vocab = assets.find(MarianTokenizer::kVocabFile);
+  const auto it = vocab != assets.end() ? vocab : assets.find(kSentencePieceFile);
   if (it == assets.end())
     throw Error(std::string("the export has no asset '") + kSentencePieceFile + "'");
-  serving_tokenizer_path_ = it->second;
+  // A MarianMT tokenizer is the folder its three assets are in.
+  serving_tokenizer_path_ =
+      vocab != assets.end() ? fs::path(it->second).parent_path().string() : it->second;
   tokenizer_training_ = false;
   tokenizer_.reset();
   restore_checkpoint_metadata(task_metadata);
@@ -354,7 +406,7 @@ nlohmann::json TranslationTask::checkpoint_metadata() const {
   if (!tokenizer_) return nlohmann::json::object();
   return {{"vocab_size", tokenizer_->vocab_size()},
           {"eos_id", tokenizer_->eos_id()},
-          {"sentencepiece_model", tokenizer_->path()}};
+          {"sentencepiece_model", tokenizer_path()}};
 }
 
 void TranslationTask::restore_checkpoint_metadata(const nlohmann::json& metadata) {
@@ -362,7 +414,7 @@ void TranslationTask::restore_checkpoint_metadata(const nlohmann::json& metadata
   const int64_t vocab = metadata.at("vocab_size");
   if (vocab != tokenizer().vocab_size())
     throw Error("the checkpoint was trained with a vocabulary of " + std::to_string(vocab) +
-                " pieces, but SentencePiece model '" + tokenizer_->path() + "' has " +
+                " pieces, but SentencePiece model '" + tokenizer_path() + "' has " +
                 std::to_string(tokenizer_->vocab_size()));
 }
 

@@ -41,6 +41,16 @@ struct TranslationModelConfig : config::Config {
   int64_t beam_size = 4;
   double alpha = 0.6;
   double label_smoothing = 0.1;
+  // Garden's: the sinusoids added to the embeddings (model_garden, or marian
+  // for MarianMT checkpoints), a bias on the tied output projection
+  // (MarianMT's final_logits_bias), and whether the padding id's embedding
+  // is zeroed (Model Garden) or read (MarianMT).
+  std::string position_encoding = "model_garden";
+  bool output_bias = false;
+  bool zero_pad_embedding = true;
+  // Garden's: model_garden, or transformers (generate's rules, alpha as its
+  // length_penalty) as MarianMT users decode.
+  std::string beam_search = "model_garden";
   void visit(config::Visitor& v) override;
   void validate() const override;
   std::vector<config::IgnoredKey> ignored_keys() const override;

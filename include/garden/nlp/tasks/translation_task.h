@@ -18,7 +18,7 @@
 #include "garden/nlp/tasks/translation_config.h"
 
 namespace garden::data {
-class SentencePieceTokenizer;
+class Tokenizer;
 }
 
 namespace garden::nlp {
@@ -34,6 +34,10 @@ class TranslationTask : public Task {
   DatasetPtr build_inputs(const config::DataConfig& params,
                           const InputContext& input_context) override;
   ModelPtr build_model() override;
+  // task.init_checkpoint a MarianMT directory (garden/nlp/interop/marian.h):
+  // its config.json checked against task.model, its weights loaded;
+  // otherwise Task::initialize.
+  void initialize(Model& model) override;
   // features: "inputs" [B, S], "targets" [B, T]; returns "logits" [B, T, V]
   // with the decoder input being the targets shifted right (0 first).
   Batch call_model(Model& model, const Batch& features, bool training) override;
@@ -64,7 +68,8 @@ class TranslationTask : public Task {
 
   // Serving: "inputs", a source sentence (DT_STRING) -> "outputs", its
   // translation by beam search (DT_STRING). The SentencePiece model is the
-  // export's asset "sentencepiece.model".
+  // export's asset "sentencepiece.model" (a MarianMT tokenizer: the assets
+  // "vocab.json", "source.spm" and "target.spm").
   ServingSignature serving_signature() override;
   std::map<std::string, std::string> serving_assets() override;
   void prepare_serving(const nlohmann::json& task_metadata,
@@ -74,10 +79,12 @@ class TranslationTask : public Task {
   // Every dense layer and the output projection in int8 (garden/nlp/int8.h).
   void use_int8_inference(Model& model) override;
 
-  // The tokenizer: sentencepiece_model_path, or model_dir's trained one,
-  // trained now when it is not there yet (unless training is off: then its
-  // absence is an error).
-  const data::SentencePieceTokenizer& tokenizer();
+  // The tokenizer: sentencepiece_model_path (a SentencePiece model, or a
+  // MarianMT directory: garden/nlp/data/marian_tokenizer.h), else the
+  // MarianMT directory task.init_checkpoint names, else model_dir's trained
+  // model, trained now when it is not there yet (unless training is off: then
+  // its absence is an error).
+  const data::Tokenizer& tokenizer();
   void set_tokenizer_training(bool allowed) { tokenizer_training_ = allowed; }
   std::string tokenizer_path() const;
 
@@ -90,7 +97,7 @@ class TranslationTask : public Task {
 
  private:
   const TranslationConfig& config_;
-  std::unique_ptr<data::SentencePieceTokenizer> tokenizer_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
   bool tokenizer_training_ = true;
   std::string serving_tokenizer_path_;  // set by prepare_serving
 };
