@@ -22,6 +22,7 @@
 #include "garden/config/yaml_io.h"
 #include "garden/core/safetensors.h"
 #include "garden/core/task.h"
+#include "garden/data/wordpiece.h"
 #include "garden/nlp/interop/huggingface.h"
 #include "garden/nlp/modeling/bert_classifier.h"
 #include "garden/nlp/tasks/huggingface_export.h"
@@ -258,7 +259,7 @@ TEST_F(HuggingFaceTest, MismatchesAreOneLineNamingTheKeyOrTensor) {
   std::ofstream(dir_ / "pickle" / "pytorch_model.bin") << "PK";
   EXPECT_NE(error_text([&] {
               garden::nlp::read_huggingface_dir((dir_ / "pickle").string());
-            }).find("holds pytorch_model.bin only"),
+            }).find("pytorch_model.bin: LibTorch cannot unpickle it ("),
             std::string::npos);
   fs::create_directories(dir_ / "gpt");
   std::ofstream(dir_ / "gpt" / "config.json") << R"({"model_type": "gpt2"})";
@@ -286,6 +287,36 @@ TEST_F(HuggingFaceTest, MismatchesAreOneLineNamingTheKeyOrTensor) {
   task = garden::get_task(experiment->task, "");
   model = task->build_model();
   EXPECT_NE(error_text([&] { task->initialize(*model); }).find("'decoder' is not something"),
+            std::string::npos);
+}
+
+TEST_F(HuggingFaceTest, TokenizerJsonIsReadAsItsWordPieceVocabulary) {
+  // tokenizer.json written by transformers' BertTokenizer over the fixture's
+  // vocab.txt, with its ids for four sentences
+  // (bench/interop/make_tokenizer_json.py).
+  const fs::path bert = kFixtures / "bert";
+  const auto from_json =
+      garden::data::WordPieceTokenizer::from_vocab_file((bert / "tokenizer.json").string());
+  const auto from_txt =
+      garden::data::WordPieceTokenizer::from_vocab_file((bert / "vocab.txt").string());
+  EXPECT_EQ(from_json.vocab_size(), 40);
+  const auto expected_ids = json::parse(std::ifstream(bert / "tokenizer_ids.json"));
+  for (std::size_t i = 0; i < expected_ids.at("sentences").size(); ++i) {
+    const auto text = expected_ids.at("sentences")[i].get<std::string>();
+    EXPECT_EQ(from_json.encode(text), expected_ids.at("ids")[i].get<std::vector<int64_t>>())
+        << text;
+    EXPECT_EQ(from_json.encode(text), from_txt.encode(text)) << text;
+  }
+  // A normalizer that lowercases, read for a cased task; another model type.
+  EXPECT_NE(error_text([&] {
+              garden::data::WordPieceTokenizer::from_vocab_file((bert / "tokenizer.json").string(),
+                                                                false);
+            }).find("tokenizer.json: normalizer.lowercase true differs from do_lower_case false"),
+            std::string::npos);
+  std::ofstream(dir_ / "bpe.json") << R"({"model": {"type": "BPE", "vocab": {}}})";
+  EXPECT_NE(error_text([&] {
+              garden::data::WordPieceTokenizer::from_vocab_file((dir_ / "bpe.json").string());
+            }).find("bpe.json: model.type is not WordPiece"),
             std::string::npos);
 }
 
