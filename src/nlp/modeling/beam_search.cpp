@@ -333,8 +333,17 @@ BeamSearchResult host_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
     for (std::size_t r = 0; r < n * K; ++r)
       std::copy_n(alive_seq.begin() + static_cast<std::ptrdiff_t>(r * cap), length,
                   flat_ids.data_ptr<int64_t>() + r * length);
-    const at::Tensor logits = next_logits(symbols_to_logits_fn, flat_ids, step, cache,
-                                          static_cast<int64_t>(n), vocab_size);
+    at::Tensor logits = next_logits(symbols_to_logits_fn, flat_ids, step, cache,
+                                    static_cast<int64_t>(n), vocab_size);
+    if (transformers) {
+      // MarianMT's forced_eos_token_id: an example's last token is EOS.
+      for (std::size_t i = 0; i < n; ++i) {
+        if (step + 1 < limit[i]) continue;
+        at::Tensor rows = logits.narrow(0, static_cast<int64_t>(i * K), beams);
+        rows.fill_(-std::numeric_limits<float>::infinity());
+        rows.select(1, eos_id).fill_(0.0);
+      }
+    }
 
     // Grow: the best 2 * beams (beam, token) extensions of each example.
     const int64_t candidates = std::min(2 * beams, beams * vocab_size);

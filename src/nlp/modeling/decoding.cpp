@@ -42,6 +42,8 @@ std::vector<std::vector<int64_t>> translate_ids(Seq2SeqTransformerImpl& model,
   std::vector<std::vector<int64_t>> outputs(static_cast<std::size_t>(batch));
   const int64_t length = best.size(1);
   const int64_t* data = best.data_ptr<int64_t>();
+  const bool forced_eos = options.rules == BeamSearchRules::kTransformers;
+  const at::Tensor limits = max_lengths.to(torch::kCPU, torch::kLong).contiguous();
   for (int64_t b = 0; b < batch; ++b) {
     auto& out = outputs[static_cast<std::size_t>(b)];
     for (int64_t t = 0; t < length; ++t) {
@@ -49,6 +51,12 @@ std::vector<std::vector<int64_t>> translate_ids(Seq2SeqTransformerImpl& model,
       if (id == eos_id || id == 0) break;
       out.push_back(id);
     }
+    // transformers' forced_eos_token_id: a greedy output that reached its
+    // limit ends with EOS in place of its last token (the beam search forces
+    // it itself).
+    if (forced_eos && options.beam_size <= 1 &&
+        static_cast<int64_t>(out.size()) >= limits.data_ptr<int64_t>()[b])
+      out.resize(static_cast<std::size_t>(limits.data_ptr<int64_t>()[b] - 1));
   }
   return outputs;
 }

@@ -106,8 +106,9 @@ enum class BeamSearchState { kTensors, kHost };
 //     its length_penalty; length the generated tokens, EOS included); an
 //     example is done once all beam_size finished slots are set and its best
 //     alive log-probability / (tokens so far)^alpha does not beat the worst
-//     of them; at its limit every candidate finishes (MaxLengthCriteria).
-//     Host state only (ids on the CPU).
+//     of them; its last token is EOS (forced_eos_token_id, as MarianMT's
+//     generation config sets it) and at its limit every candidate finishes
+//     (MaxLengthCriteria). Host state only (ids on the CPU).
 enum class BeamSearchRules { kModelGarden, kTransformers };
 BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
                                       const at::Tensor& initial_ids, Cache initial_cache,
