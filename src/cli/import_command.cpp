@@ -1,6 +1,5 @@
 #include "garden/cli/import_command.h"
 
-#include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
@@ -11,6 +10,7 @@
 
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
+#include "garden/base/staged_directory.h"
 #include "garden/cli/cli.h"
 #include "garden/config/yaml_io.h"
 #include "garden/core/checkpoint.h"
@@ -53,13 +53,8 @@ void run_import(const ImportFlags& flags) {
                 "' is set and is not --huggingface_dir '" + flags.huggingface_dir + "'");
   task_config.init_checkpoint = source;
 
-  const fs::path target = fs::absolute(flags.model_dir);
-  fs::create_directories(target.parent_path(), ec);
-  const fs::path staging = target.parent_path() / ("." + target.filename().string() + ".import-" +
-                                                   std::to_string(::getpid()));
-  fs::remove_all(staging, ec);
-  fs::create_directories(staging);
-  try {
+  const fs::path target = fs::absolute(flags.model_dir).lexically_normal();
+  write_directory_whole(target, [&](const fs::path& staging) {
     // A MarianMT tokenizer travels with the run: the run reads it from
     // model_dir/tokenizer, not from --huggingface_dir.
     auto* translation = dynamic_cast<nlp::TranslationConfig*>(&task_config);
@@ -92,12 +87,7 @@ void run_import(const ImportFlags& flags) {
     data.meta["params"] = config::to_yaml_string(*params);
     CheckpointManager(staging.string(), 1).save(data, 0);
     write_params_yaml(*params, staging.string());
-    fs::remove_all(target, ec);  // empty, checked above
-    fs::rename(staging, target);
-  } catch (...) {
-    fs::remove_all(staging, ec);
-    throw;
-  }
+  });
   std::cout << "model_dir:   " << target.string() << "\n"
             << "checkpoint:  " << (target / "ckpt-0").string() << " (from " << source << ")\n"
             << "params.yaml: " << (target / "params.yaml").string() << "\n";

@@ -1,11 +1,10 @@
 #include "garden/nlp/tasks/huggingface_export.h"
 
-#include <unistd.h>
-
 #include <filesystem>
 
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
+#include "garden/base/staged_directory.h"
 #include "garden/core/safetensors.h"
 #include "garden/data/tokenizer.h"
 #include "garden/nlp/data/marian_tokenizer.h"
@@ -172,15 +171,8 @@ void write_huggingface_dir(const HuggingFaceExport& exported,
     throw Error("--export_dir '" + dir +
                 "' exists; a Hugging Face directory is written whole, "
                 "into a new path");
-  const fs::path target = fs::absolute(dir);
-  fs::create_directories(target.parent_path(), ec);
-  const fs::path staging = target.parent_path() / ("." + target.filename().string() + ".tmp-" +
-                                                   std::to_string(::getpid()));
-  fs::remove_all(staging, ec);
-  fs::create_directories(staging);
-  try {
-    json config = exported.config;
-    write_file_atomically((staging / "config.json").string(), config.dump(2) + "\n");
+  write_directory_whole(dir, [&](const fs::path& staging) {
+    write_file_atomically((staging / "config.json").string(), exported.config.dump(2) + "\n");
     write_safetensors((staging / "model.safetensors").string(), exported.tensors,
                       {{"format", "pt"}});
     for (const auto& [name, contents] : exported.files)
@@ -191,11 +183,7 @@ void write_huggingface_dir(const HuggingFaceExport& exported,
         write_file_atomically((staging / file).string(),
                               read_file(path, "the task's asset '" + name + "'"));
       }
-    fs::rename(staging, target);
-  } catch (...) {
-    fs::remove_all(staging, ec);
-    throw;
-  }
+  });
 }
 
 }  // namespace garden::nlp
