@@ -5,7 +5,9 @@ transformers (MarianMTModel, MarianTokenizer) and translate with it.
     python3 check_marian_dir.py EXPORT_DIR SOURCES [GREEDY BEAM4]
 
 SOURCES is one sentence a line; GREEDY and BEAM4 are what `garden translate
---beam_size=1` and `--beam_size=4` (task.model.alpha=0) printed for them.
+--beam_size=1` and `--beam_size=4` printed for them (a run trained with
+task.model.beam_search=transformers, task.model.alpha=0 and
+task.model.decode_max_length=MAX_NEW_TOKENS).
 Prints the load report (missing / unexpected tensors must be empty) and, for
 each line, transformers' translation; with GREEDY and BEAM4, counts the lines
 that differ from Garden's and exits non-zero if any does. Decoding is

@@ -15,7 +15,9 @@ to expected.safetensors and expected.json:
   encoder_last_hidden_state [N, S, 32], logits [N, T, V] (eval, no_grad),
   greedy and beam-4 generations (ids and text; beam search with
   length_penalty 0, i.e. Garden's alpha 0). expected.json also holds
-  MarianTokenizer's ids of the sources and references.
+  MarianTokenizer's ids of the sources and references. state_dict.bin and
+  ordered_state_dict.bin hold three of its tensors as torch.save writes a dict
+  and an OrderedDict (pytorch_model.bin's shapes).
 
 Usage (inside an environment with torch + transformers + sentencepiece):
     python3 make_marian_fixture.py EN_DE_TSV OUT_DIR
@@ -182,6 +184,20 @@ def main():
         json.dump(expected, f, ensure_ascii=False, indent=1)
         f.write("\n")
     print(json.dumps(expected, ensure_ascii=False, indent=1), file=sys.stderr)
+    write_pickles(out_dir)
+
+
+def write_pickles(out_dir):
+    """pytorch_model.bin's two shapes, for Garden's reader: a plain dict of three
+    of the model's tensors (LibTorch unpickles it) and the same as the
+    OrderedDict that torch.save(model.state_dict()) writes (it does not)."""
+    from collections import OrderedDict
+    from safetensors.torch import load_file
+    tensors = load_file(os.path.join(out_dir, "model.safetensors"))
+    names = ["final_logits_bias", "model.encoder.layers.0.fc1.bias", "model.shared.weight"]
+    torch.save({n: tensors[n] for n in names}, os.path.join(out_dir, "state_dict.bin"))
+    torch.save(OrderedDict((n, tensors[n]) for n in names),
+               os.path.join(out_dir, "ordered_state_dict.bin"))
 
 
 if __name__ == "__main__":

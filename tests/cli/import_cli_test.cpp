@@ -100,7 +100,7 @@ TEST_F(ImportCliTest, ErrorsAreOneLineAndLeaveNothing) {
                         {"config.json: d_model 32 differs from task.model.embedding_width 128"});
   EXPECT_FALSE(fs::exists(dir_ / "b"));
   for (const auto& entry : fs::directory_iterator(dir_))
-    EXPECT_EQ(entry.path().filename().string().find(".b.import-"), std::string::npos);
+    EXPECT_EQ(entry.path().filename().string().find(".b.tmp-"), std::string::npos);
   // An existing run is never overwritten.
   fs::create_directories(dir_ / "c");
   spit(dir_ / "c" / "keep", "x");

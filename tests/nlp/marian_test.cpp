@@ -188,6 +188,51 @@ TEST_F(MarianTest, GreedyAndBeamSearchGiveTransformersTokens) {
   }
 }
 
+TEST_F(MarianTest, TransformersRulesEndWithEosAtTheLimit) {
+  // MarianMT's forced_eos_token_id: at decode_max_length the last token is
+  // EOS, so an output that reaches the limit keeps limit - 1 tokens: the
+  // greedy one is the unlimited one cut there.
+  Loaded l = load();
+  const at::Tensor source =
+      at::tensor(
+          l.translation().encode_source(expected_json().at("sources")[1].get<std::string>(), 512))
+          .unsqueeze(0);
+  garden::nlp::DecodeOptions options;
+  options.rules = garden::nlp::BeamSearchRules::kTransformers;
+  options.alpha = 0.0;
+  options.beam_size = 1;
+  options.decode_max_length = 48;
+  const auto whole =
+      garden::nlp::translate_ids(l.transformer(), source, l.tokenizer().eos_id(), options)[0];
+  ASSERT_GT(whole.size(), 6u);
+  options.decode_max_length = 6;
+  const auto cut =
+      garden::nlp::translate_ids(l.transformer(), source, l.tokenizer().eos_id(), options)[0];
+  EXPECT_EQ(cut, std::vector<int64_t>(whole.begin(), whole.begin() + 5));
+  options.beam_size = 4;
+  EXPECT_LE(garden::nlp::translate_ids(l.transformer(), source, l.tokenizer().eos_id(), options)[0]
+                .size(),
+            5u);
+  // The tensor state (a GPU's search) does not run these rules: one line.
+  EXPECT_NE(error_text([&] {
+              garden::nlp::sequence_beam_search(
+                  [](const at::Tensor& ids, int64_t, garden::nlp::Cache&) {
+                    return at::zeros({ids.size(0), 4});
+                  },
+                  at::zeros({1}, at::kLong), {}, 4, 2, 0.0, at::full({1}, 3, at::kLong), 1,
+                  garden::nlp::BeamSearchState::kTensors,
+                  garden::nlp::BeamSearchRules::kTransformers);
+            })
+                .find("transformers' rules (task.model.beam_search: transformers) run with the "
+                      "search's state on the host"),
+            std::string::npos);
+  // Model Garden's rules stop at the limit without an EOS: all 6 tokens.
+  options.beam_size = 1;
+  options.rules = garden::nlp::BeamSearchRules::kModelGarden;
+  EXPECT_EQ(garden::nlp::translate_ids(l.transformer(), source, l.tokenizer().eos_id(), options)[0],
+            std::vector<int64_t>(whole.begin(), whole.begin() + 6));
+}
+
 TEST_F(MarianTest, ExportWritesTheFilesTensorsAndTokenizer) {
   Loaded l = load();
   const auto exported = garden::nlp::huggingface_export(*l.task, *l.model);
@@ -259,6 +304,29 @@ TEST_F(MarianTest, AGardenSentencePieceModelBecomesAMarianVocabulary) {
   for (const auto& text : texts) {
     EXPECT_EQ(marian.encode(text), spm.encode(text)) << text;
     EXPECT_EQ(marian.decode(spm.encode(text)), spm.decode(spm.encode(text))) << text;
+  }
+}
+
+TEST_F(MarianTest, PytorchModelBinIsReadWhenLibTorchUnpicklesIt) {
+  // torch.save of a dict of three of the model's tensors, and of the same as
+  // an OrderedDict (what save_pretrained writes), as pytorch_model.bin.
+  const auto original = garden::nlp::read_huggingface_dir(kMarian.string());
+  for (const char* file : {"state_dict.bin", "ordered_state_dict.bin"}) {
+    const fs::path dir = dir_ / file;
+    fs::create_directories(dir);
+    fs::copy_file(kMarian / "config.json", dir / "config.json");
+    fs::copy_file(kMarian / file, dir / "pytorch_model.bin");
+    if (std::string(file) == "state_dict.bin") {
+      const auto hf = garden::nlp::read_huggingface_dir(dir.string());
+      ASSERT_EQ(hf.tensors.size(), 3u);
+      for (const auto& [name, tensor] : hf.tensors)
+        EXPECT_TRUE(at::equal(tensor, original.tensors.at(name))) << name;
+    } else {
+      EXPECT_NE(error_text([&] {
+                  garden::nlp::read_huggingface_dir(dir.string());
+                }).find("pytorch_model.bin: LibTorch cannot unpickle it ("),
+                std::string::npos);
+    }
   }
 }
 
@@ -341,10 +409,12 @@ TEST_F(MarianTest, ModelGardenBlocksAreRefusedOnExport) {
   o.position_encoding = garden::nlp::PositionEncoding::kMarian;
   o.use_bias = false;
   garden::nlp::Seq2SeqTransformer no_bias(o);
-  for (const auto& [name, tensor] : garden::nlp::garden_to_marian(*no_bias, 7))
+  for (const auto& [name, tensor] : garden::nlp::garden_to_marian(*no_bias, 7)) {
     if (name.size() > 5 && name.substr(name.size() - 5) == ".bias" &&
-        name.find("layer_norm") == std::string::npos)
+        name.find("layer_norm") == std::string::npos) {
       EXPECT_EQ(tensor.abs().max().item<double>(), 0.0) << name;
+    }
+  }
 }
 
 TEST_F(MarianTest, MarianSinusoidsAreTransformersFormula) {
