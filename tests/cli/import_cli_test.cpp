@@ -89,6 +89,46 @@ TEST_F(ImportCliTest, AMarianDirectoryImportsTranslatesAsTransformersAndExportsB
   EXPECT_EQ(config.at("architectures"), json({"MarianMTModel"}));
 }
 
+// The last "validation_loss: X" a run printed.
+double last_validation_loss(const std::string& log) {
+  const auto at = log.rfind("validation_loss: ");
+  EXPECT_NE(at, std::string::npos) << log;
+  return at == std::string::npos ? 0.0 : std::stod(log.substr(at + 17));
+}
+
+TEST_F(ImportCliTest, TheTranslationTaskFineTunesFromTheImportOrTheDirectory) {
+  const std::string run = path("opus");
+  ASSERT_EQ(garden("import --huggingface_dir '" + kMarian.string() +
+                   "' --experiment marian/demo --params_override '" + fixture_override() +
+                   "' --model_dir '" + run + "'")
+                .status,
+            0);
+  const std::string sample = std::string(GARDEN_SOURCE_DIR) + "/data/testdata/en_de_sample.tsv";
+  const std::string data = fixture_override() + ",task.train_data.input_path=" + sample +
+                           ",task.validation_data.input_path=" + sample +
+                           ",trainer.train_steps=40,trainer.validation_interval=40,"
+                           "trainer.checkpoint_interval=40,"
+                           "trainer.optimizer_config.warmup.linear.warmup_steps=5";
+  const auto before = garden("train --experiment marian/demo --mode eval --model_dir '" + run +
+                             "' --params_override '" + data +
+                             ",task.sentencepiece_model_path=" + run + "/tokenizer'");
+  ASSERT_EQ(before.status, 0) << before.err;
+  // From the import's ckpt-0, and from the Hugging Face directory itself.
+  const auto from_import = garden("train --experiment marian/demo --model_dir '" + path("a") +
+                                  "' --params_override '" + data + ",task.init_checkpoint=" + run +
+                                  ",task.sentencepiece_model_path=" + run + "/tokenizer'");
+  ASSERT_EQ(from_import.status, 0) << from_import.err;
+  const auto from_directory =
+      garden("train --experiment marian/demo --model_dir '" + path("b") + "' --params_override '" +
+             data + ",task.init_checkpoint=" + kMarian.string() + "'");
+  ASSERT_EQ(from_directory.status, 0) << from_directory.err;
+  EXPECT_NE(from_directory.err.find("(MarianMTModel): 66 tensors restored"), std::string::npos)
+      << from_directory.err;
+  const double loss = last_validation_loss(from_import.err + from_import.out);
+  EXPECT_LT(loss, last_validation_loss(before.err + before.out));
+  EXPECT_EQ(loss, last_validation_loss(from_directory.err + from_directory.out));
+}
+
 TEST_F(ImportCliTest, ErrorsAreOneLineAndLeaveNothing) {
   expect_one_error_line(garden("import --huggingface_dir '" + path("none") +
                                "' --experiment marian/demo --model_dir '" + path("a") + "'"),
