@@ -8,9 +8,16 @@
 #endif
 #include <torch/torch.h>
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <sstream>
 
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
@@ -56,7 +63,6 @@ struct WorkHolder {
 
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::TCPStore> store;
-  c10::intrusive_ptr<c10d::TCPStore> heartbeat_store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
 #ifdef GARDEN_WITH_NCCL
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;
@@ -126,7 +132,97 @@ std::string address(const Cluster& cluster) {
   return cluster.master_addr + ":" + std::to_string(cluster.master_port);
 }
 
+// This host's address on the route to `host`: a UDP socket connected there
+// (which sends nothing) and its local name. "" when there is no route.
+std::string local_address_towards(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found)
+    return "";
+  std::string result;
+  const int fd = ::socket(found->ai_family, SOCK_DGRAM, 0);
+  if (fd >= 0) {
+    sockaddr_storage local{};
+    socklen_t length = sizeof(local);
+    if (::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+      char text[INET6_ADDRSTRLEN] = {};
+      const void* raw =
+          local.ss_family == AF_INET6
+              ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&local)->sin6_addr)
+              : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&local)->sin_addr);
+      if (inet_ntop(local.ss_family, raw, text, sizeof(text))) result = text;
+    }
+    ::close(fd);
+  }
+  freeaddrinfo(found);
+  return result;
+}
+
+// Gloo's devices, as PyTorch chooses them: the host's own address when the
+// cluster names it, else GLOO_SOCKET_IFNAME (a comma-separated list: one
+// device each), else the address on the route to the chief (a host's name
+// may resolve to 127.0.0.1, which the other hosts cannot reach), else
+// Gloo's default.
+std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const Cluster& cluster) {
+  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+  if (!cluster.own_host.empty()) {
+    devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(cluster.own_host));
+    return devices;
+  }
+  const char* interfaces = std::getenv("GLOO_SOCKET_IFNAME");
+  if (interfaces && *interfaces) {
+    std::istringstream names(interfaces);
+    for (std::string name; std::getline(names, name, ',');) {
+      if (name.empty()) continue;
+      try {
+        devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+      } catch (const std::exception& e) {
+        throw Error("GLOO_SOCKET_IFNAME names '" + name +
+                    "', which Gloo cannot use on this host (" + first_line(message_of(e)) + ")");
+      }
+    }
+    if (!devices.empty()) return devices;
+  }
+  const std::string local = local_address_towards(cluster.master_addr, cluster.master_port);
+  if (!local.empty()) {
+    if (cluster.is_chief())
+      log_info() << "Gloo binds " << local << ", this host's address on the route to "
+                 << cluster.master_addr << " (set GLOO_SOCKET_IFNAME to choose an interface)";
+    devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local));
+    return devices;
+  }
+  devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  return devices;
+}
+
 }  // namespace
+
+struct ProcessGroup::Heartbeat {
+  std::atomic<bool> stopping{false};
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  std::string key;
+
+  void run() {
+    while (!stopping) {
+      try {
+        store->add(key, 1);
+      } catch (...) {
+        break;  // the chief's store is gone: the collectives will say so
+      }
+      for (auto slept = std::chrono::milliseconds(0); slept < kHeartbeatPeriod && !stopping;
+           slept += std::chrono::milliseconds(50))
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    done = true;
+    finished.notify_all();
+  }
+};
 
 ProcessGroupPtr ProcessGroup::connect(const Cluster& cluster, const std::string& device,
                                       std::chrono::milliseconds timeout) {
@@ -191,21 +287,16 @@ ProcessGroupPtr ProcessGroup::connect(const Cluster& cluster, const std::string&
 #endif
       auto options = c10d::ProcessGroupGloo::Options::create();
       options->timeout = timeout;
-      const char* interface = std::getenv("GLOO_SOCKET_IFNAME");
-      if (!cluster.own_host.empty())
-        options->devices.push_back(
-            c10d::ProcessGroupGloo::createDeviceForHostname(cluster.own_host));
-      else if (interface && *interface)
-        options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
-      else
-        options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      options->devices = gloo_devices(cluster);
       impl.gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
           prefixed, static_cast<int>(cluster.rank), static_cast<int>(cluster.world_size), options);
     }
     // Short: a heartbeat to a chief that hangs must not keep this process
     // from exiting.
-    impl.heartbeat_store = open_store(cluster, /*server=*/false,
-                                      std::min(timeout, std::chrono::milliseconds(5000)));
+    group->heartbeat_state_ = std::make_shared<Heartbeat>();
+    group->heartbeat_state_->store =
+        open_store(cluster, /*server=*/false, std::min(timeout, std::chrono::milliseconds(5000)));
+    group->heartbeat_state_->key = "garden/alive/" + std::to_string(cluster.rank);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -213,27 +304,24 @@ ProcessGroupPtr ProcessGroup::connect(const Cluster& cluster, const std::string&
                 address(cluster) + " failed for " + cluster.describe() + ": " +
                 first_line(message_of(e)));
   }
-  group->heartbeat_ = std::thread([raw = group.get()] { raw->heartbeat_loop(); });
+  group->heartbeat_ = std::thread([state = group->heartbeat_state_] { state->run(); });
   return group;
 }
 
 ProcessGroup::~ProcessGroup() {
-  stopping_ = true;
-  if (heartbeat_.joinable()) heartbeat_.join();
-}
-
-void ProcessGroup::heartbeat_loop() {
-  const std::string key = "garden/alive/" + std::to_string(rank());
-  while (!stopping_) {
-    try {
-      impl_->heartbeat_store->add(key, 1);
-    } catch (...) {
-      return;  // the chief's store is gone: the collectives will say so
-    }
-    for (auto slept = std::chrono::milliseconds(0); slept < kHeartbeatPeriod && !stopping_;
-         slept += std::chrono::milliseconds(50))
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  if (!heartbeat_.joinable()) return;
+  heartbeat_state_->stopping = true;
+  // A heartbeat blocked in a read from a chief that is cut off (LibTorch
+  // 1.13's store bounds its connect, not its reads) would hold the exit
+  // forever: it is left to end with the process, owning its store.
+  std::unique_lock<std::mutex> lock(heartbeat_state_->mutex);
+  const bool done = heartbeat_state_->finished.wait_for(lock, std::chrono::seconds(2),
+                                                        [&] { return heartbeat_state_->done; });
+  lock.unlock();
+  if (done)
+    heartbeat_.join();
+  else
+    heartbeat_.detach();
 }
 
 void ProcessGroup::fail(const std::string& what, const std::string& cause) const {
@@ -379,8 +467,7 @@ constexpr int kTagData = 2;
 }  // namespace
 
 void ProcessGroup::send(const Message& message, int64_t to, const std::string& what) {
-  if (!impl_->gloo)
-    throw Error(what + ": point-to-point messages need Gloo (runtime.device cpu)");
+  if (!impl_->gloo) throw Error(what + ": point-to-point messages need Gloo (runtime.device cpu)");
   nlohmann::json meta = message.meta;
   nlohmann::json shapes = nlohmann::json::array();
   std::vector<at::Tensor> parts;
@@ -413,8 +500,7 @@ void ProcessGroup::send(const Message& message, int64_t to, const std::string& w
 
 ProcessGroup::Message ProcessGroup::receive(int64_t from, const std::string& what,
                                             int64_t* sender) {
-  if (!impl_->gloo)
-    throw Error(what + ": point-to-point messages need Gloo (runtime.device cpu)");
+  if (!impl_->gloo) throw Error(what + ": point-to-point messages need Gloo (runtime.device cpu)");
   at::Tensor sizes = torch::empty({2}, torch::kLong);
   int64_t source = from;
   guarded(*this, what, [&] {
@@ -442,8 +528,9 @@ ProcessGroup::Message ProcessGroup::receive(int64_t from, const std::string& wha
     return 0;
   });
   Message message;
-  message.meta = nlohmann::json::parse(std::string(
-      reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<std::size_t>(text_size)));
+  message.meta =
+      nlohmann::json::parse(std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()),
+                                        static_cast<std::size_t>(text_size)));
   int64_t offset = 0;
   for (const auto& shape : message.meta.at("_shapes")) {
     const auto dims = shape.get<std::vector<int64_t>>();

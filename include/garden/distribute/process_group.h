@@ -99,14 +99,17 @@ class ProcessGroup {
 
  private:
   struct Impl;
+  // The heartbeat thread's own state: it may be left blocked in a read from
+  // a chief that vanished (a host cut off), so it owns what it uses and the
+  // group does not wait for it past a bound.
+  struct Heartbeat;
   ProcessGroup(const Cluster& cluster, std::chrono::milliseconds timeout);
-  void heartbeat_loop();
 
   Cluster cluster_;
   std::chrono::milliseconds timeout_;
   c10::Device device_{c10::kCPU};
   std::unique_ptr<Impl> impl_;
-  std::atomic<bool> stopping_{false};
+  std::shared_ptr<Heartbeat> heartbeat_state_;
   std::thread heartbeat_;
 };
 
