@@ -1,11 +1,11 @@
 #include "garden/cli/launch_command.h"
 
-#include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstring>
@@ -31,6 +31,7 @@ struct LaunchFlags {
   int64_t ps = 0;
   bool evaluator = false;
   double stop_grace_seconds = 30.0;
+  int64_t max_restarts = 0;
 };
 
 struct Child {
@@ -43,7 +44,6 @@ struct Child {
   bool running = true;
   int status = 0;
 };
-
 
 // Writes the complete lines of `buffer` with the child's prefix; keeps the rest.
 void emit_lines(Child& child, std::string& buffer, std::ostream& to, bool flush_all) {
@@ -106,7 +106,8 @@ std::string describe_status(int status) {
   if (WIFSIGNALED(status)) {
     const int signal = WTERMSIG(status);
     const char* name = strsignal(signal);
-    return "was killed by signal " + std::to_string(signal) + (name ? std::string(" (") + name + ")" : "");
+    return "was killed by signal " + std::to_string(signal) +
+           (name ? std::string(" (") + name + ")" : "");
   }
   return "ended";
 }
@@ -159,13 +160,19 @@ int run_launch(int argc, char** argv) {
                  "After one process fails, seconds the others get to stop before SIGKILL")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--max_restarts", flags.max_restarts,
+                 "torchrun's: when a process fails, stop the group and start it again (from the "
+                 "latest checkpoint) up to N times; round R rendezvouses at --master_port + R")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000}))
+      ->capture_default_str();
   std::vector<std::string> reversed(own.rbegin(), own.rend());
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) {
-      std::cout << app.help() << "\n  -- COMMAND...                a garden command, e.g. "
-                                 "train --experiment=... --model_dir=...\n";
+      std::cout << app.help()
+                << "\n  -- COMMAND...                a garden command, e.g. "
+                   "train --experiment=... --model_dir=...\n";
       return 0;
     }
     std::cerr << "garden launch: error: " << e.what() << " (see garden launch --help)\n";
@@ -174,6 +181,18 @@ int run_launch(int argc, char** argv) {
   if (flags.ps > 0 && flags.nnodes > 1) {
     std::cerr << "garden launch: error: --ps starts a parameter-server cluster on one machine; "
                  "on several, give each process its TF_CONFIG (see docs/distributed.md)\n";
+    return 2;
+  }
+  if (flags.ps > 0 && flags.max_restarts > 0) {
+    std::cerr << "garden launch: error: --max_restarts restarts a mirrored group; a "
+                 "parameter-server cluster (--ps) is not restarted: a lost task stops it with one "
+                 "line, and the same command resumes it from the last checkpoint\n";
+    return 2;
+  }
+  if (flags.master_port + flags.max_restarts > 65535) {
+    std::cerr << "garden launch: error: --master_port " << flags.master_port << " + --max_restarts "
+              << flags.max_restarts
+              << " is above 65535 (each restart rendezvouses one port higher)\n";
     return 2;
   }
   if (flags.node_rank >= flags.nnodes) {
@@ -213,151 +232,172 @@ int run_launch(int argc, char** argv) {
               << " for each (set them to choose)\n";
   }
 
-  std::vector<Child> children;
-  const auto stop_all = [&](int signal) {
-    for (auto& child : children)
-      if (child.running) kill(child.pid, signal);
-  };
-  try {
-    if (flags.ps > 0) {
-      // TF_CONFIG for each: the chief's address is the rendezvous (the
-      // other entries name the hosts; Garden listens on no other port).
-      const std::string address = flags.master_addr + ":" + std::to_string(flags.master_port);
-      const auto list = [&](int64_t n) {
-        std::string text;
-        for (int64_t i = 0; i < n; ++i) text += (i ? ", \"" : "\"") + address + "\"";
-        return "[" + text + "]";
-      };
-      std::string cluster = "{\"chief\": " + list(1) + ", \"worker\": " +
-                            list(flags.nproc_per_node) + ", \"ps\": " + list(flags.ps);
-      if (flags.evaluator) cluster += ", \"evaluator\": " + list(1);
-      cluster += "}";
-      std::vector<std::string> unset_all = unset;
-      for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
-        unset_all.push_back(name);
-      const auto start = [&](const std::string& type, int64_t index, const std::string& name,
-                             const std::string& prefix) {
+  // Round R of the group (R restarts so far) rendezvouses at master_port
+  // + R: a chief of the round before that is still stopping cannot take a
+  // new round's workers.
+  for (int64_t round = 0;; ++round) {
+    std::vector<Child> children;
+    const Child* failed = nullptr;
+    int forwarded = 0;
+    const auto stop_all = [&](int signal) {
+      for (auto& child : children)
+        if (child.running) kill(child.pid, signal);
+    };
+    try {
+      if (flags.ps > 0) {
+        // TF_CONFIG for each: the chief's address is the rendezvous (the
+        // other entries name the hosts; Garden listens on no other port).
+        const std::string address = flags.master_addr + ":" + std::to_string(flags.master_port);
+        const auto list = [&](int64_t n) {
+          std::string text;
+          for (int64_t i = 0; i < n; ++i) text += (i ? ", \"" : "\"") + address + "\"";
+          return "[" + text + "]";
+        };
+        std::string cluster = "{\"chief\": " + list(1) +
+                              ", \"worker\": " + list(flags.nproc_per_node) +
+                              ", \"ps\": " + list(flags.ps);
+        if (flags.evaluator) cluster += ", \"evaluator\": " + list(1);
+        cluster += "}";
+        std::vector<std::string> unset_all = unset;
+        for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
+          unset_all.push_back(name);
+        const auto start = [&](const std::string& type, int64_t index, const std::string& name,
+                               const std::string& prefix) {
+          auto env = threads;
+          env.emplace_back("TF_CONFIG", "{\"cluster\": " + cluster + ", \"task\": {\"type\": \"" +
+                                            type + "\", \"index\": " + std::to_string(index) +
+                                            "}}");
+          children.push_back(spawn(name, prefix, env, unset_all, command));
+        };
+        start("chief", 0, "the chief", "[chief] ");
+        for (int64_t i = 0; i < flags.nproc_per_node; ++i)
+          start("worker", i, "worker " + std::to_string(i), "[worker " + std::to_string(i) + "] ");
+        for (int64_t i = 0; i < flags.ps; ++i)
+          start("ps", i, "ps " + std::to_string(i), "[ps " + std::to_string(i) + "] ");
+        if (flags.evaluator) start("evaluator", 0, "the evaluator", "[evaluator] ");
+      }
+      for (int64_t local = 0; flags.ps == 0 && local < flags.nproc_per_node; ++local) {
+        const int64_t rank = flags.node_rank * flags.nproc_per_node + local;
         auto env = threads;
-        env.emplace_back("TF_CONFIG", "{\"cluster\": " + cluster + ", \"task\": {\"type\": \"" +
-                                          type + "\", \"index\": " + std::to_string(index) + "}}");
-        children.push_back(spawn(name, prefix, env, unset_all, command));
-      };
-      start("chief", 0, "the chief", "[chief] ");
-      for (int64_t i = 0; i < flags.nproc_per_node; ++i)
-        start("worker", i, "worker " + std::to_string(i), "[worker " + std::to_string(i) + "] ");
-      for (int64_t i = 0; i < flags.ps; ++i)
-        start("ps", i, "ps " + std::to_string(i), "[ps " + std::to_string(i) + "] ");
-      if (flags.evaluator) start("evaluator", 0, "the evaluator", "[evaluator] ");
-    }
-    for (int64_t local = 0; flags.ps == 0 && local < flags.nproc_per_node; ++local) {
-      const int64_t rank = flags.node_rank * flags.nproc_per_node + local;
-      auto env = threads;
-      env.insert(env.end(), {{"RANK", std::to_string(rank)},
-                             {"WORLD_SIZE", std::to_string(world)},
-                             {"LOCAL_RANK", std::to_string(local)},
-                             {"LOCAL_WORLD_SIZE", std::to_string(flags.nproc_per_node)},
-                             {"MASTER_ADDR", flags.master_addr},
-                             {"MASTER_PORT", std::to_string(flags.master_port)}});
-      children.push_back(spawn("rank " + std::to_string(rank),
-                               "[rank " + std::to_string(rank) + "] ", env, unset, command));
-    }
-    if (flags.ps == 0 && flags.evaluator && flags.node_rank == 0) {
-      const std::string address = flags.master_addr + ":" + std::to_string(flags.master_port);
-      const std::string tf_config = "{\"cluster\": {\"chief\": [\"" + address +
-                                    "\"]}, \"task\": {\"type\": \"evaluator\", \"index\": 0}}";
-      std::vector<std::string> unset_all = unset;
-      for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
-        unset_all.push_back(name);
-      auto env = threads;
-      env.emplace_back("TF_CONFIG", tf_config);
-      children.push_back(spawn("the evaluator", "[evaluator] ", env, unset_all, command));
-    }
-  } catch (const std::exception& e) {
-    stop_all(SIGKILL);
-    std::cerr << "garden launch: error: " << e.what() << "\n";
-    return 1;
-  }
-
-  const Child* failed = nullptr;
-  int forwarded = 0;
-  std::chrono::steady_clock::time_point kill_at{};
-  bool kill_armed = false;
-  while (true) {
-    if (StopSignals::pending() && !forwarded) {
-      forwarded = StopSignals::pending();
-      stop_all(forwarded);  // each process checkpoints (when configured) and stops
-    }
-    std::vector<pollfd> fds;
-    std::vector<std::pair<Child*, bool>> owners;
-    for (auto& child : children) {
-      if (child.out >= 0) {
-        fds.push_back({child.out, POLLIN, 0});
-        owners.emplace_back(&child, true);
+        env.insert(env.end(), {{"RANK", std::to_string(rank)},
+                               {"WORLD_SIZE", std::to_string(world)},
+                               {"LOCAL_RANK", std::to_string(local)},
+                               {"LOCAL_WORLD_SIZE", std::to_string(flags.nproc_per_node)},
+                               {"MASTER_ADDR", flags.master_addr},
+                               {"MASTER_PORT", std::to_string(flags.master_port + round)},
+                               {"GROUP_RANK", std::to_string(flags.node_rank)},
+                               {"TORCHELASTIC_RESTART_COUNT", std::to_string(round)},
+                               {"TORCHELASTIC_MAX_RESTARTS", std::to_string(flags.max_restarts)}});
+        children.push_back(spawn("rank " + std::to_string(rank),
+                                 "[rank " + std::to_string(rank) + "] ", env, unset, command));
       }
-      if (child.err >= 0) {
-        fds.push_back({child.err, POLLIN, 0});
-        owners.emplace_back(&child, false);
+      if (flags.ps == 0 && flags.evaluator && flags.node_rank == 0) {
+        const std::string address =
+            flags.master_addr + ":" + std::to_string(flags.master_port + round);
+        const std::string tf_config = "{\"cluster\": {\"chief\": [\"" + address +
+                                      "\"]}, \"task\": {\"type\": \"evaluator\", \"index\": 0}}";
+        std::vector<std::string> unset_all = unset;
+        for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
+          unset_all.push_back(name);
+        auto env = threads;
+        env.emplace_back("TF_CONFIG", tf_config);
+        children.push_back(spawn("the evaluator", "[evaluator] ", env, unset_all, command));
       }
-    }
-    if (!fds.empty())
-      poll(fds.data(), fds.size(), 100);
-    else
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    for (std::size_t i = 0; i < fds.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      auto& [child, is_out] = owners[i];
-      char buffer[65536];
-      const ssize_t n = read(fds[i].fd, buffer, sizeof buffer);
-      std::string& partial = is_out ? child->out_partial : child->err_partial;
-      if (n > 0) {
-        partial.append(buffer, static_cast<std::size_t>(n));
-        emit_lines(*child, partial, is_out ? std::cout : std::cerr, false);
-      } else if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
-        emit_lines(*child, partial, is_out ? std::cout : std::cerr, true);
-        close(fds[i].fd);
-        (is_out ? child->out : child->err) = -1;
-      }
-    }
-    bool any_running = false;
-    for (auto& child : children) {
-      if (!child.running) continue;
-      int status = 0;
-      if (waitpid(child.pid, &status, WNOHANG) == child.pid) {
-        child.running = false;
-        child.status = status;
-        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && !failed && !forwarded) {
-          failed = &child;
-          // The others would stop at their next collective; do not wait for a timeout.
-          stop_all(SIGTERM);
-          kill_at = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(static_cast<int64_t>(flags.stop_grace_seconds * 1000));
-          kill_armed = true;
-        }
-      } else {
-        any_running = true;
-      }
-    }
-    if (kill_armed && std::chrono::steady_clock::now() >= kill_at) {
+    } catch (const std::exception& e) {
       stop_all(SIGKILL);
-      kill_armed = false;
+      std::cerr << "garden launch: error: " << e.what() << "\n";
+      return 1;
     }
-    bool pipes_open = false;
-    for (const auto& child : children) pipes_open = pipes_open || child.out >= 0 || child.err >= 0;
-    if (!any_running && !pipes_open) break;
+
+    std::chrono::steady_clock::time_point kill_at{};
+    bool kill_armed = false;
+    while (true) {
+      if (StopSignals::pending() && !forwarded) {
+        forwarded = StopSignals::pending();
+        stop_all(forwarded);  // each process checkpoints (when configured) and stops
+      }
+      std::vector<pollfd> fds;
+      std::vector<std::pair<Child*, bool>> owners;
+      for (auto& child : children) {
+        if (child.out >= 0) {
+          fds.push_back({child.out, POLLIN, 0});
+          owners.emplace_back(&child, true);
+        }
+        if (child.err >= 0) {
+          fds.push_back({child.err, POLLIN, 0});
+          owners.emplace_back(&child, false);
+        }
+      }
+      if (!fds.empty())
+        poll(fds.data(), fds.size(), 100);
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      for (std::size_t i = 0; i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        auto& [child, is_out] = owners[i];
+        char buffer[65536];
+        const ssize_t n = read(fds[i].fd, buffer, sizeof buffer);
+        std::string& partial = is_out ? child->out_partial : child->err_partial;
+        if (n > 0) {
+          partial.append(buffer, static_cast<std::size_t>(n));
+          emit_lines(*child, partial, is_out ? std::cout : std::cerr, false);
+        } else if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+          emit_lines(*child, partial, is_out ? std::cout : std::cerr, true);
+          close(fds[i].fd);
+          (is_out ? child->out : child->err) = -1;
+        }
+      }
+      bool any_running = false;
+      for (auto& child : children) {
+        if (!child.running) continue;
+        int status = 0;
+        if (waitpid(child.pid, &status, WNOHANG) == child.pid) {
+          child.running = false;
+          child.status = status;
+          const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+          if (!ok && !failed && !forwarded) {
+            failed = &child;
+            // The others would stop at their next collective; do not wait for a timeout.
+            stop_all(SIGTERM);
+            kill_at =
+                std::chrono::steady_clock::now() +
+                std::chrono::milliseconds(static_cast<int64_t>(flags.stop_grace_seconds * 1000));
+            kill_armed = true;
+          }
+        } else {
+          any_running = true;
+        }
+      }
+      if (kill_armed && std::chrono::steady_clock::now() >= kill_at) {
+        stop_all(SIGKILL);
+        kill_armed = false;
+      }
+      bool pipes_open = false;
+      for (const auto& child : children)
+        pipes_open = pipes_open || child.out >= 0 || child.err >= 0;
+      if (!any_running && !pipes_open) break;
+    }
+    if (failed && !forwarded && !StopSignals::pending() && round < flags.max_restarts) {
+      std::cerr << "garden launch: " << failed->name << " " << describe_status(failed->status)
+                << (failed->last_line.empty() ? "" : "; its last line: " + failed->last_line)
+                << "; restarting the group (" << round + 1 << " of " << flags.max_restarts
+                << ") from the latest checkpoint\n";
+      continue;
+    }
+    if (failed) {
+      std::cerr << "garden launch: " << failed->name << " " << describe_status(failed->status)
+                << (failed->last_line.empty() ? "" : "; its last line: " + failed->last_line)
+                << "; the other processes were stopped"
+                << (round > 0 ? " (after " + std::to_string(round) + " restarts)" : "") << "\n";
+      return exit_code(failed->status) == 0 ? 1 : exit_code(failed->status);
+    }
+    if (forwarded) {
+      std::cerr << "garden launch: passed " << StopSignals::name(forwarded)
+                << " on to every process; they have stopped\n";
+      return 128 + forwarded;
+    }
+    return 0;
   }
-  if (failed) {
-    std::cerr << "garden launch: " << failed->name << " " << describe_status(failed->status)
-              << (failed->last_line.empty() ? "" : "; its last line: " + failed->last_line)
-              << "; the other processes were stopped\n";
-    return exit_code(failed->status) == 0 ? 1 : exit_code(failed->status);
-  }
-  if (forwarded) {
-    std::cerr << "garden launch: passed " << StopSignals::name(forwarded)
-              << " on to every process; they have stopped\n";
-    return 128 + forwarded;
-  }
-  return 0;
 }
 
 }  // namespace garden
