@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package Garden needs to build, test and run (gRPC's
-# Python packages: the serving tests call garden serve with grpcio).
+# Python packages: the serving tests call garden serve with grpcio; iproute2
+# and ping: the multi-host tests make hosts of network namespaces).
 # Idempotent: packages already present are left as they are.
 # --bench also installs Debian's PyTorch and SentencePiece for Python, which the peer
 # benchmarks in bench/peers need (run them with /usr/bin/python3), and
@@ -19,6 +20,7 @@ packages=(
   libcpp-httplib-dev
   libgrpc++-dev protobuf-compiler-grpc
   python3-grpcio python3-grpc-tools
+  iproute2 iputils-ping
 )
 for option in "$@"; do
   case "$option" in

@@ -13,75 +13,22 @@
 #include <torch/torch.h>
 
 #include "cli/cli_fixture.h"
+#include "cli/distributed_util.h"
 #include "garden/base/torch_features.h"
 #include "garden/core/checkpoint.h"
 
 namespace fs = std::filesystem;
 using garden_test::CliFixture;
 using garden_test::CliRun;
+using garden_test::expect_same_weights;
+using garden_test::final_weights;
+using garden_test::free_port;
 
 namespace {
 
-// A port nothing listens on now (the kernel's choice for port 0).
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
-}
-
-std::map<std::string, at::Tensor> final_weights(const std::string& model_dir) {
-  const auto latest = garden::latest_checkpoint(model_dir);
-  if (!latest) return {};
-  std::map<std::string, at::Tensor> weights;
-  for (const auto& [name, tensor] : garden::read_checkpoint_file(*latest).tensors)
-    if (name.rfind("model/", 0) == 0) weights[name] = tensor;
-  return weights;
-}
-
-// Every weight of `a` equals `b`'s within float tolerance (exactly with 0):
-// no element further than `max_difference` (relative to the tensor's scale
-// when that is above 1), and the mean difference below `mean_difference`.
-// Adam divides by the root of the squared gradients, so on a gradient near
-// zero a different summation order can move an element by up to about one
-// learning rate per step: the maximum is looser than the mean.
-void expect_same_weights(const std::string& a, const std::string& b, double max_difference,
-                         double mean_difference = -1.0) {
-  if (mean_difference < 0) mean_difference = max_difference;
-  const auto wa = final_weights(a), wb = final_weights(b);
-  ASSERT_FALSE(wa.empty()) << "no checkpoint in " << a;
-  ASSERT_EQ(wa.size(), wb.size());
-  for (const auto& [name, tensor] : wa) {
-    ASSERT_TRUE(wb.count(name)) << name;
-    const at::Tensor difference = (tensor - wb.at(name)).abs().to(torch::kFloat64);
-    const double scale = std::max(1.0, tensor.abs().max().item<double>());
-    EXPECT_LE(difference.max().item<double>(), max_difference * scale) << name;
-    EXPECT_LE(difference.mean().item<double>(), mean_difference * scale) << name;
-  }
-}
-
 class DistributedCliTest : public CliFixture {
  protected:
-  // Runs `script` in bash with the garden binary as $GARDEN; killed after
-  // 240 s.
-  CliRun shell(const std::string& script) const {
-    garden_test::spit(dir_ / "script.sh", script);
-    const auto out = dir_ / "script.out", err = dir_ / "script.err";
-    const std::string command = "GARDEN='" + std::string(GARDEN_CLI_PATH) +
-                                "' /usr/bin/timeout 240 bash '" + (dir_ / "script.sh").string() +
-                                "' >'" + out.string() + "' 2>'" + err.string() + "'";
-    const int raw = std::system(command.c_str());
-    CliRun run;
-    run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    run.out = garden_test::slurp(out);
-    run.err = garden_test::slurp(err);
-    return run;
-  }
+  CliRun shell(const std::string& script) const { return garden_test::run_shell(dir_, script); }
 
   // `garden train` of tabular/iris with `overrides`, as one process or via
   // `garden launch` with `workers` processes.
@@ -621,6 +568,15 @@ TEST_F(DistributedCliTest, LaunchRefusesWhatItCannotDo) {
   run = garden("launch --nproc_per_node=0 -- experiments");
   EXPECT_EQ(run.status, 2);
   EXPECT_NE(run.err.find("--nproc_per_node"), std::string::npos) << run.err;
+  run = garden("launch --nproc_per_node=2 --ps=1 --max_restarts=1 -- train --experiment=x");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_NE(run.err.find("a parameter-server cluster (--ps) is not restarted"), std::string::npos)
+      << run.err;
+  run = garden("launch --master_port=65535 --max_restarts=1 -- experiments");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_NE(run.err.find("is above 65535 (each restart rendezvouses one port higher)"),
+            std::string::npos)
+      << run.err;
   // A strategy of one process with several is refused by every worker.
   run = garden("launch --nproc_per_node=2 --master_port=" + std::to_string(free_port()) +
                " -- train --experiment=tabular/iris --model_dir='" + path("m") +

@@ -1,0 +1,85 @@
+// What the multi-worker CLI tests share: a free port, a run's final weights
+// and their comparison, and a bash script run with $GARDEN set.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "cli/cli_fixture.h"
+#include "garden/core/checkpoint.h"
+
+namespace garden_test {
+
+// A port nothing listens on now (the kernel's choice for port 0).
+inline int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+inline std::map<std::string, at::Tensor> final_weights(const std::string& model_dir) {
+  const auto latest = garden::latest_checkpoint(model_dir);
+  if (!latest) return {};
+  std::map<std::string, at::Tensor> weights;
+  for (const auto& [name, tensor] : garden::read_checkpoint_file(*latest).tensors)
+    if (name.rfind("model/", 0) == 0) weights[name] = tensor;
+  return weights;
+}
+
+// Every weight of `a` equals `b`'s within float tolerance (exactly with 0):
+// no element further than `max_difference` (relative to the tensor's scale
+// when that is above 1), and the mean difference below `mean_difference`.
+// Adam divides by the root of the squared gradients, so on a gradient near
+// zero a different summation order can move an element by up to about one
+// learning rate per step: the maximum is looser than the mean.
+inline void expect_same_weights(const std::string& a, const std::string& b, double max_difference,
+                                double mean_difference = -1.0) {
+  if (mean_difference < 0) mean_difference = max_difference;
+  const auto wa = final_weights(a), wb = final_weights(b);
+  ASSERT_FALSE(wa.empty()) << "no checkpoint in " << a;
+  ASSERT_EQ(wa.size(), wb.size());
+  for (const auto& [name, tensor] : wa) {
+    ASSERT_TRUE(wb.count(name)) << name;
+    const at::Tensor difference = (tensor - wb.at(name)).abs().to(torch::kFloat64);
+    const double scale = std::max(1.0, tensor.abs().max().item<double>());
+    EXPECT_LE(difference.max().item<double>(), max_difference * scale) << name;
+    EXPECT_LE(difference.mean().item<double>(), mean_difference * scale) << name;
+  }
+}
+
+// Runs `script` in bash with the garden binary as $GARDEN, its files in
+// `dir`; killed after `seconds`.
+inline CliRun run_shell(const std::filesystem::path& dir, const std::string& script,
+                        int seconds = 240) {
+  spit(dir / "script.sh", script);
+  const auto out = dir / "script.out", err = dir / "script.err";
+  const std::string command = "GARDEN='" + std::string(GARDEN_CLI_PATH) + "' /usr/bin/timeout " +
+                              std::to_string(seconds) + " bash '" + (dir / "script.sh").string() +
+                              "' >'" + out.string() + "' 2>'" + err.string() + "'";
+  const int raw = std::system(command.c_str());
+  CliRun run;
+  run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  run.out = slurp(out);
+  run.err = slurp(err);
+  return run;
+}
+
+}  // namespace garden_test
