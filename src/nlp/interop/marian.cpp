@@ -155,7 +155,7 @@ std::map<std::string, at::Tensor> marian_to_garden(const HuggingFaceModel& model
   const at::Tensor* shared = find(p + "shared.weight");
   if (!shared) shared = find(p + "encoder.embed_tokens.weight");
   if (!shared) throw Error(file + " has no tensor '" + p + "shared.weight'");
-  for (const std::string name :
+  for (const std::string& name :
        {p + "encoder.embed_tokens.weight", p + "decoder.embed_tokens.weight",
         std::string("lm_head.weight")}) {
     const at::Tensor* other = find(name);
