@@ -14,6 +14,8 @@
 #               keep every N-th row (task.train_data.sharding: false), so
 #               every worker's batch has the same shape each step; the
 #               default (true, Model Garden's) gives each its own records
+#   WORKER_OVERRIDES=k=v,...: added to the workers' --params_override only
+#               (e.g. runtime.bucket_cap_mb=100)
 #   SCALE=weak: every worker keeps the one process's batch (the workers'
 #               global batch is WORKERS times as large, as with PyTorch DDP's
 #               per-process batch); the ratio is then WORKERS x the workers'
@@ -24,7 +26,7 @@
 # mean all_reduce_wait_ms (what a worker still waited for the gradient
 # all-reduce after backward ended).
 #
-#   [PS=K] [SHARDING=false] [SCALE=weak] bash bench/distributed_speed.sh [WORKERS=2] [STEPS=100] [ROUNDS=2]
+#   [PS=K] [SHARDING=false] [SCALE=weak] [WORKER_OVERRIDES=...] bash bench/distributed_speed.sh [WORKERS=2] [STEPS=100] [ROUNDS=2]
 #   bash bench/distributed_speed.sh --smoke   # CI: 2 workers, 4 steps of 1-step loops
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -79,7 +81,7 @@ for round in $(seq 1 "$rounds"); do
     --params_override="$overrides" >"$scratch/default.log" 2>&1
   "$garden" launch --nproc_per_node="$workers" --master_port=$((port + round)) -- train \
     --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/many" \
-    --params_override="$overrides,runtime.distribution_strategy=multi_worker_mirrored,task.train_data.sharding=$sharding$worker_batch" \
+    --params_override="$overrides,runtime.distribution_strategy=multi_worker_mirrored,task.train_data.sharding=$sharding$worker_batch${WORKER_OVERRIDES:+,$WORKER_OVERRIDES}" \
     >"$scratch/many.log" 2>&1
   one=$(summarize "$scratch/one.log")
   default=$(summarize "$scratch/default.log")

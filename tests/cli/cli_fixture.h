@@ -65,6 +65,18 @@ struct CliRun {
   std::string err;
 };
 
+// Runs a shell command line with its stdout and stderr in `out` and `err`.
+inline CliRun run_captured(const std::string& command_line, const std::filesystem::path& out,
+                           const std::filesystem::path& err) {
+  const std::string command = command_line + " >'" + out.string() + "' 2>'" + err.string() + "'";
+  const int raw = std::system(command.c_str());
+  CliRun run;
+  run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  run.out = slurp(out);
+  run.err = slurp(err);
+  return run;
+}
+
 // The error contract of every command: a non-zero status that is not a
 // kill or a timeout, nothing on stdout, and exactly one stderr line
 // "garden: error: ..." holding each of `parts`.
@@ -115,14 +127,7 @@ class CliFixture : public ::testing::Test {
     const std::string limits =
         std::string("ulimit -f 131072; ") +
         (std::filesystem::exists("/usr/bin/timeout") ? "/usr/bin/timeout 120 " : "");
-    const std::string command =
-        limits + command_line + " >'" + out.string() + "' 2>'" + err.string() + "'";
-    const int raw = std::system(command.c_str());
-    CliRun run;
-    run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    run.out = slurp(out);
-    run.err = slurp(err);
-    return run;
+    return run_captured(limits + command_line, out, err);
   }
 
   std::string path(const std::string& name) const { return (dir_ / name).string(); }

@@ -71,15 +71,9 @@ inline CliRun run_shell(const std::filesystem::path& dir, const std::string& scr
                         int seconds = 240) {
   spit(dir / "script.sh", script);
   const auto out = dir / "script.out", err = dir / "script.err";
-  const std::string command = "GARDEN='" + std::string(GARDEN_CLI_PATH) + "' /usr/bin/timeout " +
-                              std::to_string(seconds) + " bash '" + (dir / "script.sh").string() +
-                              "' >'" + out.string() + "' 2>'" + err.string() + "'";
-  const int raw = std::system(command.c_str());
-  CliRun run;
-  run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  run.out = slurp(out);
-  run.err = slurp(err);
-  return run;
+  return run_captured("GARDEN='" + std::string(GARDEN_CLI_PATH) + "' /usr/bin/timeout " +
+                          std::to_string(seconds) + " bash '" + (dir / "script.sh").string() + "'",
+                      out, err);
 }
 
 }  // namespace garden_test
