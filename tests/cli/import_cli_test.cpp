@@ -68,6 +68,19 @@ TEST_F(ImportCliTest, AMarianDirectoryImportsTranslatesAsTransformersAndExportsB
       EXPECT_EQ(lines[i], expected.at(key + "_text")[i].get<std::string>()) << key << " " << i;
   }
 
+  // A Garden export of the run serves the same translations (its assets
+  // are the MarianMT tokenizer's files).
+  const auto garden_export = garden("export --experiment marian/demo --model_dir '" + run +
+                                    "' --export_dir '" + path("served") + "'");
+  ASSERT_EQ(garden_export.status, 0) << garden_export.err;
+  const auto predicted =
+      garden("predict --export_dir '" + path("served") + "' --input '" + path("in.txt") + "'");
+  ASSERT_EQ(predicted.status, 0) << predicted.err;
+  const auto served = lines_of(predicted.out);
+  ASSERT_EQ(served.size(), expected.at("beam4_text").size()) << predicted.out;
+  for (std::size_t i = 0; i < served.size(); ++i)
+    EXPECT_EQ(json::parse(served[i]).at("outputs"), expected.at("beam4_text")[i]) << i;
+
   const std::string out = path("hf");
   const auto exported = garden("export --experiment marian/demo --model_dir '" + run +
                                "' --format=huggingface --export_dir '" + out + "'");
@@ -130,6 +143,13 @@ TEST_F(ImportCliTest, TheTranslationTaskFineTunesFromTheImportOrTheDirectory) {
 }
 
 TEST_F(ImportCliTest, ErrorsAreOneLineAndLeaveNothing) {
+  // A Hugging Face directory of another model is named as such.
+  expect_one_error_line(
+      garden("import --huggingface_dir '" + (kMarian.parent_path() / "bert").string() +
+             "' --experiment marian/demo --params_override '" + fixture_override() +
+             "' --model_dir '" + path("d") + "'"),
+      {"is a Hugging Face model without MarianMT's tokenizer (vocab.json, source.spm): not a "
+       "translation model Garden reads"});
   expect_one_error_line(garden("import --huggingface_dir '" + path("none") +
                                "' --experiment marian/demo --model_dir '" + path("a") + "'"),
                         {"is not a Hugging Face model directory"});

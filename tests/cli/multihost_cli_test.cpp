@@ -48,7 +48,7 @@ class MultiHostCliTest : public CliFixture {
   // $A1 their addresses, $NETNS the script, $PORT a free port, and
   // node K OVERRIDES MODEL_DIR [ENV...] starts `garden launch` on host K in
   // the background (pid in $pidK, stderr in errK).
-  CliRun on_two_hosts(const std::string& body, int seconds = 200) const {
+  CliRun on_two_hosts(const std::string& body, int seconds = 200, int networks = 1) const {
     const std::string script =
         "set -u\nexport NETNS='" + kNetns + "'\n" + "cat > '" + path("hosts.sh") + "' <<'EOF'\n" +
         "set -u\nread -r H0 H1 <<<\"$NETNS_HOSTS\"\nread -r A0 A1 <<<\"$NETNS_ADDRS\"\n"
@@ -58,7 +58,8 @@ class MultiHostCliTest : public CliFixture {
         "  local k=$1 overrides=$2 dir=$3; shift 3\n"
         "  local ns=$H0; [ \"$k\" = 1 ] && ns=$H1\n"
         "  \"$NETNS\" run \"$ns\" env OMP_NUM_THREADS=1 \"$@\" \"$GARDEN\" launch --nnodes=2 "
-        "--node_rank=$k --nproc_per_node=1 --stop_grace_seconds=2 ${LAUNCH:-} --master_addr=$A0 "
+        "--node_rank=$k --nproc_per_node=1 --stop_grace_seconds=2 ${LAUNCH:-} "
+        "--master_addr=${MASTER:-$A0} "
         "--master_port=$PORT -- train --experiment=tabular/iris --mode=train --model_dir=\"$dir\" "
         "--params_override=\"$overrides,runtime.distribution_strategy=multi_worker_mirrored\" "
         "> '" +
@@ -77,7 +78,8 @@ class MultiHostCliTest : public CliFixture {
         "  while kill -0 $pid 2>/dev/null; do\n"
         "    [ $((SECONDS - start)) -ge $limit ] && { kill -KILL $pid; echo hung; return; }\n"
         "    sleep 0.2\n  done\n  echo $((SECONDS - start))\n}\n" +
-        body + "\nEOF\n\"$NETNS\" with 2 -- bash '" + path("hosts.sh") + "'\n";
+        body + "\nEOF\n\"$NETNS\" with 2 --nets=" + std::to_string(networks) + " -- bash '" +
+        path("hosts.sh") + "'\n";
     return garden_test::run_shell(dir_, script, seconds);
   }
 };
@@ -127,6 +129,27 @@ TEST_F(MultiHostCliTest, TwoHostsTrainAsOneProcessAndOnlyTheChiefWrites) {
       EXPECT_EQ(name.rfind("ckpt-", 0), std::string::npos) << entry.path();
       EXPECT_EQ(name.find("tfevents"), std::string::npos) << entry.path();
     }
+}
+
+TEST_F(MultiHostCliTest, OnMultiHomedHostsGlooBindsTheNetworkOfTheChief) {
+  // Two networks (10.231.0.x and 10.231.1.x); the chief is named by its
+  // address on the second: both hosts bind their address there, with no
+  // GLOO_SOCKET_IFNAME, and train as one process.
+  const CliRun one = garden("train --experiment=tabular/iris --mode=train --model_dir='" +
+                            path("one") + "' --params_override='" + kIris + "'");
+  ASSERT_EQ(one.status, 0) << one.err;
+  const CliRun run =
+      on_two_hosts("export MASTER=10.231.1.10\nnode 0 '" + kIris + "' '" + path("chief") +
+                       "'\nnode 1 '" + kIris + "' '" + path("worker") +
+                       "'\nwait $pid0; s0=$?; wait $pid1; s1=$?\n"
+                       "cat '" +
+                       path("err0") + "' >&2\nexit $((s0 + s1))",
+                   200, 2);
+  ASSERT_EQ(run.status, 0) << run.out << run.err << garden_test::slurp(dir_ / "err1");
+  EXPECT_NE(run.err.find("Gloo binds 10.231.1.10, this host's address on the route to 10.231.1.10"),
+            std::string::npos)
+      << run.err;
+  garden_test::expect_same_weights(path("chief"), path("one"), 1e-5);
 }
 
 // A run that goes on until stopped, checkpointing every 20 steps, with a

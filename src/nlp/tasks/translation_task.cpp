@@ -61,6 +61,11 @@ const data::Tokenizer& TranslationTask::tokenizer() {
     return *tokenizer_;
   }
   if (config_.sentencepiece_model_path.empty() && !fs::exists(path)) {
+    // Not worth a tokenizer trained first: initialize() would refuse it.
+    if (is_huggingface_dir(config_.init_checkpoint))
+      throw Error("task.init_checkpoint '" + config_.init_checkpoint +
+                  "' is a Hugging Face model without MarianMT's tokenizer (vocab.json, "
+                  "source.spm): not a translation model Garden reads");
     if (!tokenizer_training_)
       throw Error("no SentencePiece model at '" + path +
                   "' (sentencepiece_model_path is empty and model_dir has none)");
@@ -190,6 +195,9 @@ Seq2SeqTransformerImpl& as_transformer(Model& model) {
 void TranslationTask::initialize(Model& model) {
   if (!is_huggingface_dir(config_.init_checkpoint)) return Task::initialize(model);
   const HuggingFaceModel hf = read_huggingface_dir(config_.init_checkpoint);
+  if (hf.model_type != "marian")
+    throw Error(hf.dir + "/config.json: model_type '" + hf.model_type +
+                "' is not a translation model Garden reads (marian)");
   const auto* marian = dynamic_cast<const MarianTokenizer*>(&tokenizer());
   if (!marian)
     throw Error("task.init_checkpoint '" + config_.init_checkpoint +
