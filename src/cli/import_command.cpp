@@ -62,12 +62,8 @@ void run_import(const ImportFlags& flags) {
     if (translation && translation->sentencepiece_model_path.empty() &&
         nlp::MarianTokenizer::is_marian_dir(source)) {
       fs::create_directories(staging / "tokenizer");
-      for (const char* file :
-           {nlp::MarianTokenizer::kVocabFile, nlp::MarianTokenizer::kSourceSpmFile,
-            nlp::MarianTokenizer::kTargetSpmFile})
-        if (fs::exists(fs::path(source) / file))
-          write_file_atomically((staging / "tokenizer" / file).string(),
-                                read_file((fs::path(source) / file).string(), file));
+      for (const auto& [name, path] : nlp::MarianTokenizer::files(source))
+        write_file_atomically((staging / "tokenizer" / name).string(), read_file(path, name));
       tokenizer_dir = (target / "tokenizer").string();
       translation->sentencepiece_model_path = (staging / "tokenizer").string();
     }

@@ -33,6 +33,14 @@ bool MarianTokenizer::is_marian_dir(const std::string& dir) {
          fs::is_regular_file(fs::path(dir) / kSourceSpmFile, ignored);
 }
 
+std::map<std::string, std::string> MarianTokenizer::files(const std::string& dir) {
+  const fs::path root(dir);
+  const fs::path target = root / kTargetSpmFile;
+  return {{kVocabFile, (root / kVocabFile).string()},
+          {kSourceSpmFile, (root / kSourceSpmFile).string()},
+          {kTargetSpmFile, (fs::exists(target) ? target : root / kSourceSpmFile).string()}};
+}
+
 MarianTokenizer::MarianTokenizer(MarianTokenizer&&) noexcept = default;
 MarianTokenizer& MarianTokenizer::operator=(MarianTokenizer&&) noexcept = default;
 MarianTokenizer::~MarianTokenizer() = default;
@@ -45,7 +53,8 @@ MarianTokenizer MarianTokenizer::load(const std::string& dir) {
     throw Error(dir +
                 " holds target_vocab.json: separate source and target vocabularies are not "
                 "supported (the translation Transformer shares one embedding)");
-  const std::string vocab_path = (root / kVocabFile).string();
+  const auto paths = files(dir);
+  const std::string& vocab_path = paths.at(kVocabFile);
   nlohmann::json vocab;
   try {
     vocab = nlohmann::json::parse(read_file(vocab_path, "Marian vocabulary"));
@@ -73,10 +82,9 @@ MarianTokenizer MarianTokenizer::load(const std::string& dir) {
   t.eos_ = required_piece(t.ids_, kEos, vocab_path);
   t.unk_ = required_piece(t.ids_, kUnk, vocab_path);
   t.source_ = std::make_unique<data::SentencePieceTokenizer>(
-      data::SentencePieceTokenizer::load((root / kSourceSpmFile).string()));
-  const fs::path target = root / kTargetSpmFile;
-  t.target_ = std::make_unique<data::SentencePieceTokenizer>(data::SentencePieceTokenizer::load(
-      (fs::exists(target) ? target : root / kSourceSpmFile).string()));
+      data::SentencePieceTokenizer::load(paths.at(kSourceSpmFile)));
+  t.target_ = std::make_unique<data::SentencePieceTokenizer>(
+      data::SentencePieceTokenizer::load(paths.at(kTargetSpmFile)));
   return t;
 }
 

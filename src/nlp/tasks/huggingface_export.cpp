@@ -77,13 +77,8 @@ HuggingFaceExport huggingface_export(Task& task, Model& model) {
     out.files["tokenizer_config.json"] =
         json({{"tokenizer_class", "MarianTokenizer"}, {"model_max_length", 512}}).dump(2) + "\n";
     if (marian) {
-      for (const char* file : {MarianTokenizer::kVocabFile, MarianTokenizer::kSourceSpmFile,
-                               MarianTokenizer::kTargetSpmFile}) {
-        const fs::path path = fs::path(marian->dir()) / file;
-        const fs::path source =
-            fs::exists(path) ? path : fs::path(marian->dir()) / MarianTokenizer::kSourceSpmFile;
-        out.files[file] = read_file(source.string(), "the tokenizer's " + std::string(file));
-      }
+      for (const auto& [name, path] : MarianTokenizer::files(marian->dir()))
+        out.files[name] = read_file(path, "the tokenizer's " + name);
     } else {
       // One joint SentencePiece model for both sides.
       const std::string model_file =

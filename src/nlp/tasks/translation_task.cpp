@@ -289,11 +289,7 @@ ServingSignature TranslationTask::serving_signature() {
 std::map<std::string, std::string> TranslationTask::serving_assets() {
   const std::string path = tokenizer_path();
   if (!MarianTokenizer::is_marian_dir(path)) return {{kSentencePieceFile, path}};
-  std::map<std::string, std::string> assets;
-  for (const char* file : {MarianTokenizer::kVocabFile, MarianTokenizer::kSourceSpmFile,
-                           MarianTokenizer::kTargetSpmFile})
-    if (fs::exists(fs::path(path) / file)) assets[file] = (fs::path(path) / file).string();
-  return assets;
+  return MarianTokenizer::files(path);
 }
 
 void TranslationTask::prepare_serving(const nlohmann::json& task_metadata,

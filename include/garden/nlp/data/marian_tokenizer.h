@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -30,6 +31,10 @@ class MarianTokenizer : public data::Tokenizer {
 
   // A directory holding vocab.json and source.spm.
   static bool is_marian_dir(const std::string& dir);
+  // The tokenizer's files in `dir`, by their names: vocab.json, source.spm
+  // and target.spm (source.spm where the directory has no target.spm, as
+  // load() reads it).
+  static std::map<std::string, std::string> files(const std::string& dir);
   // Reads the three files; one garden::Error line naming the file for
   // anything missing or malformed (vocab.json not an object of piece -> id,
   // ids not 0 .. V - 1 each once, no "<pad>", "</s>" or "<unk>"), and
