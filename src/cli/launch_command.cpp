@@ -183,12 +183,6 @@ int run_launch(int argc, char** argv) {
                  "on several, give each process its TF_CONFIG (see docs/distributed.md)\n";
     return 2;
   }
-  if (flags.ps > 0 && flags.max_restarts > 0) {
-    std::cerr << "garden launch: error: --max_restarts restarts a mirrored group; a "
-                 "parameter-server cluster (--ps) is not restarted: a lost task stops it with one "
-                 "line, and the same command resumes it from the last checkpoint\n";
-    return 2;
-  }
   if (flags.master_port + flags.max_restarts > 65535) {
     std::cerr << "garden launch: error: --master_port " << flags.master_port << " + --max_restarts "
               << flags.max_restarts
@@ -247,7 +241,8 @@ int run_launch(int argc, char** argv) {
       if (flags.ps > 0) {
         // TF_CONFIG for each: the chief's address is the rendezvous (the
         // other entries name the hosts; Garden listens on no other port).
-        const std::string address = flags.master_addr + ":" + std::to_string(flags.master_port);
+        const std::string address =
+            flags.master_addr + ":" + std::to_string(flags.master_port + round);
         const auto list = [&](int64_t n) {
           std::string text;
           for (int64_t i = 0; i < n; ++i) text += (i ? ", \"" : "\"") + address + "\"";
@@ -267,6 +262,9 @@ int run_launch(int argc, char** argv) {
           env.emplace_back("TF_CONFIG", "{\"cluster\": " + cluster + ", \"task\": {\"type\": \"" +
                                             type + "\", \"index\": " + std::to_string(index) +
                                             "}}");
+          env.insert(env.end(),
+                     {{"TORCHELASTIC_RESTART_COUNT", std::to_string(round)},
+                      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(flags.max_restarts)}});
           children.push_back(spawn(name, prefix, env, unset_all, command));
         };
         start("chief", 0, "the chief", "[chief] ");

@@ -28,6 +28,14 @@ std::string Cluster::describe() const {
   return text;
 }
 
+std::string Cluster::describe_rank(int64_t other) const {
+  if (other == rank) return describe();
+  std::string text = "rank " + std::to_string(other);
+  if (other >= 0 && other < static_cast<int64_t>(rank_tasks.size()))
+    text += " (" + rank_tasks[static_cast<std::size_t>(other)] + ")";
+  return text;
+}
+
 TfConfig parse_tf_config(const std::string& text) {
   TfConfig tf;
   try {
@@ -182,6 +190,9 @@ Cluster from_tf_config(const std::string& text) {
   } else {
     cluster.rank = -1;
   }
+  for (const auto* job : {"chief", "worker", "ps"})
+    for (std::size_t i = 0; i < jobs[job].size(); ++i)
+      cluster.rank_tasks.push_back(std::string(job) + " " + std::to_string(i));
   const std::string master = chief.empty() ? workers[0] : chief[0];
   const auto [host, port] = split_address(
       master, chief.empty() ? "TF_CONFIG cluster.worker[0]" : "TF_CONFIG cluster.chief[0]");

@@ -9,7 +9,11 @@
 #include <torch/torch.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -68,6 +72,24 @@ struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;
 #endif
   c10::Device device{c10::kCPU};
+  // This process's probe: a listening socket that is never accepted from
+  // (the kernel completes a peer's connect), so a peer that can open a
+  // connection to it knows the network between them works. Each rank's
+  // data-network addresses and probe port, by rank.
+  int probe_fd = -1;
+  std::vector<std::vector<std::string>> peer_addresses;
+  std::vector<int> peer_ports;
+
+  ~Impl() {
+    if (probe_fd >= 0) ::close(probe_fd);
+  }
+  // Opens the probe and writes "port address..." under garden/probe/<rank>.
+  void publish_probe(const Cluster& cluster, const std::vector<std::string>& addresses);
+  void read_probes(const Cluster& cluster);
+  // The ranks (other than this one) whose probe cannot be opened within
+  // `limit`, each with the address that failed.
+  std::vector<std::pair<int64_t, std::string>> unreachable_peers(
+      const Cluster& cluster, std::chrono::milliseconds limit) const;
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, ReduceOp op) {
     c10d::AllreduceOptions options;
@@ -160,44 +182,212 @@ std::string local_address_towards(const std::string& host, int port) {
   return result;
 }
 
-// Gloo's devices, as PyTorch chooses them: the host's own address when the
+// The first IPv4 address (else IPv6) of interface `name`; "" when none.
+std::string interface_address(const std::string& name) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return "";
+  std::string v4, v6;
+  for (const ifaddrs* entry = list; entry; entry = entry->ifa_next) {
+    if (!entry->ifa_addr || name != entry->ifa_name) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (entry->ifa_addr->sa_family == AF_INET && v4.empty()) {
+      if (inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(entry->ifa_addr)->sin_addr,
+                    text, sizeof(text)))
+        v4 = text;
+    } else if (entry->ifa_addr->sa_family == AF_INET6 && v6.empty()) {
+      if (inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(entry->ifa_addr)->sin6_addr,
+                    text, sizeof(text)))
+        v6 = text;
+    }
+  }
+  ::freeifaddrs(list);
+  return v4.empty() ? v6 : v4;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+}
+
+// Where this process's collectives travel: Gloo's devices and, for every
+// transport, the addresses its peers reach it at (for the probes).
+struct DataNetwork {
+  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+  std::vector<std::string> addresses;
+};
+
+// As PyTorch chooses Gloo's devices: the host's own address when the
 // cluster names it, else GLOO_SOCKET_IFNAME (a comma-separated list: one
 // device each), else the address on the route to the chief (a host's name
 // may resolve to 127.0.0.1, which the other hosts cannot reach), else
-// Gloo's default.
-std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const Cluster& cluster) {
-  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+// Gloo's default (the host's name). `gloo` false (NCCL) chooses the
+// addresses alone.
+DataNetwork data_network(const Cluster& cluster, bool gloo) {
+  DataNetwork network;
   if (!cluster.own_host.empty()) {
-    devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(cluster.own_host));
-    return devices;
+    if (gloo)
+      network.devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(cluster.own_host));
+    network.addresses.push_back(cluster.own_host);
+    return network;
   }
   const char* interfaces = std::getenv("GLOO_SOCKET_IFNAME");
-  if (interfaces && *interfaces) {
+  if (gloo && interfaces && *interfaces) {
     std::istringstream names(interfaces);
     for (std::string name; std::getline(names, name, ',');) {
       if (name.empty()) continue;
       try {
-        devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+        network.devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
       } catch (const std::exception& e) {
         throw Error("GLOO_SOCKET_IFNAME names '" + name +
                     "', which Gloo cannot use on this host (" + first_line(message_of(e)) + ")");
       }
+      if (const std::string address = interface_address(name); !address.empty())
+        network.addresses.push_back(address);
     }
-    if (!devices.empty()) return devices;
+    if (!network.devices.empty()) return network;
   }
   const std::string local = local_address_towards(cluster.master_addr, cluster.master_port);
   if (!local.empty()) {
-    if (cluster.is_chief())
+    if (gloo && cluster.is_chief())
       log_info() << "Gloo binds " << local << ", this host's address on the route to "
                  << cluster.master_addr << " (set GLOO_SOCKET_IFNAME to choose an interface)";
-    devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local));
-    return devices;
+    if (gloo) network.devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(local));
+    network.addresses.push_back(local);
+    return network;
   }
-  devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-  return devices;
+  if (gloo) network.devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  network.addresses.push_back(host_name());
+  return network;
+}
+
+// A socket listening on every address of this host at a port of the
+// kernel's choice; -1 (and no probes of this rank) when it cannot be made.
+int listen_for_probes(int* port) {
+  const int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const bool v6 = fd >= 0;
+  const int sock = v6 ? fd : ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (sock < 0) return -1;
+  sockaddr_storage address{};
+  socklen_t length = 0;
+  if (v6) {
+    const int off = 0;  // IPv4 peers too
+    ::setsockopt(sock, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&address);
+    in6->sin6_family = AF_INET6;
+    in6->sin6_addr = in6addr_any;
+    length = sizeof(sockaddr_in6);
+  } else {
+    auto* in4 = reinterpret_cast<sockaddr_in*>(&address);
+    in4->sin_family = AF_INET;
+    in4->sin_addr.s_addr = htonl(INADDR_ANY);
+    length = sizeof(sockaddr_in);
+  }
+  if (::bind(sock, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+      ::listen(sock, SOMAXCONN) != 0 ||
+      ::getsockname(sock, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    ::close(sock);
+    return -1;
+  }
+  *port = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
+                   : reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+  return sock;
+}
+
+// Opens a connection to every (address, port) at once and says, for each,
+// whether it opened within `limit`.
+std::vector<bool> connects_within(const std::vector<std::pair<std::string, int>>& targets,
+                                  std::chrono::milliseconds limit) {
+  std::vector<bool> opened(targets.size(), false);
+  std::vector<int> fds(targets.size(), -1);
+  std::vector<pollfd> waiting;
+  std::vector<std::size_t> which;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(targets[i].first.c_str(), std::to_string(targets[i].second).c_str(), &hints,
+                    &found) != 0 ||
+        !found)
+      continue;
+    const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+      fds[i] = fd;
+      if (::connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+        opened[i] = true;
+      } else if (errno == EINPROGRESS) {
+        waiting.push_back({fd, POLLOUT, 0});
+        which.push_back(i);
+      }
+    }
+    freeaddrinfo(found);
+  }
+  const auto deadline = Clock::now() + limit;
+  std::size_t left = waiting.size();
+  while (left > 0) {
+    const auto remaining =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (remaining <= 0) break;
+    const int ready = ::poll(waiting.data(), waiting.size(), static_cast<int>(remaining));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) break;
+    for (std::size_t k = 0; k < waiting.size(); ++k) {
+      if (waiting[k].fd < 0 || !waiting[k].revents) continue;
+      int error = 0;
+      socklen_t length = sizeof(error);
+      ::getsockopt(waiting[k].fd, SOL_SOCKET, SO_ERROR, &error, &length);
+      opened[which[k]] = error == 0;
+      waiting[k].fd = -1;  // poll skips it from now on
+      --left;
+    }
+  }
+  for (const int fd : fds)
+    if (fd >= 0) ::close(fd);
+  return opened;
 }
 
 }  // namespace
+
+void ProcessGroup::Impl::publish_probe(const Cluster& cluster,
+                                       const std::vector<std::string>& addresses) {
+  int port = 0;
+  probe_fd = listen_for_probes(&port);
+  std::string text = std::to_string(probe_fd >= 0 ? port : 0);
+  for (const auto& address : addresses) text += " " + address;
+  store->set("garden/probe/" + std::to_string(cluster.rank),
+             std::vector<uint8_t>(text.begin(), text.end()));
+}
+
+void ProcessGroup::Impl::read_probes(const Cluster& cluster) {
+  peer_addresses.assign(static_cast<std::size_t>(cluster.world_size), {});
+  peer_ports.assign(static_cast<std::size_t>(cluster.world_size), 0);
+  for (int64_t r = 0; r < cluster.world_size; ++r) {
+    if (r == cluster.rank) continue;
+    const auto bytes = store->get("garden/probe/" + std::to_string(r));
+    std::istringstream text(std::string(bytes.begin(), bytes.end()));
+    text >> peer_ports[static_cast<std::size_t>(r)];
+    for (std::string address; text >> address;)
+      peer_addresses[static_cast<std::size_t>(r)].push_back(address);
+  }
+}
+
+std::vector<std::pair<int64_t, std::string>> ProcessGroup::Impl::unreachable_peers(
+    const Cluster& cluster, std::chrono::milliseconds limit) const {
+  std::vector<std::pair<std::string, int>> targets;
+  std::vector<int64_t> owners;
+  for (std::size_t r = 0; r < peer_ports.size(); ++r) {
+    if (peer_ports[r] <= 0 || static_cast<int64_t>(r) == cluster.rank) continue;
+    for (const auto& address : peer_addresses[r]) {
+      targets.emplace_back(address, peer_ports[r]);
+      owners.push_back(static_cast<int64_t>(r));
+    }
+  }
+  const auto opened = connects_within(targets, limit);
+  std::vector<std::pair<int64_t, std::string>> lost;
+  for (std::size_t i = 0; i < targets.size(); ++i)
+    if (!opened[i] && (lost.empty() || lost.back().first != owners[i]))
+      lost.emplace_back(owners[i], targets[i].first);
+  return lost;
+}
 
 struct ProcessGroup::Heartbeat {
   std::atomic<bool> stopping{false};
@@ -287,10 +477,21 @@ ProcessGroupPtr ProcessGroup::connect(const Cluster& cluster, const std::string&
 #endif
       auto options = c10d::ProcessGroupGloo::Options::create();
       options->timeout = timeout;
-      options->devices = gloo_devices(cluster);
+      DataNetwork network = data_network(cluster, /*gloo=*/true);
+      options->devices = std::move(network.devices);
+      impl.publish_probe(cluster, network.addresses);
       impl.gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
           prefixed, static_cast<int>(cluster.rank), static_cast<int>(cluster.world_size), options);
     }
+#ifdef GARDEN_WITH_NCCL
+    else {
+      impl.publish_probe(cluster, data_network(cluster, /*gloo=*/false).addresses);
+    }
+#endif
+    // Every rank published its probe before it joined the collectives, so
+    // all are there now; they are read once, while the chief's store
+    // answers.
+    impl.read_probes(cluster);
     // Short: a heartbeat to a chief that hangs must not keep this process
     // from exiting.
     group->heartbeat_state_ = std::make_shared<Heartbeat>();
@@ -325,10 +526,21 @@ ProcessGroup::~ProcessGroup() {
 }
 
 void ProcessGroup::fail(const std::string& what, const std::string& cause) const {
-  // Ranks whose heartbeat does not move over a few periods have stopped.
-  std::vector<int64_t> first(static_cast<std::size_t>(size()), -1);
+  // Two witnesses, so that a peer is named whichever network failed: the
+  // peers whose probe on the collectives' network does not open (first,
+  // while every live peer is still in its own fail()), and those whose
+  // heartbeat in the chief's store does not move over a few periods.
+  const auto unreachable = impl_->unreachable_peers(cluster_, std::chrono::milliseconds(1000));
+  std::vector<bool> named(static_cast<std::size_t>(size()), false);
   std::string stopped;
+  const auto name = [&](int64_t r, const std::string& how) {
+    if (named[static_cast<std::size_t>(r)]) return;
+    named[static_cast<std::size_t>(r)] = true;
+    stopped += (stopped.empty() ? "" : ", ") + cluster_.describe_rank(r) + how;
+  };
+  bool store_gone = false;
   try {
+    std::vector<int64_t> first(static_cast<std::size_t>(size()), -1);
     auto probe = open_store(cluster_, /*server=*/false, std::chrono::milliseconds(3000));
     for (int64_t r = 0; r < size(); ++r)
       first[static_cast<std::size_t>(r)] = probe->add("garden/alive/" + std::to_string(r), 0);
@@ -336,11 +548,17 @@ void ProcessGroup::fail(const std::string& what, const std::string& cause) const
     for (int64_t r = 0; r < size(); ++r) {
       if (r == rank()) continue;
       if (probe->add("garden/alive/" + std::to_string(r), 0) == first[static_cast<std::size_t>(r)])
-        stopped += (stopped.empty() ? "rank " : ", rank ") + std::to_string(r);
+        name(r, "");
     }
   } catch (...) {
-    if (!is_chief()) stopped = "rank 0 (the chief; its rendezvous store is gone)";
+    store_gone = true;
   }
+  if (store_gone && !is_chief()) {
+    named[0] = true;
+    stopped = std::string("rank 0 (the chief; its rendezvous store is gone)") +
+              (stopped.empty() ? "" : ", " + stopped);
+  }
+  for (const auto& [r, address] : unreachable) name(r, " (unreachable at " + address + ")");
   std::string message = what + " failed on " + cluster_.describe() + ": ";
   if (!stopped.empty())
     message += stopped + " stopped answering (" + cause + ")";

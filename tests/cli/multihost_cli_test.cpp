@@ -192,6 +192,33 @@ TEST_F(MultiHostCliTest, AKilledWorkerOrACutHostStopsTheOthersWithinTheTimeoutNa
   EXPECT_NE(worker.find("rank 0 (the chief"), std::string::npos) << worker;
 }
 
+TEST_F(MultiHostCliTest, WhenOnlyTheCollectivesNetworkIsCutEachSideNamesTheOther) {
+  // Multi-homed hosts: the rendezvous store on the first network, Gloo on
+  // the second (GLOO_SOCKET_IFNAME=gd1). Host 1's gd1 goes down: the
+  // heartbeats still arrive over gd0, so it is each rank's probe on gd1
+  // that names the other.
+  const CliRun run = on_two_hosts(
+      "node 0 '" + kLongIris + "' '" + path("c") + "' GLOO_SOCKET_IFNAME=gd1\nnode 1 '" +
+          kLongIris + "' '" + path("c1") + "' GLOO_SOCKET_IFNAME=gd1\n" +
+          "for i in $(seq 600); do [ -e '" + path("c") +
+          "/ckpt-20' ] && break; sleep 0.1; done\n"
+          "\"$NETNS\" cut $H1 gd1 >/dev/null\n"
+          "echo chief $(seconds_until_exit $pid0 40)\n"
+          "echo worker $(seconds_until_exit $pid1 40)\n",
+      200, 2);
+  const std::string chief = garden_test::slurp(dir_ / "err0");
+  const std::string worker = garden_test::slurp(dir_ / "err1");
+  EXPECT_NE(run.out.find("chief "), std::string::npos) << run.out << run.err;
+  std::cout << "collectives' network cut, seconds to exit:\n" << run.out;
+  EXPECT_EQ(run.out.find("hung"), std::string::npos) << run.out << chief << worker;
+  EXPECT_NE(chief.find("rank 1 (unreachable at 10.231.1.11) stopped answering"),
+            std::string::npos)
+      << chief;
+  EXPECT_NE(worker.find("rank 0 (unreachable at 10.231.1.10) stopped answering"),
+            std::string::npos)
+      << worker;
+}
+
 TEST_F(MultiHostCliTest, MaxRestartsSurvivesAWorkerKilledAtARandomMomentAndEndsBitwiseEqual) {
   // 600 steps, a checkpoint every 50, on a model_dir both hosts share (as
   // a cluster's shared storage); seeds and data as the uninterrupted run.

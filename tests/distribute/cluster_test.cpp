@@ -54,6 +54,8 @@ TEST(ClusterTest, TfConfigChiefIsRankZeroAndWorkersFollow) {
   EXPECT_EQ(c.master_port, 2222);
   EXPECT_EQ(c.own_host, "10.0.0.3");
   EXPECT_EQ(c.describe(), "rank 2 (worker 1)");
+  EXPECT_EQ(c.describe_rank(1), "rank 1 (worker 0)");
+  EXPECT_EQ(c.describe_rank(0), "rank 0 (chief 0)");
 }
 
 TEST(ClusterTest, TfConfigWithoutChiefMakesWorkerZeroTheChiefAndMasterIsChief) {
@@ -66,6 +68,7 @@ TEST(ClusterTest, TfConfigWithoutChiefMakesWorkerZeroTheChiefAndMasterIsChief) {
   EXPECT_EQ(c.master_addr, "127.0.0.2");
   EXPECT_EQ(c.master_port, 3000);
   EXPECT_EQ(c.strategy, "multi_worker_mirrored");  // mirrored over processes
+  EXPECT_EQ(c.describe_rank(1), "rank 1 (worker 1)");
   c = gd::resolve_cluster(
       {{"TF_CONFIG",
         R"({"cluster": {"master": ["h:1"], "worker": ["w:2"]}, "task": {"type": "master", "index": 0}})"}},
@@ -132,6 +135,7 @@ TEST(ClusterTest, TorchrunVariables) {
   EXPECT_EQ(c.master_addr, "node7");
   EXPECT_EQ(c.master_port, 29400);
   EXPECT_EQ(c.own_host, "");  // the machine's host name
+  EXPECT_EQ(c.describe_rank(2), "rank 2");
   const auto local = gd::resolve_cluster(
       {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}}, runtime());
   EXPECT_EQ(local.own_host, "127.0.0.1");
@@ -261,6 +265,11 @@ TEST(ClusterTest, TfConfigPsTasksMakeAParameterServerCluster) {
   EXPECT_EQ(ps.master_port, 5000);
   EXPECT_EQ(ps.own_host, "p");
   EXPECT_EQ(ps.describe(), "rank 4 (ps 1)");
+  // Every other rank is named by its task too (in a lost peer's line).
+  EXPECT_EQ(ps.describe_rank(0), "rank 0 (chief 0)");
+  EXPECT_EQ(ps.describe_rank(2), "rank 2 (worker 1)");
+  EXPECT_EQ(ps.describe_rank(3), "rank 3 (ps 0)");
+  EXPECT_EQ(ps.describe_rank(4), ps.describe());
   EXPECT_EQ(at("chief", 0).rank, 0);
   EXPECT_EQ(at("worker", 1).rank, 2);
   EXPECT_FALSE(at("worker", 1).is_ps());

@@ -58,8 +58,13 @@ struct Cluster {
   bool is_ps() const { return task_type == "ps"; }
   bool is_chief() const { return rank == 0; }
   bool is_evaluator() const { return task_type == "evaluator"; }
+  // From TF_CONFIG: each rank's task ("chief 0", "worker 1", "ps 0"), by
+  // rank; empty otherwise.
+  std::vector<std::string> rank_tasks;
   // "rank 1 (worker 0)": how messages name a process.
   std::string describe() const;
+  // How messages name another rank of the cluster ("rank 2 (ps 0)").
+  std::string describe_rank(int64_t other) const;
 };
 
 // TF_CONFIG's JSON, read and checked once for every reader of it (here and
