@@ -134,6 +134,10 @@ void RuntimeConfig::visit(Visitor& v) {
   v("bucket_cap_mb", bucket_cap_mb,
     "Multi-worker: megabytes of gradients per all-reduce bucket (started as backward fills "
     "it).");
+  v("gradient_compression", gradient_compression,
+    "Multi-worker: none, or fp16 to send the gradients as float16 (PyTorch DDP's "
+    "fp16_compress_hook): half the bytes, each worker's gradients and their sums rounded to "
+    "float16.");
   v("collective_timeout_seconds", collective_timeout_seconds,
     "Multi-worker: seconds a worker waits for the others (rendezvous, all-reduce) before it "
     "stops, naming the ranks that stopped answering.");
@@ -179,6 +183,15 @@ void RuntimeConfig::validate() const {
                              " is an index into runtime.worker_hosts, which is not set");
   check_range("bucket_cap_mb", bucket_cap_mb, Range::above(0));
   check_range("collective_timeout_seconds", collective_timeout_seconds, Range::at_least(1));
+  if (gradient_compression == "bf16")
+    refuse("gradient_compression",
+           "bf16 is not implemented: LibTorch 1.13's Gloo cannot sum bfloat16; use fp16");
+  else if (gradient_compression != "none" && gradient_compression != "fp16")
+    refuse("gradient_compression", "'" + gradient_compression + "' is not one of none, fp16");
+  if (gradient_compression != "none" && distribution_strategy == "parameter_server")
+    refuse("gradient_compression",
+           gradient_compression +
+               " applies to multi_worker_mirrored's all-reduce; parameter_server sends float32");
   if (mixed_precision_dtype && *mixed_precision_dtype != "float32" &&
       *mixed_precision_dtype != "bfloat16" && *mixed_precision_dtype != "float16")
     refuse("mixed_precision_dtype",

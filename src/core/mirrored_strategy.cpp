@@ -52,7 +52,10 @@ class MirroredStrategy final : public DistributionStrategy {
     std::vector<at::Tensor> parameters;
     for (const auto& parameter : optimizer.parameters()) parameters.push_back(parameter.tensor);
     const auto bucket_bytes = static_cast<int64_t>(config.runtime.bucket_cap_mb * 1024.0 * 1024.0);
-    gradient_sync_ = std::make_unique<distribute::GradientSync>(group_, parameters, bucket_bytes);
+    gradient_sync_ = std::make_unique<distribute::GradientSync>(
+        group_, parameters, bucket_bytes,
+        config.runtime.gradient_compression == "fp16" ? distribute::GradientSync::Wire::kFloat16
+                                                      : distribute::GradientSync::Wire::kAsIs);
     distribute::GradientSync* sync = gradient_sync_.get();
     minimizer.set_backward_observer([sync](bool last) { sync->begin_backward(last); });
     minimizer.add_gradient_hook([sync, global_step](std::vector<at::Tensor>& gradients) {

@@ -7,7 +7,7 @@
 namespace garden::distribute {
 
 GradientSync::GradientSync(ProcessGroupPtr group, std::vector<at::Tensor> parameters,
-                           int64_t bucket_bytes)
+                           int64_t bucket_bytes, Wire wire)
     : group_(std::move(group)), parameters_(std::move(parameters)) {
   if (!group_) throw Error("GradientSync needs a process group");
   slot_.resize(parameters_.size());
@@ -46,6 +46,10 @@ GradientSync::GradientSync(ProcessGroupPtr group, std::vector<at::Tensor> parame
     const at::Tensor& first = parameters_[bucket.members.front()];
     bucket.flat = torch::zeros({offset + static_cast<int64_t>(bucket.members.size())},
                                first.options().requires_grad(false));
+    // The presence flags are small whole numbers: exact in float16 too.
+    if (wire == Wire::kFloat16 && at::isFloatingType(first.scalar_type()) &&
+        first.scalar_type() != at::kHalf)
+      bucket.wire = torch::zeros_like(bucket.flat, bucket.flat.options().dtype(at::kHalf));
   }
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     if (!parameters_[i].requires_grad()) continue;
@@ -82,6 +86,12 @@ void GradientSync::on_gradient(std::size_t index, const at::Tensor& gradient) {
 }
 
 void GradientSync::launch(Bucket& bucket) {
+  if (bucket.wire.defined()) {
+    at::NoGradGuard no_grad;
+    bucket.wire.copy_(bucket.flat);
+    bucket.pending = group_->all_reduce_async(bucket.wire, what_);
+    return;
+  }
   bucket.pending = group_->all_reduce_async(bucket.flat, what_);
 }
 
@@ -120,7 +130,10 @@ void GradientSync::finish(std::vector<at::Tensor>& gradients, const std::string&
   }
   launch_ready();
   double waited = 0.0;
-  for (Bucket& bucket : buckets_) waited += bucket.pending.wait();
+  for (Bucket& bucket : buckets_) {
+    waited += bucket.pending.wait();
+    if (bucket.wire.defined()) bucket.flat.copy_(bucket.wire);
+  }
   wait_seconds_ += waited;
   ++wait_steps_;
   for (Bucket& bucket : buckets_) {

@@ -172,6 +172,16 @@ TEST(ConfigValidationTest, RuntimeKeys) {
       {"tabular/iris", "runtime.distribution_strategy=multi_worker_mirrored", ""},
       {"tabular/iris", "runtime.distribution_strategy=parameter_server", ""},
       {"tabular/iris", "runtime.bucket_cap_mb=0", "runtime.bucket_cap_mb: 0 is out of range"},
+      {"tabular/iris", "runtime.gradient_compression=fp16", ""},
+      {"tabular/iris", "runtime.gradient_compression=int8",
+       "runtime.gradient_compression: 'int8' is not one of none, fp16"},
+      {"tabular/iris", "runtime.gradient_compression=bf16",
+       "runtime.gradient_compression: bf16 is not implemented: LibTorch 1.13's Gloo cannot sum "
+       "bfloat16; use fp16"},
+      {"tabular/iris",
+       "runtime.gradient_compression=fp16,runtime.distribution_strategy=parameter_server",
+       "runtime.gradient_compression: fp16 applies to multi_worker_mirrored's all-reduce; "
+       "parameter_server sends float32"},
       {"tabular/iris", "runtime.collective_timeout_seconds=0",
        "runtime.collective_timeout_seconds: 0 is out of range; must be >= 1"},
       {"tabular/iris", "runtime.distribution_strategy=tpu",

@@ -88,6 +88,9 @@ struct RuntimeConfig : Config {
   std::optional<int64_t> seed;
   // Multi-worker settings (PyTorch's names).
   double bucket_cap_mb = 25.0;
+  // none, or fp16: gradients cross the wire as float16 (PyTorch DDP's
+  // fp16_compress_hook).
+  std::string gradient_compression = "none";
   int64_t collective_timeout_seconds = 600;
   // More threads than this are refused: LibTorch starts them all at once,
   // and beyond the cores they only slow it down.

@@ -10,6 +10,10 @@
 // (parameters without a gradient on this rank count as zero), waits, and
 // writes the sums back. A parameter no rank has a gradient for keeps none,
 // as in one process.
+//
+// With Wire::kFloat16 (runtime.gradient_compression fp16, PyTorch DDP's
+// fp16_compress_hook) a floating-point bucket is sent as float16: half the
+// bytes, and each worker's gradients and the sums are rounded to float16.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +29,10 @@ namespace garden::distribute {
 
 class GradientSync {
  public:
-  GradientSync(ProcessGroupPtr group, std::vector<at::Tensor> parameters, int64_t bucket_bytes);
+  // The gradients' type on the wire.
+  enum class Wire { kAsIs, kFloat16 };
+  GradientSync(ProcessGroupPtr group, std::vector<at::Tensor> parameters, int64_t bucket_bytes,
+               Wire wire = Wire::kAsIs);
   ~GradientSync();
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
@@ -49,6 +56,7 @@ class GradientSync {
     std::vector<std::size_t> members;  // parameter indices
     std::vector<int64_t> offsets;      // of each member in `flat`
     at::Tensor flat;                   // gradients, then one presence flag per member
+    at::Tensor wire;                   // float16 `flat` on the wire (Wire::kFloat16)
     int64_t flags_offset = 0;
     std::size_t ready = 0;
     ProcessGroup::Pending pending;
