@@ -8,7 +8,9 @@
 // nccl-tests counts them (algorithm: bytes / time; bus: that times
 // 2 (n - 1) / n, what each process sends and receives).
 //
-//   allreduce_bench [--workers 2] [--mb 1,6,24] [--iters 15]   # sizes in MiB
+//   allreduce_bench [--workers 2] [--mb 1,6,24] [--iters 15] [--dtype float16]
+//   (sizes in MiB of float32: --dtype float16 sums as many elements in half
+//   the bytes, as runtime.gradient_compression fp16 sends them)
 //   (--workers only where it starts the processes itself)
 //   allreduce_bench --smoke          # CI: 2 workers, 1 MB, 3 all-reduces
 //
@@ -46,11 +48,13 @@ struct Options {
   bool workers_given = false;  // --workers on the command line
   std::vector<double> megabytes = {1, 6, 24};
   int iters = 15;
+  at::ScalarType dtype = at::kFloat;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "allreduce_bench: " << why
-            << "\nusage: allreduce_bench [--workers N] [--mb 1,6,24] [--iters I] | --smoke\n";
+            << "\nusage: allreduce_bench [--workers N] [--mb 1,6,24] [--iters I] "
+               "[--dtype float32|float16] | --smoke\n";
   std::exit(2);
 }
 
@@ -70,6 +74,10 @@ Options parse(int argc, char** argv) {
       if (flag == "--workers") {
         o.workers = std::stoi(value);
         o.workers_given = true;
+      } else if (flag == "--dtype") {
+        if (value != "float32" && value != "float16")
+          usage("--dtype is float32 or float16, not '" + value + "'");
+        o.dtype = value == "float16" ? at::kHalf : at::kFloat;
       } else if (flag == "--iters") {
         o.iters = std::stoi(value);
       } else if (flag == "--mb") {
@@ -108,12 +116,14 @@ int worker(const Options& o) {
   const auto n = static_cast<double>(group->size());
   for (double mb : o.megabytes) {
     const auto count = std::max<int64_t>(1, static_cast<int64_t>(mb * 1024 * 1024 / 4));
-    std::vector<at::Tensor> tensor = {at::full({count}, static_cast<float>(group->rank() + 1))};
+    std::vector<at::Tensor> tensor = {
+        at::full({count}, static_cast<float>(group->rank() + 1), at::dtype(o.dtype))};
     group->all_reduce(tensor, garden::distribute::ReduceOp::kSum, "the check");
     const float expected = static_cast<float>(n * (n + 1) / 2);
-    if (!at::all(tensor[0] == expected).item<bool>())
-      throw garden::Error("the all-reduce of " + std::to_string(count) +
-                          " floats did not give every element " + std::to_string(expected));
+    if (!at::all(tensor[0].to(at::kFloat) == expected).item<bool>())
+      throw garden::Error("the all-reduce of " + std::to_string(count) + " " +
+                          c10::toString(o.dtype) + " did not give every element " +
+                          std::to_string(expected));
     std::vector<double> ms;
     for (int i = 0; i < o.iters; ++i) {
       tensor[0].fill_(1.0f);
@@ -125,12 +135,13 @@ int worker(const Options& o) {
     }
     std::sort(ms.begin(), ms.end());
     const double median = ms[ms.size() / 2];
-    const double bytes = static_cast<double>(count) * 4;
+    const double bytes = static_cast<double>(count * tensor[0].element_size());
     const double algorithm_gbps = bytes / (median / 1e3) / 1e9;
     if (group->is_chief())
       std::cout << nlohmann::ordered_json{{"bench", "allreduce"},
                                           {"backend", "gloo"},
                                           {"workers", group->size()},
+                                          {"dtype", c10::toString(o.dtype)},
                                           {"megabytes", bytes / 1024 / 1024},
                                           {"iters", o.iters},
                                           {"median_ms", median},

@@ -16,6 +16,15 @@
 #               default (true, Model Garden's) gives each its own records
 #   WORKER_OVERRIDES=k=v,...: added to the workers' --params_override only
 #               (e.g. runtime.bucket_cap_mb=100)
+#   BOUND=1:    also WORKERS one-thread processes that never communicate,
+#               side by side, each with its share of the global batch: what
+#               this machine allows WORKERS workers (their summed tokens/s
+#               over the one thread's)
+#   VS_OVERRIDES=k=v,...: the workers run a second time in each round with
+#               these added too (e.g. runtime.gradient_compression=fp16), so
+#               the two settings compare within one round; VS_FACTOR=F (1)
+#               multiplies that run's ratio, for a setting with F times the
+#               global batch
 #   SCALE=weak: every worker keeps the one process's batch (the workers'
 #               global batch is WORKERS times as large, as with PyTorch DDP's
 #               per-process batch); the ratio is then WORKERS x the workers'
@@ -26,7 +35,7 @@
 # mean all_reduce_wait_ms (what a worker still waited for the gradient
 # all-reduce after backward ended).
 #
-#   [PS=K] [SHARDING=false] [SCALE=weak] [WORKER_OVERRIDES=...] bash bench/distributed_speed.sh [WORKERS=2] [STEPS=100] [ROUNDS=2]
+#   [PS=K] [SHARDING=false] [SCALE=weak] [WORKER_OVERRIDES=...] [VS_OVERRIDES=... [VS_FACTOR=F]] [BOUND=1] bash bench/distributed_speed.sh [WORKERS=2] [STEPS=100] [ROUNDS=2]
 #   bash bench/distributed_speed.sh --smoke   # CI: 2 workers, 4 steps of 1-step loops
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,7 +83,7 @@ wait_ms() {
 
 ratio() { awk -v a="$1" -v b="$2" -v f="${3:-1}" 'BEGIN {printf "%.2f", f * a / b}'; }
 for round in $(seq 1 "$rounds"); do
-  rm -rf "$scratch"/one "$scratch"/default "$scratch"/many "$scratch"/ps
+  rm -rf "$scratch"/one "$scratch"/default "$scratch"/many "$scratch"/vs "$scratch"/ps "$scratch"/alone*
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$garden" train --experiment=wmt_transformer/tiny \
     --mode=train --model_dir="$scratch/one" --params_override="$overrides" >"$scratch/one.log" 2>&1
   "$garden" train --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/default" \
@@ -91,6 +100,37 @@ for round in $(seq 1 "$rounds"); do
   line+=" | tokens/s workers / one-thread $(ratio "$many" "$one" "$factor")"
   line+=" | workers / default $(ratio "$many" "$default" "$factor")"
   line+=" | all_reduce_wait_ms $(wait_ms "$scratch/many.log")"
+  if [ -n "${VS_OVERRIDES:-}" ]; then
+    "$garden" launch --nproc_per_node="$workers" --master_port=$((port + 25 + round)) -- train \
+      --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/vs" \
+      --params_override="$overrides,runtime.distribution_strategy=multi_worker_mirrored,task.train_data.sharding=$sharding$worker_batch${WORKER_OVERRIDES:+,$WORKER_OVERRIDES},$VS_OVERRIDES" \
+      >"$scratch/vs.log" 2>&1
+    vs=$(summarize "$scratch/vs.log")
+    line+=" | with $VS_OVERRIDES: $vs steps/s, tokens/s / one-thread"
+    line+=" $(ratio "$vs" "$one" "$(awk -v a="$factor" -v b="${VS_FACTOR:-1}" 'BEGIN {print a * b}')")"
+    line+=", all_reduce_wait_ms $(wait_ms "$scratch/vs.log")"
+  fi
+  if [ "${BOUND:-0}" = 1 ]; then
+    pids=()
+    for k in $(seq 1 "$workers"); do
+      OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$garden" train --experiment=wmt_transformer/tiny \
+        --mode=train --model_dir="$scratch/alone$k" \
+        --params_override="$overrides,task.train_data.global_batch_size=$((3072 * factor / workers))" \
+        >"$scratch/alone$k.log" 2>&1 &
+      pids+=($!)
+    done
+    for pid in "${pids[@]}"; do
+      wait "$pid" || { echo "distributed_speed.sh: a process alone failed:" >&2
+        tail -n 3 "$scratch"/alone*.log >&2; exit 1; }
+    done
+    total=0
+    for k in $(seq 1 "$workers"); do
+      total=$(awk -v a="$total" -v b="$(summarize "$scratch/alone$k.log")" 'BEGIN {print a + b}')
+    done
+    # Each has 1/WORKERS of the batch (of WORKERS x with SCALE=weak).
+    line+=" | $workers alone, no communication: tokens/s / one-thread"
+    line+=" $(ratio "$total" "$one" "$(awk -v f="$factor" -v w="$workers" 'BEGIN {print f / w}')")"
+  fi
   if [ "$ps" -gt 0 ]; then
     "$garden" launch --nproc_per_node="$workers" --ps="$ps" --master_port=$((port + 50 + round)) -- \
       train --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/ps" \

@@ -204,9 +204,18 @@ std::string interface_address(const std::string& name) {
   return v4.empty() ? v6 : v4;
 }
 
-std::string host_name() {
-  char name[256] = {};
-  return ::gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+// `host` as a numeric address, as Gloo binds it (a peer need not resolve
+// this host's names); "" when it does not resolve.
+std::string numeric_address(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || !found) return "";
+  char text[NI_MAXHOST] = {};
+  const bool ok = getnameinfo(found->ai_addr, found->ai_addrlen, text, sizeof(text), nullptr, 0,
+                              NI_NUMERICHOST) == 0;
+  freeaddrinfo(found);
+  return ok ? text : "";
 }
 
 // Where this process's collectives travel: Gloo's devices and, for every
@@ -220,14 +229,14 @@ struct DataNetwork {
 // cluster names it, else GLOO_SOCKET_IFNAME (a comma-separated list: one
 // device each), else the address on the route to the chief (a host's name
 // may resolve to 127.0.0.1, which the other hosts cannot reach), else
-// Gloo's default (the host's name). `gloo` false (NCCL) chooses the
-// addresses alone.
+// Gloo's default. `gloo` false (NCCL) chooses the addresses alone.
 DataNetwork data_network(const Cluster& cluster, bool gloo) {
   DataNetwork network;
   if (!cluster.own_host.empty()) {
     if (gloo)
       network.devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(cluster.own_host));
-    network.addresses.push_back(cluster.own_host);
+    if (const std::string address = numeric_address(cluster.own_host); !address.empty())
+      network.addresses.push_back(address);
     return network;
   }
   const char* interfaces = std::getenv("GLOO_SOCKET_IFNAME");
@@ -255,8 +264,8 @@ DataNetwork data_network(const Cluster& cluster, bool gloo) {
     network.addresses.push_back(local);
     return network;
   }
+  // No address to publish: this rank is then named by its heartbeats only.
   if (gloo) network.devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-  network.addresses.push_back(host_name());
   return network;
 }
 
@@ -350,7 +359,7 @@ std::vector<bool> connects_within(const std::vector<std::pair<std::string, int>>
 void ProcessGroup::Impl::publish_probe(const Cluster& cluster,
                                        const std::vector<std::string>& addresses) {
   int port = 0;
-  probe_fd = listen_for_probes(&port);
+  if (!addresses.empty()) probe_fd = listen_for_probes(&port);
   std::string text = std::to_string(probe_fd >= 0 ? port : 0);
   for (const auto& address : addresses) text += " " + address;
   store->set("garden/probe/" + std::to_string(cluster.rank),
