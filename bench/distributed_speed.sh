@@ -81,6 +81,14 @@ wait_ms() {
     awk '{s+=$1; n++} END {if (n) printf "%.2f", s/n; else printf "-"}'
 }
 
+# run_workers NAME PORT [OVERRIDES]: WORKERS synchronous workers into $scratch/NAME.
+run_workers() {
+  "$garden" launch --nproc_per_node="$workers" --master_port="$2" -- train \
+    --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/$1" \
+    --params_override="$overrides,runtime.distribution_strategy=multi_worker_mirrored,task.train_data.sharding=$sharding$worker_batch${WORKER_OVERRIDES:+,$WORKER_OVERRIDES}${3:+,$3}" \
+    >"$scratch/$1.log" 2>&1
+}
+
 ratio() { awk -v a="$1" -v b="$2" -v f="${3:-1}" 'BEGIN {printf "%.2f", f * a / b}'; }
 for round in $(seq 1 "$rounds"); do
   rm -rf "$scratch"/one "$scratch"/default "$scratch"/many "$scratch"/vs "$scratch"/ps "$scratch"/alone*
@@ -88,10 +96,7 @@ for round in $(seq 1 "$rounds"); do
     --mode=train --model_dir="$scratch/one" --params_override="$overrides" >"$scratch/one.log" 2>&1
   "$garden" train --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/default" \
     --params_override="$overrides" >"$scratch/default.log" 2>&1
-  "$garden" launch --nproc_per_node="$workers" --master_port=$((port + round)) -- train \
-    --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/many" \
-    --params_override="$overrides,runtime.distribution_strategy=multi_worker_mirrored,task.train_data.sharding=$sharding$worker_batch${WORKER_OVERRIDES:+,$WORKER_OVERRIDES}" \
-    >"$scratch/many.log" 2>&1
+  run_workers many $((port + round))
   one=$(summarize "$scratch/one.log")
   default=$(summarize "$scratch/default.log")
   many=$(summarize "$scratch/many.log")
@@ -101,10 +106,7 @@ for round in $(seq 1 "$rounds"); do
   line+=" | workers / default $(ratio "$many" "$default" "$factor")"
   line+=" | all_reduce_wait_ms $(wait_ms "$scratch/many.log")"
   if [ -n "${VS_OVERRIDES:-}" ]; then
-    "$garden" launch --nproc_per_node="$workers" --master_port=$((port + 25 + round)) -- train \
-      --experiment=wmt_transformer/tiny --mode=train --model_dir="$scratch/vs" \
-      --params_override="$overrides,runtime.distribution_strategy=multi_worker_mirrored,task.train_data.sharding=$sharding$worker_batch${WORKER_OVERRIDES:+,$WORKER_OVERRIDES},$VS_OVERRIDES" \
-      >"$scratch/vs.log" 2>&1
+    run_workers vs $((port + 25 + round)) "$VS_OVERRIDES"
     vs=$(summarize "$scratch/vs.log")
     line+=" | with $VS_OVERRIDES: $vs steps/s, tokens/s / one-thread"
     line+=" $(ratio "$vs" "$one" "$(awk -v a="$factor" -v b="${VS_FACTOR:-1}" 'BEGIN {print a * b}')")"

@@ -77,15 +77,17 @@ class DistributedCliTest : public CliFixture {
            "' --params_override='" + overrides +
            ",runtime.distribution_strategy=multi_worker_mirrored'";
   }
-  // Runs the `launch` line, sends `signal` to rank 1 (launch's second
-  // child) once `file` exists, and returns the launch's status and stderr.
-  CliRun signal_rank_1(const std::string& launch, const std::string& file,
-                       const std::string& signal) const {
+  // Runs the `launch` line, sends `signal` to launch's `child`-th child
+  // (in start order: 2 is rank 1 of a mirrored launch; with --ps, 1 is the
+  // chief, then the workers, then the ps tasks) once `file` exists, and
+  // returns the launch's status and stderr.
+  CliRun signal_child(const std::string& launch, const std::string& file,
+                      const std::string& signal, int child) const {
     return shell(launch + " 2>'" + path("launch.err") + "' &\nlauncher=$!\n" +
                  "for i in $(seq 1 3000); do [ -e '" + file + "' ] && break; sleep 0.01; done\n" +
-                 "victim=$(pgrep -P $launcher | sort -n | tail -1)\nkill -" + signal +
-                 " $victim\nwait $launcher; status=$?\ncat '" + path("launch.err") +
-                 "' >&2\nexit $status\n");
+                 "victim=$(pgrep -P $launcher | sort -n | sed -n " + std::to_string(child) +
+                 "p)\nkill -" + signal + " $victim\nwait $launcher; status=$?\ncat '" +
+                 path("launch.err") + "' >&2\nexit $status\n");
   }
 };
 
@@ -361,22 +363,14 @@ TEST_F(DistributedCliTest, ALostPsTaskRestartsTheClusterFromTheLatestCheckpoint)
   // checkpoint; a parameter-server checkpoint holds no input position (as
   // in TensorFlow), so the worker reads its data from the start again.
   const std::string model_dir = path("lost");
-  const CliRun lost = shell(
+  const CliRun lost = signal_child(
       "\"$GARDEN\" launch --nproc_per_node=1 --ps=1 --max_restarts=1 --master_port=" +
-      std::to_string(free_port()) +
-      " -- train --experiment=tabular/iris --mode=train --model_dir='" + model_dir +
-      "' --params_override='runtime.seed=11,trainer.train_steps=1500,trainer.steps_per_loop=50,"
-      "trainer.checkpoint_interval=50,trainer.max_to_keep=100,"
-      "runtime.collective_timeout_seconds=20,runtime.distribution_strategy=parameter_server' "
-      "2>'" +
-      path("lost.err") +
-      "' &\nlauncher=$!\n"
-      "for i in $(seq 1 3000); do [ -e '" +
-      model_dir +
-      "/ckpt-100' ] && break; sleep 0.01; done\n"
-      "kill -KILL $(pgrep -P $launcher | sort -n | sed -n 3p)\n"
-      "wait $launcher; status=$?\ncat '" +
-      path("lost.err") + "' >&2\nexit $status\n");
+          std::to_string(free_port()) +
+          " -- train --experiment=tabular/iris --mode=train --model_dir='" + model_dir +
+          "' --params_override='runtime.seed=11,trainer.train_steps=1500,trainer.steps_per_loop=50,"
+          "trainer.checkpoint_interval=50,trainer.max_to_keep=100,"
+          "runtime.collective_timeout_seconds=20,runtime.distribution_strategy=parameter_server'",
+      model_dir + "/ckpt-100", "KILL", 3);
   ASSERT_EQ(lost.status, 0) << lost.err;
   EXPECT_NE(lost.err.find("garden launch: ps 0 was killed by signal 9"), std::string::npos)
       << lost.err;
@@ -448,7 +442,7 @@ TEST_F(DistributedCliTest, AKilledWorkerStopsTheRunAndTheRelaunchResumesExactly)
   const std::string model_dir = path("killed");
   const std::string launch =
       launch_iris(model_dir, overrides + ",runtime.collective_timeout_seconds=20");
-  const CliRun killed = signal_rank_1(launch, model_dir + "/ckpt-100", "9");
+  const CliRun killed = signal_child(launch, model_dir + "/ckpt-100", "9", 2);
   EXPECT_NE(killed.status, 0) << killed.err;
   EXPECT_NE(killed.err.find("garden launch: rank 1 was killed by signal 9"), std::string::npos)
       << killed.err;
@@ -475,7 +469,7 @@ TEST_F(DistributedCliTest, ASigtermToOneWorkerStopsBothAtOneStepAndTheRelaunchRe
 
   const std::string model_dir = path("signalled");
   const std::string launch = launch_iris(model_dir, overrides);
-  const CliRun stopped = signal_rank_1(launch, model_dir + "/ckpt-1000", "TERM");
+  const CliRun stopped = signal_child(launch, model_dir + "/ckpt-1000", "TERM", 2);
   EXPECT_NE(stopped.status, 0) << stopped.err;
   const auto checkpoint = garden::latest_checkpoint(model_dir);
   ASSERT_TRUE(checkpoint.has_value()) << stopped.err;
