@@ -111,7 +111,7 @@ class ScratchDirectory {
   std::filesystem::path path_;
 };
 
-void run_train(const TrainFlags& flags) {
+void run_spm_train(const TrainFlags& flags) {
   auto options = flags.options;
   for (std::size_t start = 0; start < flags.user_defined_symbols.size();) {
     std::size_t end = flags.user_defined_symbols.find(',', start);
@@ -188,7 +188,7 @@ CLI::App* add_spm_command(CLI::App& app) {
   train->add_option("--num_threads", o.num_threads, "Training threads")->capture_default_str();
   train->add_option("--extra", o.extra_flags,
                     "Another SentencePiece trainer flag as name=value (repeatable)");
-  train->callback([train_flags] { run_train(*train_flags); });
+  train->callback([train_flags] { run_spm_train(*train_flags); });
 
   struct EncodeFlags {
     std::string model;

@@ -2,7 +2,6 @@
 // worker runs the same step on its part of the global batch; gradients are
 // summed over the workers in buckets while backward runs; every decision
 // and every log is agreed or reduced over the workers.
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include "garden/base/error.h"
@@ -16,13 +15,6 @@
 namespace garden {
 
 namespace {
-
-// The state of a device's default generator (a CUDA device's), on the host.
-at::Tensor device_random_state(const at::Device& device) {
-  auto generator = at::globalContext().defaultGenerator(device);
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  return generator.get_state();
-}
 
 class MirroredStrategy final : public DistributionStrategy {
  public:
@@ -141,40 +133,41 @@ class MirroredStrategy final : public DistributionStrategy {
     return static_cast<int64_t>(sums[at]);
   }
 
-void reduce_metrics(MetricList& metrics, const std::string& what) const override {
-  // One all-reduce per kind of reduction, over every metric's variables.
-  for (const auto op : {Reduction::kSum, Reduction::kMax, Reduction::kMin}) {
-    std::vector<at::Tensor> values;
-    for (const auto& metric : metrics)
-      for (const auto& variable : metric->variables())
-        if (variable.reduction == op) values.push_back(variable.value.to(torch::kCPU, torch::kFloat64).reshape({-1}));
-    if (values.empty()) continue;
-    std::vector<at::Tensor> flat = {torch::cat(values).to(group_->device())};
-    group_->all_reduce(flat,
-                       op == Reduction::kSum   ? distribute::ReduceOp::kSum
-                       : op == Reduction::kMax ? distribute::ReduceOp::kMax
-                                               : distribute::ReduceOp::kMin,
-                       what);
-    flat[0] = flat[0].cpu();
-    int64_t at = 0;
-    for (const auto& metric : metrics) {
-      std::vector<at::Tensor> state;
-      bool changed = false;
-      for (const auto& variable : metric->variables()) {
-        if (variable.reduction != op) {
-          state.push_back(variable.value);
-          continue;
+  void reduce_metrics(MetricList& metrics, const std::string& what) const override {
+    // One all-reduce per kind of reduction, over every metric's variables.
+    for (const auto op : {Reduction::kSum, Reduction::kMax, Reduction::kMin}) {
+      std::vector<at::Tensor> values;
+      for (const auto& metric : metrics)
+        for (const auto& variable : metric->variables())
+          if (variable.reduction == op)
+            values.push_back(variable.value.to(torch::kCPU, torch::kFloat64).reshape({-1}));
+      if (values.empty()) continue;
+      std::vector<at::Tensor> flat = {torch::cat(values).to(group_->device())};
+      group_->all_reduce(flat,
+                         op == Reduction::kSum   ? distribute::ReduceOp::kSum
+                         : op == Reduction::kMax ? distribute::ReduceOp::kMax
+                                                 : distribute::ReduceOp::kMin,
+                         what);
+      flat[0] = flat[0].cpu();
+      int64_t at = 0;
+      for (const auto& metric : metrics) {
+        std::vector<at::Tensor> state;
+        bool changed = false;
+        for (const auto& variable : metric->variables()) {
+          if (variable.reduction != op) {
+            state.push_back(variable.value);
+            continue;
+          }
+          const int64_t n = variable.value.numel();
+          state.push_back(
+              flat[0].narrow(0, at, n).view(variable.value.sizes()).to(variable.value.device()));
+          at += n;
+          changed = true;
         }
-        const int64_t n = variable.value.numel();
-        state.push_back(flat[0].narrow(0, at, n).view(variable.value.sizes()).to(variable.value.device()));
-        at += n;
-        changed = true;
+        if (changed) metric->set_state(state);
       }
-      if (changed) metric->set_state(state);
     }
   }
-}
-
 
   void add_loop_logs(Logs& logs) override {
     if (!gradient_sync_) return;
@@ -196,81 +189,76 @@ void reduce_metrics(MetricList& metrics, const std::string& what) const override
     }
   }
 
-Logs gather_aggregated_logs(const Logs& local) const override {
-  // Host-side lists (decoded ids, strings) are concatenated in rank order.
-  nlohmann::json mine = nlohmann::json::object();
-  for (const auto& [key, value] : local) {
-    if (const auto* rows = std::get_if<std::vector<std::vector<int64_t>>>(&value))
-      mine[key] = {{"rows", *rows}};
-    else if (const auto* texts = std::get_if<std::vector<std::string>>(&value))
-      mine[key] = {{"texts", *texts}};
-    else
-      throw Error("the task's aggregated log '" + key +
-                  "' is not a list of strings or of id rows, so it cannot be gathered from "
-                  "every worker");
-  }
-  Logs merged;
-  for (const auto& text : group_->all_gather(mine.dump(), "the validation outputs")) {
-    const nlohmann::json worker = nlohmann::json::parse(text);
-    for (const auto& [key, entry] : worker.items()) {
-      if (entry.contains("rows")) {
-        auto [slot, inserted] = merged.try_emplace(key, std::vector<std::vector<int64_t>>{});
-        auto& all = std::get<std::vector<std::vector<int64_t>>>(slot->second);
-        for (const auto& row : entry.at("rows")) all.push_back(row.get<std::vector<int64_t>>());
-      } else {
-        auto [slot, inserted] = merged.try_emplace(key, std::vector<std::string>{});
-        auto& all = std::get<std::vector<std::string>>(slot->second);
-        for (const auto& t : entry.at("texts")) all.push_back(t.get<std::string>());
+  Logs gather_aggregated_logs(const Logs& local) const override {
+    // Host-side lists (decoded ids, strings) are concatenated in rank order.
+    nlohmann::json mine = nlohmann::json::object();
+    for (const auto& [key, value] : local) {
+      if (const auto* rows = std::get_if<std::vector<std::vector<int64_t>>>(&value))
+        mine[key] = {{"rows", *rows}};
+      else if (const auto* texts = std::get_if<std::vector<std::string>>(&value))
+        mine[key] = {{"texts", *texts}};
+      else
+        throw Error("the task's aggregated log '" + key +
+                    "' is not a list of strings or of id rows, so it cannot be gathered from "
+                    "every worker");
+    }
+    Logs merged;
+    for (const auto& text : group_->all_gather(mine.dump(), "the validation outputs")) {
+      const nlohmann::json worker = nlohmann::json::parse(text);
+      for (const auto& [key, entry] : worker.items()) {
+        if (entry.contains("rows")) {
+          auto [slot, inserted] = merged.try_emplace(key, std::vector<std::vector<int64_t>>{});
+          auto& all = std::get<std::vector<std::vector<int64_t>>>(slot->second);
+          for (const auto& row : entry.at("rows")) all.push_back(row.get<std::vector<int64_t>>());
+        } else {
+          auto [slot, inserted] = merged.try_emplace(key, std::vector<std::string>{});
+          auto& all = std::get<std::vector<std::string>>(slot->second);
+          for (const auto& t : entry.at("texts")) all.push_back(t.get<std::string>());
+        }
       }
     }
+    return merged;
   }
-  return merged;
-}
-
 
   bool checkpoint_holds_input_position() const override { return false; }
   int64_t num_workers() const override { return group_->size(); }
   std::string random_state_suffix() const override { return "/" + std::to_string(group_->rank()); }
   nlohmann::json input_position(const nlohmann::json& meta) const override {
-    return meta.at("workers").at(static_cast<std::size_t>(group_->rank())).value("train_data",
-                                                                               nlohmann::json());
+    return meta.at("workers")
+        .at(static_cast<std::size_t>(group_->rank()))
+        .value("train_data", nlohmann::json());
   }
 
-void add_worker_states(CheckpointData& data, const DatasetPtr& train_data,
+  void add_worker_states(CheckpointData& data, const DatasetPtr& train_data,
                          const at::Device& device) const override {
-  nlohmann::json mine = nlohmann::json::object();
-  if (train_data) mine["train_data"] = train_data->state();
-  // Each generator's state travels as bytes in the worker's JSON.
-  const auto save = [&mine](const char* key, const at::Tensor& state) {
-    const at::Tensor bytes = state.contiguous();
-    mine[key] =
-        std::vector<uint8_t>(bytes.data_ptr<uint8_t>(), bytes.data_ptr<uint8_t>() + bytes.numel());
-  };
-  {
-    auto generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    save("rng", generator.get_state());
-  }
-  if (device.is_cuda()) save("cuda_rng", device_random_state(device));
-  nlohmann::json workers = nlohmann::json::array();
-  int64_t rank = 0;
-  for (const auto& text : group_->all_gather(mine.dump(), "the checkpoint's worker states")) {
-    auto worker = nlohmann::json::parse(text);
-    for (const auto& [key, name] :
-         {std::pair{"rng", "rng/cpu/"}, std::pair{"cuda_rng", "rng/cuda/"}}) {
-      if (!worker.contains(key)) continue;
-      auto bytes = worker.at(key).get<std::vector<uint8_t>>();
-      data.tensors[name + std::to_string(rank)] =
-          torch::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, torch::kUInt8)
-              .clone();
-      worker.erase(key);
+    nlohmann::json mine = nlohmann::json::object();
+    if (train_data) mine["train_data"] = train_data->state();
+    // Each generator's state travels as bytes in the worker's JSON.
+    const auto save = [&mine](const char* key, const at::Tensor& state) {
+      const at::Tensor bytes = state.contiguous();
+      mine[key] = std::vector<uint8_t>(bytes.data_ptr<uint8_t>(),
+                                       bytes.data_ptr<uint8_t>() + bytes.numel());
+    };
+    save("rng", cpu_random_state());
+    if (device.is_cuda()) save("cuda_rng", device_random_state(device));
+    nlohmann::json workers = nlohmann::json::array();
+    int64_t rank = 0;
+    for (const auto& text : group_->all_gather(mine.dump(), "the checkpoint's worker states")) {
+      auto worker = nlohmann::json::parse(text);
+      for (const auto& [key, name] :
+           {std::pair{"rng", "rng/cpu/"}, std::pair{"cuda_rng", "rng/cuda/"}}) {
+        if (!worker.contains(key)) continue;
+        auto bytes = worker.at(key).get<std::vector<uint8_t>>();
+        data.tensors[name + std::to_string(rank)] =
+            torch::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, torch::kUInt8)
+                .clone();
+        worker.erase(key);
+      }
+      ++rank;
+      workers.push_back(std::move(worker));
     }
-    ++rank;
-    workers.push_back(std::move(worker));
+    data.meta["workers"] = std::move(workers);
   }
-  data.meta["workers"] = std::move(workers);
-}
-
 
  private:
   distribute::ProcessGroupPtr group_;

@@ -9,6 +9,8 @@
 #include "garden/base/logging.h"
 #include "garden/config/registry.h"
 #include "garden/core/checkpoint.h"
+#include "garden/core/minimizer.h"
+#include "garden/optim/optimizer.h"
 
 namespace garden {
 
@@ -57,6 +59,17 @@ Logs Task::validation_step(const Batch& inputs, Model& model, MetricList& metric
   const Losses losses = build_losses(inputs, outputs);
   process_metrics(metrics, inputs, outputs);
   return losses.logs();
+}
+
+const at::Tensor& batch_tensor(const Batch& batch, const std::string& key, std::string_view task) {
+  const auto it = batch.find(key);
+  if (it == batch.end()) throw Error(std::string(task) + ": the batch has no '" + key + "'");
+  return it->second;
+}
+
+void throw_wrong_model(std::string_view task, std::string_view network) {
+  throw Error("the " + std::string(task) + " task was given a model that is not " +
+              std::string(network));
 }
 
 Batch Task::inference_step(const Batch& inputs, Model& model) {

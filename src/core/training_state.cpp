@@ -12,14 +12,17 @@
 
 namespace garden {
 
-namespace {
-// The state of a device's default generator (a CUDA device's), on the host.
+at::Tensor cpu_random_state() {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
 at::Tensor device_random_state(const at::Device& device) {
   auto generator = at::globalContext().defaultGenerator(device);
   std::lock_guard<std::mutex> lock(generator.mutex());
   return generator.get_state();
 }
-}  // namespace
 
 CheckpointData Trainer::checkpoint_state() const {
   CheckpointData data;
@@ -32,11 +35,7 @@ CheckpointData Trainer::checkpoint_state() const {
       data.tensors["optimizer/" + name] = tensor;
     meta["optimizer"] = optimizer_->state_meta();
   }
-  {
-    auto generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    data.tensors["rng/cpu"] = generator.get_state();
-  }
+  data.tensors["rng/cpu"] = cpu_random_state();
   // On a GPU, dropout draws from the device's generator: it is saved too, so
   // a resumed GPU run continues as the CPU one does.
   if (device_.is_cuda()) data.tensors["rng/cuda"] = device_random_state(device_);

@@ -81,7 +81,7 @@ using Lanes16 = float __attribute__((vector_size(16 * sizeof(float))));
 // The largest of 16 lanes: halves against halves, four times (vector
 // maxima, built per instruction set). By reference: a 64-byte vector by
 // value would change the portable build's ABI.
-__attribute__((always_inline)) inline float largest_lane(const Lanes16& lanes) {
+__attribute__((always_inline)) inline float largest_of_lanes(const Lanes16& lanes) {
   Lanes16 m = lanes;
   Lanes16 h =
       __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -117,7 +117,7 @@ __attribute__((always_inline)) inline float row_max_loop(const float* __restrict
   m[0] = m[1] > m[0] ? m[1] : m[0];
   m[2] = m[3] > m[2] ? m[3] : m[2];
   m[0] = m[2] > m[0] ? m[2] : m[0];
-  float top = largest_lane(m[0]);
+  float top = largest_of_lanes(m[0]);
   for (; v < n; ++v) top = x[v] > top ? x[v] : top;
   return top;
 }
@@ -189,7 +189,7 @@ __attribute__((always_inline)) inline void select_best_loop(const float* x, cons
         static_assert(kBlock == 16, "a block is one Lanes16");
         Lanes16 block;
         std::memcpy(&block, row + v, sizeof(block));
-        if (!(largest_lane(block) > low)) continue;
+        if (!(largest_of_lanes(block) > low)) continue;
       }
       for (int j = 0; j < kBlock; ++j)
         offer(static_cast<double>(row[v + j]) + shift, b * vocab + v + j);

@@ -1,9 +1,10 @@
 // kernels::bias_dropout_add: a Transformer sublayer's output bias, dropout and
 // residual in one pass, and kernels::bias_relu_dropout: a feed-forward layer's
 // bias, ReLU and dropout in one; see include/garden/kernels/bias_dropout_add.h.
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
-#include <torch/torch.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -292,8 +293,8 @@ std::pair<at::Tensor, at::Tensor> bias_relu_dropout_forward(const at::Tensor& y,
   at::parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(width, 1)),
                    [&](int64_t begin, int64_t end) {
                      std::vector<uint32_t> bits(static_cast<std::size_t>(width + 2));
-                     kernel(py, pb, po, pk, bits.data(), begin, end - begin, width, seed,
-                            threshold, scale);
+                     kernel(py, pb, po, pk, bits.data(), begin, end - begin, width, seed, threshold,
+                            scale);
                    });
   return {out, keep};
 }
@@ -348,8 +349,7 @@ at::Tensor bias_dropout_add(const at::Tensor& y, const at::Tensor& bias, const a
   return BiasDropoutAdd::apply(y, bias, residual, rate);
 }
 
-at::Tensor bias_relu_dropout(const at::Tensor& y, const at::Tensor& bias, double p,
-                             bool training) {
+at::Tensor bias_relu_dropout(const at::Tensor& y, const at::Tensor& bias, double p, bool training) {
   if (!(training && p > 0 && p < 1 && fused_bias_applies(y, bias)))
     return relu_dropout(bias.defined() ? y + bias : y, p, training);
   return BiasReluDropout::apply(y, bias, p);

@@ -2,9 +2,10 @@
 // Garden's loops (see include/garden/kernels/layer_norm.h): per row, these
 // read the row from memory once and make their other passes over it in L1,
 // where LibTorch 1.13's CPU kernels read it several times.
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
-#include <torch/torch.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <array>

@@ -23,6 +23,7 @@ using garden_test::CliRun;
 using garden_test::expect_same_weights;
 using garden_test::final_weights;
 using garden_test::free_port;
+using garden_test::kIris;
 
 namespace {
 
@@ -81,8 +82,8 @@ class DistributedCliTest : public CliFixture {
   // (in start order: 2 is rank 1 of a mirrored launch; with --ps, 1 is the
   // chief, then the workers, then the ps tasks) once `file` exists, and
   // returns the launch's status and stderr.
-  CliRun signal_child(const std::string& launch, const std::string& file,
-                      const std::string& signal, int child) const {
+  CliRun signal_child(const std::string& launch, const std::string& file, const std::string& signal,
+                      int child) const {
     return shell(launch + " 2>'" + path("launch.err") + "' &\nlauncher=$!\n" +
                  "for i in $(seq 1 3000); do [ -e '" + file + "' ] && break; sleep 0.01; done\n" +
                  "victim=$(pgrep -P $launcher | sort -n | sed -n " + std::to_string(child) +
@@ -90,15 +91,6 @@ class DistributedCliTest : public CliFixture {
                  path("launch.err") + "' >&2\nexit $status\n");
   }
 };
-
-// Plain SGD, whose update is proportional to the gradient (Adam's is not),
-// and 15 rows a batch, split 8 + 7 or 4 + 4 + 4 + 3: a loss averaged per
-// worker rather than over the global count would show.
-const std::string kIris =
-    "runtime.seed=7,task.model.dropout_rate=0,trainer.train_steps=60,trainer.steps_per_loop=10,"
-    "trainer.checkpoint_interval=60,task.train_data.sharding=false,"
-    "task.train_data.global_batch_size=15,trainer.optimizer_config.optimizer.type=sgd,"
-    "trainer.optimizer_config.learning_rate.constant.learning_rate=0.1";
 
 }  // namespace
 

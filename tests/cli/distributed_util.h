@@ -22,6 +22,16 @@
 
 namespace garden_test {
 
+// tabular/iris with plain SGD (its update is proportional to the gradient,
+// Adam's is not) over 60 steps, a global batch of 15 rows,
+// checkpointed at the end: split 8 + 7 or 4 + 4 + 4 + 3 over workers, a
+// loss averaged per worker rather than over the global count would show.
+inline const std::string kIris =
+    "runtime.seed=7,task.model.dropout_rate=0,trainer.train_steps=60,trainer.steps_per_loop=10,"
+    "trainer.checkpoint_interval=60,task.train_data.sharding=false,"
+    "task.train_data.global_batch_size=15,trainer.optimizer_config.optimizer.type=sgd,"
+    "trainer.optimizer_config.learning_rate.constant.learning_rate=0.1";
+
 // A port nothing listens on now (the kernel's choice for port 0).
 inline int free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -21,15 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 using garden_test::CliFixture;
 using garden_test::CliRun;
+using garden_test::kIris;
 
 const std::string kNetns = std::string(GARDEN_SOURCE_DIR) + "/scripts/netns_hosts.sh";
-
-// Plain SGD over a global batch of 15 rows, as the one-host tests train.
-const std::string kIris =
-    "runtime.seed=7,task.model.dropout_rate=0,trainer.train_steps=60,trainer.steps_per_loop=10,"
-    "trainer.checkpoint_interval=60,task.train_data.sharding=false,"
-    "task.train_data.global_batch_size=15,trainer.optimizer_config.optimizer.type=sgd,"
-    "trainer.optimizer_config.learning_rate.constant.learning_rate=0.1";
 
 bool namespaces_work() {
   if (::geteuid() != 0) return false;
@@ -197,25 +191,23 @@ TEST_F(MultiHostCliTest, WhenOnlyTheCollectivesNetworkIsCutEachSideNamesTheOther
   // the second (GLOO_SOCKET_IFNAME=gd1). Host 1's gd1 goes down: the
   // heartbeats still arrive over gd0, so it is each rank's probe on gd1
   // that names the other.
-  const CliRun run = on_two_hosts(
-      "node 0 '" + kLongIris + "' '" + path("c") + "' GLOO_SOCKET_IFNAME=gd1\nnode 1 '" +
-          kLongIris + "' '" + path("c1") + "' GLOO_SOCKET_IFNAME=gd1\n" +
-          "for i in $(seq 600); do [ -e '" + path("c") +
-          "/ckpt-20' ] && break; sleep 0.1; done\n"
-          "\"$NETNS\" cut $H1 gd1 >/dev/null\n"
-          "echo chief $(seconds_until_exit $pid0 40)\n"
-          "echo worker $(seconds_until_exit $pid1 40)\n",
-      200, 2);
+  const CliRun run =
+      on_two_hosts("node 0 '" + kLongIris + "' '" + path("c") +
+                       "' GLOO_SOCKET_IFNAME=gd1\nnode 1 '" + kLongIris + "' '" + path("c1") +
+                       "' GLOO_SOCKET_IFNAME=gd1\n" + "for i in $(seq 600); do [ -e '" + path("c") +
+                       "/ckpt-20' ] && break; sleep 0.1; done\n"
+                       "\"$NETNS\" cut $H1 gd1 >/dev/null\n"
+                       "echo chief $(seconds_until_exit $pid0 40)\n"
+                       "echo worker $(seconds_until_exit $pid1 40)\n",
+                   200, 2);
   const std::string chief = garden_test::slurp(dir_ / "err0");
   const std::string worker = garden_test::slurp(dir_ / "err1");
   EXPECT_NE(run.out.find("chief "), std::string::npos) << run.out << run.err;
   std::cout << "collectives' network cut, seconds to exit:\n" << run.out;
   EXPECT_EQ(run.out.find("hung"), std::string::npos) << run.out << chief << worker;
-  EXPECT_NE(chief.find("rank 1 (unreachable at 10.231.1.11) stopped answering"),
-            std::string::npos)
+  EXPECT_NE(chief.find("rank 1 (unreachable at 10.231.1.11) stopped answering"), std::string::npos)
       << chief;
-  EXPECT_NE(worker.find("rank 0 (unreachable at 10.231.1.10) stopped answering"),
-            std::string::npos)
+  EXPECT_NE(worker.find("rank 0 (unreachable at 10.231.1.10) stopped answering"), std::string::npos)
       << worker;
 }
 

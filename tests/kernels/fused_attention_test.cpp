@@ -16,9 +16,9 @@
 #include <string>
 
 #include "garden/core/precision.h"
-#include "garden/nlp/modeling/attention.h"
 #include "garden/kernels/attention.h"
 #include "garden/kernels/dropout.h"
+#include "garden/nlp/modeling/attention.h"
 #include "kernels/kernel_builds.h"
 
 namespace garden::kernels {
@@ -57,7 +57,7 @@ at::Tensor reference(const at::Tensor& q_proj, const at::Tensor& kv_proj, int64_
   return context.transpose(1, 2).reshape({q_proj.size(0), q_proj.size(1), -1});
 }
 
-double max_error(const at::Tensor& got, const at::Tensor& want) {
+double relative_error(const at::Tensor& got, const at::Tensor& want) {
   return (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>() /
          (1.0 + want.abs().max().item<double>());
 }
@@ -86,14 +86,14 @@ void expect_matches(int64_t batch, int64_t t_len, int64_t s_len, int64_t hidden,
   const at::Tensor kv64 = self ? at::Tensor() : kv_proj.detach().to(at::kDouble).requires_grad_();
   const at::Tensor want = reference(q64, kv64, heads, mask, keep);
   ASSERT_EQ(got.sizes(), want.sizes());
-  EXPECT_LE(max_error(got, want), 2e-5);
+  EXPECT_LE(relative_error(got, want), 2e-5);
 
   const at::Tensor upstream = torch::randn(want.sizes(), torch::kDouble);
   got.backward(upstream.to(at::kFloat));
   want.backward(upstream);
-  EXPECT_LE(max_error(q_proj.grad(), q64.grad()), 5e-5) << "q_proj's gradient";
+  EXPECT_LE(relative_error(q_proj.grad(), q64.grad()), 5e-5) << "q_proj's gradient";
   if (!self) {
-    EXPECT_LE(max_error(kv_proj.grad(), kv64.grad()), 5e-5) << "kv_proj gradient";
+    EXPECT_LE(relative_error(kv_proj.grad(), kv64.grad()), 5e-5) << "kv_proj gradient";
   }
 }
 
@@ -223,14 +223,14 @@ TEST(FusedAttention, ModuleAgreesWithItsUnfusedPath) {
     const at::Tensor got = fused->forward(x, cross ? memory : at::Tensor(), mask);
     const at::Tensor want =
         unfused->forward(x64, cross ? memory.to(at::kDouble) : at::Tensor(), mask);
-    EXPECT_LE(max_error(got, want), 2e-5) << (cross ? "cross" : "self");
+    EXPECT_LE(relative_error(got, want), 2e-5) << (cross ? "cross" : "self");
     got.sum().backward();
     want.sum().backward();
-    EXPECT_LE(max_error(x.grad(), x64.grad()), 5e-5);
+    EXPECT_LE(relative_error(x.grad(), x64.grad()), 5e-5);
     const auto params = fused->named_parameters();
     const auto params64 = unfused->named_parameters();
     for (const auto& p : params)
-      EXPECT_LE(max_error(p.value().grad(), params64[p.key()].grad()), 5e-5) << p.key();
+      EXPECT_LE(relative_error(p.value().grad(), params64[p.key()].grad()), 5e-5) << p.key();
   }
 }
 
@@ -263,7 +263,7 @@ TEST(FusedAttention, ModuleUnderCpuAutocastWidensItsBfloat16Projections) {
     EXPECT_TRUE(torch::equal(got, want)) << (cross ? "cross" : "self");
     const at::Tensor exact =
         unfused->forward(x.to(at::kDouble), cross ? memory.to(at::kDouble) : at::Tensor(), mask);
-    EXPECT_LE(max_error(got, exact), 0.05) << (cross ? "cross" : "self");
+    EXPECT_LE(relative_error(got, exact), 0.05) << (cross ? "cross" : "self");
   }
 }
 
@@ -294,7 +294,7 @@ TEST(HeadAttention, StridedQueriesAndCacheMatchTheDefinition) {
       for (const int64_t steps : {1, 7, 16, 17, 20, 33}) {
         const at::Tensor k = k_cache.narrow(2, 0, steps), v = v_cache.narrow(2, 0, steps);
         ASSERT_TRUE(head_attention_applies(q, k, v, {}));
-        EXPECT_LE(max_error(head_attention(q, k, v, {}), head_reference(q, k, v, {})), 2e-6)
+        EXPECT_LE(relative_error(head_attention(q, k, v, {}), head_reference(q, k, v, {})), 2e-6)
             << steps << " steps";
       }
       // Cross-attention: each example's 4 beams query its encoder keys and
@@ -307,23 +307,23 @@ TEST(HeadAttention, StridedQueriesAndCacheMatchTheDefinition) {
                                             {1, 2, 3, 0, 0, 0, 0, 0, 0},
                                             {1, 2, 3, 4, 5, 6, 7, 8, 0}});
       const at::Tensor mask = padding_mask(ids);
-      EXPECT_LE(
-          max_error(head_attention(beams_q, ck, cv, mask), head_reference(beams_q, ck, cv, mask)),
-          2e-6);
+      EXPECT_LE(relative_error(head_attention(beams_q, ck, cv, mask),
+                               head_reference(beams_q, ck, cv, mask)),
+                2e-6);
       // The projection's own views (k and v side by side in one tensor).
-      EXPECT_LE(max_error(head_attention(beams_q, split[0], split[1], mask),
-                          head_reference(beams_q, split[0], split[1], mask)),
+      EXPECT_LE(relative_error(head_attention(beams_q, split[0], split[1], mask),
+                               head_reference(beams_q, split[0], split[1], mask)),
                 2e-6);
       // More queries than a decoding step's (the register-blocked products).
       const at::Tensor many_q = heads_of(torch::randn({batch, 12, hidden}), 1, heads)[0];
-      EXPECT_LE(
-          max_error(head_attention(many_q, ck, cv, mask), head_reference(many_q, ck, cv, mask)),
-          2e-6);
+      EXPECT_LE(relative_error(head_attention(many_q, ck, cv, mask),
+                               head_reference(many_q, ck, cv, mask)),
+                2e-6);
       // A mask varying over every dimension.
       const at::Tensor full = torch::randn({batch, heads, 4, 9});
-      EXPECT_LE(
-          max_error(head_attention(beams_q, ck, cv, full), head_reference(beams_q, ck, cv, full)),
-          2e-6);
+      EXPECT_LE(relative_error(head_attention(beams_q, ck, cv, full),
+                               head_reference(beams_q, ck, cv, full)),
+                2e-6);
     }
   }
 }
@@ -422,7 +422,8 @@ TEST(HeadAttention, RowsReadTheCacheThroughTheirIndex) {
         ASSERT_TRUE(head_attention_applies(q, k, v, {}, rows));
         const at::Tensor got = head_attention(q, k, v, {}, rows);
         EXPECT_TRUE(got.equal(head_attention(q, gathered_k, gathered_v, {}))) << steps;
-        EXPECT_LE(max_error(got, head_reference(q, gathered_k, gathered_v, {})), 2e-6) << steps;
+        EXPECT_LE(relative_error(got, head_reference(q, gathered_k, gathered_v, {})), 2e-6)
+            << steps;
         const at::Tensor mask = torch::randn({batch, heads, 2, steps});
         EXPECT_TRUE(head_attention(q, k, v, mask, rows)
                         .equal(head_attention(q, gathered_k, gathered_v, mask)))
@@ -465,8 +466,8 @@ TEST(HeadAttention, EveryBuildOfItsLoopsAgrees) {
       for (const KernelBuild build : builds) {
         const at::Tensor self = head_attention_with_build(build, one_query, k, v, {}, rows);
         const at::Tensor cross = head_attention_with_build(build, four_queries, k, v, mask, {});
-        EXPECT_LE(max_error(self, self_want), 2e-6) << static_cast<int>(build);
-        EXPECT_LE(max_error(cross, cross_want), 2e-6) << static_cast<int>(build);
+        EXPECT_LE(relative_error(self, self_want), 2e-6) << static_cast<int>(build);
+        EXPECT_LE(relative_error(cross, cross_want), 2e-6) << static_cast<int>(build);
         if (build == KernelBuild::kPortable) continue;
         if (!self_first.defined()) {
           self_first = self;
@@ -552,7 +553,7 @@ TEST(HeadAttention, AttendWithoutAGradientAgreesWithTheUnfusedPath) {
   auto [k, v] = attention->project_kv(memory);
   ASSERT_TRUE(q.requires_grad());
   const at::Tensor unfused = attention->attend(q, k, v, mask);
-  EXPECT_LE(max_error(fused, unfused.detach()), 2e-6);
+  EXPECT_LE(relative_error(fused, unfused.detach()), 2e-6);
 }
 
 // LibTorch's fused attention, which attend takes on a GPU, run here on the
@@ -582,11 +583,11 @@ TEST(LibraryAttention, MatchesTheDefinitionWithGradients) {
     const at::Tensor got = library_attention(q, k, v, c.mask, 0.0);
     const at::Tensor want = head_reference(q, k, v, c.mask);  // double, from the same leaves
     ASSERT_EQ(got.sizes(), want.sizes());
-    EXPECT_LE(max_error(got, want), 2e-6);
+    EXPECT_LE(relative_error(got, want), 2e-6);
     const at::Tensor upstream = torch::randn(got.sizes());
     const auto got_grads = torch::autograd::grad({got}, {q, k, v}, {upstream});
     const auto want_grads = torch::autograd::grad({want}, {q, k, v}, {upstream.to(at::kDouble)});
-    for (int i = 0; i < 3; ++i) EXPECT_LE(max_error(got_grads[i], want_grads[i]), 1e-5) << i;
+    for (int i = 0; i < 3; ++i) EXPECT_LE(relative_error(got_grads[i], want_grads[i]), 1e-5) << i;
   }
 }
 
@@ -606,7 +607,7 @@ TEST(LibraryAttention, DropoutAndAFullyMaskedRowInFloat16) {
   const at::Tensor half =
       library_attention(q.to(at::kHalf), k.to(at::kHalf), v.to(at::kHalf), padding_mask(ids), 0.0);
   EXPECT_TRUE(half.isfinite().all().item<bool>());  // example 1 masks every key
-  EXPECT_LE(max_error(half[0], head_reference(q, k, v, padding_mask(ids))[0]), 5e-3);
+  EXPECT_LE(relative_error(half[0], head_reference(q, k, v, padding_mask(ids))[0]), 5e-3);
 }
 
 }  // namespace

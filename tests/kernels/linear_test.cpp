@@ -25,7 +25,7 @@ Result run(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const 
   return {y.detach(), xl.grad(), wl.grad(), bl.defined() ? bl.grad() : at::Tensor()};
 }
 
-double max_error(const at::Tensor& got, const at::Tensor& want) {
+double max_abs_error(const at::Tensor& got, const at::Tensor& want) {
   return (got.to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>();
 }
 
@@ -57,14 +57,14 @@ TEST(LinearTest, ForwardAndGradientsMatchTheDefinitionInDouble) {
                 grad.to(at::kDouble), true);
         EXPECT_EQ(got.y.sizes(), want.y.sizes());
         EXPECT_EQ(got.dx.sizes(), x.sizes());
-        EXPECT_LT(max_error(got.y, want.y), 1e-4)
+        EXPECT_LT(max_abs_error(got.y, want.y), 1e-4)
             << outputs << " outputs, bias " << bias << " " << x.sizes();
-        EXPECT_LT(max_error(got.dx, want.dx), 1e-4)
+        EXPECT_LT(max_abs_error(got.dx, want.dx), 1e-4)
             << outputs << " outputs, bias " << bias << " " << x.sizes();
-        EXPECT_LT(max_error(got.dw, want.dw), 1e-3)
+        EXPECT_LT(max_abs_error(got.dw, want.dw), 1e-3)
             << outputs << " outputs, bias " << bias << " " << x.sizes();
         if (bias) {
-          EXPECT_LT(max_error(got.db, want.db), 1e-4) << outputs << " outputs " << x.sizes();
+          EXPECT_LT(max_abs_error(got.db, want.db), 1e-4) << outputs << " outputs " << x.sizes();
         }
         // Without gradients, the same forward.
         torch::NoGradGuard no_grad;
@@ -90,9 +90,10 @@ TEST(LinearTest, TurnedProductsAgreeWithTheProductsAsTheyCome) {
     const Result plain = run(x, w, b, grad, false);
     set_linear_transposes(true);
     const Result transposed = run(x, w, b, grad, false);
-    for (const auto& [got, want] : {std::pair{transposed.y, plain.y}, std::pair{transposed.dx, plain.dx},
-                                    std::pair{transposed.dw, plain.dw}, std::pair{transposed.db, plain.db}})
-      EXPECT_LE(max_error(got, want), 2e-5 * want.abs().max().item<double>()) << outputs;
+    for (const auto& [got, want] :
+         {std::pair{transposed.y, plain.y}, std::pair{transposed.dx, plain.dx},
+          std::pair{transposed.dw, plain.dw}, std::pair{transposed.db, plain.db}})
+      EXPECT_LE(max_abs_error(got, want), 2e-5 * want.abs().max().item<double>()) << outputs;
   }
 }
 
@@ -103,11 +104,11 @@ TEST(LinearTest, GradientsOnlyWhereAskedAndEmptyBatches) {
   const at::Tensor x = torch::randn({5, 16});
   at::Tensor w = torch::randn({8, 16}).requires_grad_();
   kernels::linear(x, w, at::Tensor()).sum().backward();
-  EXPECT_LT(max_error(w.grad(), at::ones({5, 8}).t().mm(x)), 1e-5);
+  EXPECT_LT(max_abs_error(w.grad(), at::ones({5, 8}).t().mm(x)), 1e-5);
   at::Tensor xl = x.clone().requires_grad_();
   const at::Tensor frozen = torch::randn({8, 16});
   kernels::linear(xl, frozen, at::Tensor()).sum().backward();
-  EXPECT_LT(max_error(xl.grad(), at::ones({5, 8}).mm(frozen)), 1e-5);
+  EXPECT_LT(max_abs_error(xl.grad(), at::ones({5, 8}).mm(frozen)), 1e-5);
 
   at::Tensor empty = torch::randn({0, 16}).requires_grad_();
   at::Tensor w2 = torch::randn({8, 16}).requires_grad_();
@@ -172,7 +173,7 @@ TEST(EmbeddingRowsTest, SparseGradientsAddIntoTheTiedProjectionsDenseOne) {
   loss(want, false, true).backward();
   ASSERT_TRUE(w.grad().defined());
   EXPECT_EQ(w.grad().layout(), at::kStrided);
-  EXPECT_LT(max_error(w.grad(), want.grad()), 1e-5);
+  EXPECT_LT(max_abs_error(w.grad(), want.grad()), 1e-5);
 
   at::Tensor bare = table.clone().requires_grad_();
   loss(bare, true, false).backward();
@@ -180,7 +181,7 @@ TEST(EmbeddingRowsTest, SparseGradientsAddIntoTheTiedProjectionsDenseOne) {
   const at::Tensor rows_added = at::zeros({50, 8})
                                     .index_add_(0, ids.flatten(), r1.view({-1, 8}))
                                     .index_add_(0, ids2.flatten(), r2.view({-1, 8}));
-  EXPECT_LT(max_error(bare.grad().to_dense(), rows_added), 1e-6);
+  EXPECT_LT(max_abs_error(bare.grad().to_dense(), rows_added), 1e-6);
   // Without a gradient: at::embedding's rows, bit for bit.
   EXPECT_TRUE(embedding_rows(table, ids).equal(at::embedding(table, ids)));
 }

@@ -25,14 +25,14 @@ using garden::nlp::length_normalization;
 using garden::nlp::sequence_beam_search;
 using garden::nlp::SymbolsToLogitsFn;
 
-constexpr int64_t kVocab = 5;
+constexpr int64_t kBeamVocab = 5;
 constexpr int64_t kEos = 1;
 
 // Log-probabilities [examples, steps, prev token, next token].
 at::Tensor random_table(int64_t examples, int64_t steps, uint64_t seed) {
   torch::manual_seed(seed);
-  return torch::log_softmax(torch::randn({examples, steps, kVocab, kVocab}, torch::kDouble) * 2.0,
-                            -1);
+  return torch::log_softmax(
+      torch::randn({examples, steps, kBeamVocab, kBeamVocab}, torch::kDouble) * 2.0, -1);
 }
 
 // The model reads its example index from cache["example"], so a row that
@@ -63,7 +63,7 @@ Scored exhaustive_best(const at::Tensor& table, int64_t example, int64_t initial
   std::function<void(int64_t, double)> visit = [&](int64_t prev, double log_prob) {
     const int64_t step = static_cast<int64_t>(tokens.size());
     if (step == max_length) return;
-    for (int64_t token = 0; token < kVocab; ++token) {
+    for (int64_t token = 0; token < kBeamVocab; ++token) {
       const double next = log_prob + lp[step][prev][token].item<double>();
       tokens.push_back(token);
       if (token == kEos) {
@@ -114,7 +114,7 @@ TEST(SequenceBeamSearch, FullBeamMatchesExhaustiveSearch) {
     for (double alpha : {0.0, 0.6, 1.5}) {
       const BeamSearchResult result =
           sequence_beam_search(table_model(table), torch::tensor(initial), example_cache({0, 1, 2}),
-                               kVocab, beam, alpha, max_length, kEos);
+                               kBeamVocab, beam, alpha, max_length, kEos);
       ASSERT_EQ(result.sequences.size(1), beam);
       for (int64_t e = 0; e < 3; ++e) {
         const Scored best = exhaustive_best(table, e, initial[e], max_length, alpha);
@@ -135,7 +135,7 @@ TEST(SequenceBeamSearch, ScoresAreSortedAndRecomputable) {
   const at::Tensor table = random_table(2, max_length, 7);
   const BeamSearchResult result =
       sequence_beam_search(table_model(table), torch::tensor(std::vector<int64_t>{0, 4}),
-                           example_cache({0, 1}), kVocab, 3, alpha, max_length, kEos);
+                           example_cache({0, 1}), kBeamVocab, 3, alpha, max_length, kEos);
   for (int64_t e = 0; e < 2; ++e) {
     for (int64_t k = 0; k < 3; ++k) {
       const double score = result.scores[e][k].item<double>();
@@ -154,13 +154,14 @@ TEST(SequenceBeamSearch, BeamOneEqualsGreedyArgmax) {
   for (uint64_t seed : {11, 12, 13}) {
     for (int64_t eos_step : {2, 100}) {  // EOS wins at step 2, or never
       torch::manual_seed(seed);
-      at::Tensor logits = torch::randn({3, max_length, kVocab, kVocab}, torch::kDouble);
+      at::Tensor logits = torch::randn({3, max_length, kBeamVocab, kBeamVocab}, torch::kDouble);
       logits.select(3, kEos).fill_(-20.0);
       if (eos_step < max_length) logits.select(1, eos_step).select(2, kEos).fill_(20.0);
       const at::Tensor table = torch::log_softmax(logits, -1);
       const at::Tensor initial = torch::tensor(std::vector<int64_t>{0, 2, 4});
-      const BeamSearchResult beam = sequence_beam_search(
-          table_model(table), initial, example_cache({0, 1, 2}), kVocab, 1, 0.0, max_length, kEos);
+      const BeamSearchResult beam =
+          sequence_beam_search(table_model(table), initial, example_cache({0, 1, 2}), kBeamVocab, 1,
+                               0.0, max_length, kEos);
       const BeamSearchResult greedy =
           greedy_decode(table_model(table), initial, example_cache({0, 1, 2}), max_length, kEos);
       const int64_t length = std::max(beam.sequences.size(2), greedy.sequences.size(2));
@@ -189,14 +190,14 @@ TEST(SequenceBeamSearch, EosFinishesASequence) {
   const double alpha = 0.6;
   torch::manual_seed(41);
   // Make [3, EOS] overwhelmingly likely from initial id 0.
-  at::Tensor logits = torch::randn({1, max_length, kVocab, kVocab}, torch::kDouble);
+  at::Tensor logits = torch::randn({1, max_length, kBeamVocab, kBeamVocab}, torch::kDouble);
   logits[0][0][0][3] = 12.0;
   logits[0][1][3][kEos] = 12.0;
   const at::Tensor table = torch::log_softmax(logits, -1);
   int calls = 0;
   const BeamSearchResult result =
       sequence_beam_search(table_model(table, &calls), torch::tensor(std::vector<int64_t>{0}),
-                           example_cache({0}), kVocab, 2, alpha, max_length, kEos);
+                           example_cache({0}), kBeamVocab, 2, alpha, max_length, kEos);
   const at::Tensor best = result.sequences[0][0];
   EXPECT_EQ(best[1].item<int64_t>(), 3);
   EXPECT_EQ(best[2].item<int64_t>(), kEos);
@@ -209,7 +210,7 @@ TEST(SequenceBeamSearch, EosFinishesASequence) {
   calls = 0;
   const BeamSearchResult single =
       sequence_beam_search(table_model(table, &calls), torch::tensor(std::vector<int64_t>{0}),
-                           example_cache({0}), kVocab, 1, alpha, max_length, kEos);
+                           example_cache({0}), kBeamVocab, 1, alpha, max_length, kEos);
   EXPECT_EQ(calls, 2);
   EXPECT_EQ(to_vector(single.sequences[0][0]), (std::vector<int64_t>{0, 3, kEos}));
   for (int64_t k = 0; k < 2; ++k) {
@@ -232,11 +233,11 @@ TEST(SequenceBeamSearch, BatchEqualsEachExampleAlone) {
   const std::vector<int64_t> initial = {2, 0, 4};
   const BeamSearchResult batch =
       sequence_beam_search(table_model(table), torch::tensor(initial), example_cache({0, 1, 2}),
-                           kVocab, beam, alpha, max_length, kEos);
+                           kBeamVocab, beam, alpha, max_length, kEos);
   for (int64_t e = 0; e < 3; ++e) {
     const BeamSearchResult alone =
         sequence_beam_search(table_model(table), torch::tensor(std::vector<int64_t>{initial[e]}),
-                             example_cache({e}), kVocab, beam, alpha, max_length, kEos);
+                             example_cache({e}), kBeamVocab, beam, alpha, max_length, kEos);
     const int64_t length = std::max(batch.sequences.size(2), alone.sequences.size(2));
     for (int64_t k = 0; k < beam; ++k) {
       // A longer batch run may fill finished slots the lone run left empty.
@@ -270,7 +271,8 @@ TEST(SequenceBeamSearch, CacheRowsFollowTheirBeams) {
   Cache cache = example_cache({0, 1});
   cache["history"] = torch::zeros({2, 0}, torch::kLong);
   cache["initial"] = torch::tensor(initial);
-  sequence_beam_search(model, torch::tensor(initial), cache, kVocab, beam, 0.6, max_length, kEos);
+  sequence_beam_search(model, torch::tensor(initial), cache, kBeamVocab, beam, 0.6, max_length,
+                       kEos);
   EXPECT_GT(calls, 1);
   EXPECT_EQ(mismatches, 0);
 }
@@ -279,7 +281,7 @@ TEST(SequenceBeamSearch, MaxDecodeLengthIsRespected) {
   const int64_t max_length = 3;
   const double alpha = 1.0;
   torch::manual_seed(51);
-  at::Tensor logits = torch::randn({2, max_length, kVocab, kVocab}, torch::kDouble);
+  at::Tensor logits = torch::randn({2, max_length, kBeamVocab, kBeamVocab}, torch::kDouble);
   logits.select(3, kEos).fill_(-30.0);  // nothing ever finishes
   const at::Tensor table = torch::log_softmax(logits, -1);
   std::vector<int64_t> steps;
@@ -290,7 +292,7 @@ TEST(SequenceBeamSearch, MaxDecodeLengthIsRespected) {
   };
   const BeamSearchResult result =
       sequence_beam_search(model, torch::tensor(std::vector<int64_t>{0, 2}), example_cache({0, 1}),
-                           kVocab, 2, alpha, max_length, kEos);
+                           kBeamVocab, 2, alpha, max_length, kEos);
   EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2}));
   EXPECT_EQ(result.sequences.sizes(), (std::vector<int64_t>{2, 2, max_length + 1}));
   // Nothing finished: the alive sequences come back with raw log-probabilities.
@@ -304,7 +306,7 @@ TEST(SequenceBeamSearch, MaxDecodeLengthIsRespected) {
 
   const BeamSearchResult none =
       sequence_beam_search(model, torch::tensor(std::vector<int64_t>{0, 2}), example_cache({0, 1}),
-                           kVocab, 2, alpha, 0, kEos);
+                           kBeamVocab, 2, alpha, 0, kEos);
   EXPECT_EQ(none.sequences.sizes(), (std::vector<int64_t>{2, 2, 1}));
   EXPECT_EQ(steps.size(), 3u);
 }
@@ -315,15 +317,16 @@ TEST(SequenceBeamSearch, EachExampleHasItsOwnLimit) {
   const int64_t longest = 6;
   const std::vector<int64_t> limits = {2, 6, 0, 4};
   torch::manual_seed(61);
-  at::Tensor logits = torch::randn({4, longest, kVocab, kVocab}, torch::kDouble);
+  at::Tensor logits = torch::randn({4, longest, kBeamVocab, kBeamVocab}, torch::kDouble);
   // Nothing can finish, so every row runs to its limit, nor decode the padding id.
   logits.select(3, kEos).fill_(-std::numeric_limits<double>::infinity());
   logits.select(3, 0).fill_(-std::numeric_limits<double>::infinity());
   const at::Tensor table = torch::log_softmax(logits, -1);
   const at::Tensor initial = torch::tensor(std::vector<int64_t>{2, 3, 4, 2});
   const at::Tensor max_lengths = torch::tensor(limits);
-  const BeamSearchResult beam = sequence_beam_search(
-      table_model(table), initial, example_cache({0, 1, 2, 3}), kVocab, 3, 0.6, max_lengths, kEos);
+  const BeamSearchResult beam =
+      sequence_beam_search(table_model(table), initial, example_cache({0, 1, 2, 3}), kBeamVocab, 3,
+                           0.6, max_lengths, kEos);
   const BeamSearchResult greedy =
       greedy_decode(table_model(table), initial, example_cache({0, 1, 2, 3}), max_lengths, kEos);
   EXPECT_EQ(beam.sequences.size(2), longest + 1);
@@ -338,7 +341,7 @@ TEST(SequenceBeamSearch, EachExampleHasItsOwnLimit) {
     }
     const at::Tensor one = initial.slice(0, e, e + 1);
     const BeamSearchResult beam_alone = sequence_beam_search(
-        table_model(table), one, example_cache({e}), kVocab, 3, 0.6, limit, kEos);
+        table_model(table), one, example_cache({e}), kBeamVocab, 3, 0.6, limit, kEos);
     const BeamSearchResult greedy_alone =
         greedy_decode(table_model(table), one, example_cache({e}), limit, kEos);
     EXPECT_TRUE(pad_to(beam_alone.sequences[0], longest + 1).equal(beam.sequences[e]))
@@ -350,15 +353,15 @@ TEST(SequenceBeamSearch, EachExampleHasItsOwnLimit) {
                 1e-12);
   }
   EXPECT_THROW(
-      sequence_beam_search(table_model(table), initial, example_cache({0, 1, 2, 3}), kVocab, 3, 0.6,
-                           torch::tensor(std::vector<int64_t>{1, 2}), kEos),
+      sequence_beam_search(table_model(table), initial, example_cache({0, 1, 2, 3}), kBeamVocab, 3,
+                           0.6, torch::tensor(std::vector<int64_t>{1, 2}), kEos),
       garden::Error);
 }
 
 // Two examples: example 0 finishes at once, example 1 never does.
 at::Tensor one_quick_one_endless(int64_t max_length) {
   torch::manual_seed(71);
-  at::Tensor logits = torch::randn({2, max_length, kVocab, kVocab}, torch::kDouble);
+  at::Tensor logits = torch::randn({2, max_length, kBeamVocab, kBeamVocab}, torch::kDouble);
   logits[0][0][0][kEos] = 15.0;
   logits[1].select(2, kEos).fill_(-30.0);
   return torch::log_softmax(logits, -1);
@@ -373,10 +376,10 @@ TEST(SequenceBeamSearch, ADoneExampleStaysAsItWouldAlone) {
   const at::Tensor table = one_quick_one_endless(max_length);
   const BeamSearchResult batch =
       sequence_beam_search(table_model(table), torch::tensor(std::vector<int64_t>{0, 0}),
-                           example_cache({0, 1}), kVocab, beam, 0.6, max_length, kEos);
+                           example_cache({0, 1}), kBeamVocab, beam, 0.6, max_length, kEos);
   const BeamSearchResult alone =
       sequence_beam_search(table_model(table), torch::tensor(std::vector<int64_t>{0}),
-                           example_cache({0}), kVocab, beam, 0.6, max_length, kEos);
+                           example_cache({0}), kBeamVocab, beam, 0.6, max_length, kEos);
   ASSERT_LT(alone.sequences.size(2), batch.sequences.size(2));
   EXPECT_TRUE(pad_to(alone.sequences[0], batch.sequences.size(2)).equal(batch.sequences[0]));
   EXPECT_TRUE(torch::equal(alone.scores[0], batch.scores[0]));
@@ -396,14 +399,14 @@ TEST(SequenceBeamSearch, DoneExamplesLeaveTheBatch) {
   };
   const BeamSearchResult batch =
       sequence_beam_search(model, torch::tensor(std::vector<int64_t>{0, 0}), example_cache({0, 1}),
-                           kVocab, beam, 0.6, max_length, kEos);
+                           kBeamVocab, beam, 0.6, max_length, kEos);
   ASSERT_EQ(rows.size(), static_cast<std::size_t>(max_length));
   EXPECT_EQ(rows.front(), 2 * beam);
   EXPECT_EQ(rows.back(), beam);
   for (int64_t e = 0; e < 2; ++e) {
     const BeamSearchResult alone =
         sequence_beam_search(table_model(table), torch::tensor(std::vector<int64_t>{0}),
-                             example_cache({e}), kVocab, beam, 0.6, max_length, kEos);
+                             example_cache({e}), kBeamVocab, beam, 0.6, max_length, kEos);
     EXPECT_TRUE(pad_to(alone.sequences[0], batch.sequences.size(2)).equal(batch.sequences[e]));
     EXPECT_TRUE(torch::equal(alone.scores[0], batch.scores[e]));
   }
@@ -443,14 +446,14 @@ TEST(SequenceBeamSearch, StepsAndPerExampleEntriesFollowTheirBeams) {
   Cache cache{{"per_example/example", torch::tensor(std::vector<int64_t>{0, 1, 2})},
               {"steps/history", torch::full({3, 1, max_length}, -1, torch::kLong)},
               {"steps/keys", torch::full({3, 2, max_length, 3}, -1.0f)}};
-  const BeamSearchResult got = sequence_beam_search(model, torch::tensor(initial), cache, kVocab,
-                                                    beam, 0.6, max_length, kEos);
+  const BeamSearchResult got = sequence_beam_search(model, torch::tensor(initial), cache,
+                                                    kBeamVocab, beam, 0.6, max_length, kEos);
   EXPECT_EQ(mismatches, 0);
   EXPECT_LE(buffers.size(), 2u + 3u);  // two buffers, new ones only when examples leave
   // The same search through the plain, always reordered, entry.
   const BeamSearchResult plain =
       sequence_beam_search(table_model(table), torch::tensor(initial), example_cache({0, 1, 2}),
-                           kVocab, beam, 0.6, max_length, kEos);
+                           kBeamVocab, beam, 0.6, max_length, kEos);
   EXPECT_TRUE(got.sequences.equal(plain.sequences));
   EXPECT_TRUE(torch::equal(got.scores, plain.scores));
 }
@@ -469,7 +472,7 @@ TEST(SequenceBeamSearch, CacheEntriesWithTheWrongRowsAreNamed) {
       return logits;
     };
     try {
-      sequence_beam_search(model, initial, example_cache({0, 1}), kVocab, 3, 0.6, 4, kEos);
+      sequence_beam_search(model, initial, example_cache({0, 1}), kBeamVocab, 3, 0.6, 4, kEos);
     } catch (const garden::Error& e) {
       return std::string(e.what());
     }
@@ -482,15 +485,16 @@ TEST(SequenceBeamSearch, CacheEntriesWithTheWrongRowsAreNamed) {
             "beam search: cache entry 'per_example/extra' returned by symbols_to_logits_fn must "
             "have 2 rows on dim 0");
   Cache per_beam{{"per_example/encoder", torch::zeros({6})}};
-  EXPECT_THROW(sequence_beam_search(table_model(table), initial, per_beam, kVocab, 3, 0.6, 4, kEos),
-               garden::Error);
+  EXPECT_THROW(
+      sequence_beam_search(table_model(table), initial, per_beam, kBeamVocab, 3, 0.6, 4, kEos),
+      garden::Error);
 }
 
 // Greedy rows leave as they end (their EOS or their own limit).
 TEST(GreedyDecode, FinishedRowsLeaveTheBatch) {
   const int64_t max_length = 5;
   torch::manual_seed(72);
-  at::Tensor logits = torch::randn({3, max_length, kVocab, kVocab}, torch::kDouble);
+  at::Tensor logits = torch::randn({3, max_length, kBeamVocab, kBeamVocab}, torch::kDouble);
   logits.select(3, kEos).fill_(-30.0);  // no EOS: each row runs to its limit
   const at::Tensor table = torch::log_softmax(logits, -1);
   std::vector<int64_t> rows;
@@ -547,7 +551,7 @@ TEST(SequenceBeamSearch, HostAndTensorStateGiveTheSameBits) {
   const int64_t longest = 6;
   for (const Case& c : cases) {
     torch::manual_seed(c.seed);
-    at::Tensor logits = torch::randn({5, longest, kVocab, kVocab}, torch::kDouble) * 2.0;
+    at::Tensor logits = torch::randn({5, longest, kBeamVocab, kBeamVocab}, torch::kDouble) * 2.0;
     logits.select(3, kEos).add_(c.eos_boost);
     const at::Tensor table = torch::log_softmax(logits, -1);
     const SymbolsToLogitsFn base = table_model(table);
@@ -570,13 +574,13 @@ TEST(SequenceBeamSearch, HostAndTensorStateGiveTheSameBits) {
     cache["per_example/initial"] = torch::tensor(initial);
     const at::Tensor limits = torch::tensor(c.limits);
     const BeamSearchResult host =
-        sequence_beam_search(model, torch::tensor(initial), cache, kVocab, c.beam, c.alpha, limits,
-                             kEos, BeamSearchState::kHost);
+        sequence_beam_search(model, torch::tensor(initial), cache, kBeamVocab, c.beam, c.alpha,
+                             limits, kEos, BeamSearchState::kHost);
     for (auto& [name, tensor] : cache) tensor = tensor.clone();  // the search wrote the history
     cache["steps/history"].zero_();
     const BeamSearchResult tensors =
-        sequence_beam_search(model, torch::tensor(initial), cache, kVocab, c.beam, c.alpha, limits,
-                             kEos, BeamSearchState::kTensors);
+        sequence_beam_search(model, torch::tensor(initial), cache, kBeamVocab, c.beam, c.alpha,
+                             limits, kEos, BeamSearchState::kTensors);
     EXPECT_EQ(mismatches, 0) << "seed " << c.seed;
     EXPECT_TRUE(host.sequences.equal(tensors.sequences)) << "seed " << c.seed;
     EXPECT_TRUE(host.scores.equal(tensors.scores)) << "seed " << c.seed << "\n"
@@ -585,7 +589,7 @@ TEST(SequenceBeamSearch, HostAndTensorStateGiveTheSameBits) {
     // The default is the host search for CPU ids.
     cache["steps/history"].zero_();
     const BeamSearchResult chosen = sequence_beam_search(model, torch::tensor(initial), cache,
-                                                         kVocab, c.beam, c.alpha, limits, kEos);
+                                                         kBeamVocab, c.beam, c.alpha, limits, kEos);
     EXPECT_TRUE(chosen.scores.equal(host.scores)) << "seed " << c.seed;
   }
 }

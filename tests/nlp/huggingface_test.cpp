@@ -73,13 +73,6 @@ garden::nlp::BertEncoderOptions fixture_options(bool electra) {
   return o;
 }
 
-double max_difference(const at::Tensor& a, const at::Tensor& b) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
-std::string error_text(const std::function<void()>& f) { return garden_test::error_of(f); }
-
 class HuggingFaceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { garden::register_builtins(); }
@@ -109,7 +102,7 @@ TEST_F(HuggingFaceTest, BertAndElectraEncodersGiveTransformersOutputs) {
               static_cast<int64_t>(encoder->parameters().size()));
     torch::NoGradGuard no_grad;
     const at::Tensor out = encoder->forward(in.ids, in.mask, in.types);
-    EXPECT_LT(max_difference(out, expected(model, "last_hidden_state")), 1e-5);
+    EXPECT_LT(garden_test::max_abs_difference(out, expected(model, "last_hidden_state")), 1e-5);
   }
 }
 
@@ -143,7 +136,7 @@ TEST_F(HuggingFaceTest, WritingBackGivesTheFilesNamesShapesAndValues) {
       EXPECT_EQ(config.at("embedding_size"), 16);
     }
   }
-  EXPECT_NE(error_text([] {
+  EXPECT_NE(garden_test::error_of([] {
               garden::nlp::huggingface_encoder_config(fixture_options(true), "bert");
             }).find("export it as electra"),
             std::string::npos);
@@ -184,7 +177,7 @@ TEST_F(HuggingFaceTest, ASequenceClassifierFineTunesFromItsDirectoryWithTheSameL
               {{"input_word_ids", in.ids}, {"input_mask", in.mask}, {"input_type_ids", in.types}},
               false)
           .at("logits");
-  EXPECT_LT(max_difference(logits, expected("bert_classifier", "logits")), 1e-5);
+  EXPECT_LT(garden_test::max_abs_difference(logits, expected("bert_classifier", "logits")), 1e-5);
   // Exported back (garden export --format=huggingface): the file's own
   // names, shapes and values, so transformers loads it unchanged.
   const auto exported = garden::nlp::huggingface_export(*task, *model);
@@ -200,7 +193,7 @@ TEST_F(HuggingFaceTest, ASequenceClassifierFineTunesFromItsDirectoryWithTheSameL
   garden::nlp::write_huggingface_dir(exported, {}, out.string());
   EXPECT_EQ(garden::nlp::read_huggingface_dir(out.string()).tensors.size(),
             original.tensors.size());
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::write_huggingface_dir(exported, {}, out.string());
             }).find("exists"),
             std::string::npos);
@@ -222,7 +215,7 @@ TEST_F(HuggingFaceTest, ASequenceClassifierFineTunesFromItsDirectoryWithTheSameL
                                      "task.model.encoder.bert.embedding_size=16");
   task = garden::get_task(experiment->task, "");
   model = task->build_model();
-  const std::string no_pooler = error_text([&] { task->initialize(*model); });
+  const std::string no_pooler = garden_test::error_of([&] { task->initialize(*model); });
   EXPECT_NE(no_pooler.find("has no tensor 'electra.pooler.dense.bias'"), std::string::npos)
       << no_pooler;
 }
@@ -234,21 +227,21 @@ TEST_F(HuggingFaceTest, MismatchesAreOneLineNamingTheKeyOrTensor) {
                                           "task.model.encoder.bert.intermediate_size=128");
   auto task = garden::get_task(experiment->task, "");
   auto model = task->build_model();
-  EXPECT_NE(error_text([&] { task->initialize(*model); })
+  EXPECT_NE(garden_test::error_of([&] { task->initialize(*model); })
                 .find("bert/config.json: intermediate_size 64 differs from "
                       "task.model.encoder.bert.intermediate_size 128"),
             std::string::npos);
   auto options = fixture_options(false);
   options.hidden_activation = "relu";
   const auto hf = garden::nlp::read_huggingface_dir((kFixtures / "bert").string());
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::check_huggingface_encoder_config(hf, options, "x.");
             }).find("hidden_act 'gelu' differs from x.hidden_activation 'relu'"),
             std::string::npos);
   // A tensor of the wrong shape names it, the shape found and the one
   // expected.
   garden::nlp::BertEncoder encoder(fixture_options(false));
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::load_named_tensors(
                   *encoder, {{"type_embeddings.weight", at::zeros({3, 32})}}, "here");
             }).find("here: type_embeddings.weight is [3, 32], expected [2, 32]"),
@@ -257,7 +250,7 @@ TEST_F(HuggingFaceTest, MismatchesAreOneLineNamingTheKeyOrTensor) {
   fs::create_directories(dir_ / "pickle");
   std::ofstream(dir_ / "pickle" / "config.json") << R"({"model_type": "bert"})";
   std::ofstream(dir_ / "pickle" / "pytorch_model.bin") << "PK";
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::read_huggingface_dir((dir_ / "pickle").string());
             }).find("pytorch_model.bin: LibTorch cannot unpickle it ("),
             std::string::npos);
@@ -265,7 +258,7 @@ TEST_F(HuggingFaceTest, MismatchesAreOneLineNamingTheKeyOrTensor) {
   std::ofstream(dir_ / "gpt" / "config.json") << R"({"model_type": "gpt2"})";
   fs::copy_file(kFixtures / "bert" / "model.safetensors", dir_ / "gpt" / "model.safetensors");
   const auto gpt = garden::nlp::read_huggingface_dir((dir_ / "gpt").string());
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::check_huggingface_encoder_config(gpt, fixture_options(false), "x.");
             }).find("model_type 'gpt2' is not an encoder Garden reads"),
             std::string::npos);
@@ -276,7 +269,7 @@ TEST_F(HuggingFaceTest, MismatchesAreOneLineNamingTheKeyOrTensor) {
                                      "task.model.encoder.bert.embedding_size=16");
   task = garden::get_task(experiment->task, "");
   model = task->build_model();
-  EXPECT_NE(error_text([&] { task->initialize(*model); })
+  EXPECT_NE(garden_test::error_of([&] { task->initialize(*model); })
                 .find("classifier.dense.bias (ElectraForSequenceClassification's head) has no "
                       "place in this task's model"),
             std::string::npos);
@@ -286,8 +279,9 @@ TEST_F(HuggingFaceTest, MismatchesAreOneLineNamingTheKeyOrTensor) {
                                      "task.init_checkpoint_modules=[encoder,decoder]");
   task = garden::get_task(experiment->task, "");
   model = task->build_model();
-  EXPECT_NE(error_text([&] { task->initialize(*model); }).find("'decoder' is not something"),
-            std::string::npos);
+  EXPECT_NE(
+      garden_test::error_of([&] { task->initialize(*model); }).find("'decoder' is not something"),
+      std::string::npos);
 }
 
 TEST_F(HuggingFaceTest, TokenizerJsonIsReadAsItsWordPieceVocabulary) {
@@ -308,13 +302,13 @@ TEST_F(HuggingFaceTest, TokenizerJsonIsReadAsItsWordPieceVocabulary) {
     EXPECT_EQ(from_json.encode(text), from_txt.encode(text)) << text;
   }
   // A normalizer that lowercases, read for a cased task; another model type.
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               garden::data::WordPieceTokenizer::from_vocab_file((bert / "tokenizer.json").string(),
                                                                 false);
             }).find("tokenizer.json: normalizer.lowercase true differs from do_lower_case false"),
             std::string::npos);
   std::ofstream(dir_ / "bpe.json") << R"({"model": {"type": "BPE", "vocab": {}}})";
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               garden::data::WordPieceTokenizer::from_vocab_file((dir_ / "bpe.json").string());
             }).find("bpe.json: model.type is not WordPiece"),
             std::string::npos);

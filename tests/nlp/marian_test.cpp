@@ -42,11 +42,6 @@ json expected_json() { return json::parse(std::ifstream(kMarian / "expected.json
 at::Tensor expected(const std::string& name) {
   return garden::read_safetensors((kMarian / "expected.safetensors").string()).tensors.at(name);
 }
-double max_difference(const at::Tensor& a, const at::Tensor& b) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-std::string error_text(const std::function<void()>& f) { return garden_test::error_of(f); }
 std::string slurp(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
@@ -148,11 +143,12 @@ TEST_F(MarianTest, EncoderOutputsAndLogitsAreTransformers) {
   const at::Tensor decoder_in = to_garden(expected("decoder_input_ids"), t);
   torch::NoGradGuard no_grad;
   const auto encoded = l.transformer().encode(source);
-  EXPECT_LT(max_difference(encoded.outputs, expected("encoder_last_hidden_state")), 1e-5);
+  EXPECT_LT(garden_test::max_abs_difference(encoded.outputs, expected("encoder_last_hidden_state")),
+            1e-5);
   const at::Tensor logits = l.transformer().forward(source, decoder_in);
   // Garden's logit g is the file's (g + pad) mod V.
   const at::Tensor reference = at::roll(expected("logits"), {-t.marian_pad_id()}, {2});
-  EXPECT_LT(max_difference(logits, reference), 1e-5);
+  EXPECT_LT(garden_test::max_abs_difference(logits, reference), 1e-5);
 }
 
 TEST_F(MarianTest, GreedyAndBeamSearchGiveTransformersTokens) {
@@ -214,7 +210,7 @@ TEST_F(MarianTest, TransformersRulesEndWithEosAtTheLimit) {
                 .size(),
             5u);
   // The tensor state (a GPU's search) does not run these rules: one line.
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::sequence_beam_search(
                   [](const at::Tensor& ids, int64_t, garden::nlp::Cache&) {
                     return at::zeros({ids.size(0), 4});
@@ -322,7 +318,7 @@ TEST_F(MarianTest, PytorchModelBinIsReadWhenLibTorchUnpicklesIt) {
       for (const auto& [name, tensor] : hf.tensors)
         EXPECT_TRUE(at::equal(tensor, original.tensors.at(name))) << name;
     } else {
-      EXPECT_NE(error_text([&] {
+      EXPECT_NE(garden_test::error_of([&] {
                   garden::nlp::read_huggingface_dir(dir.string());
                 }).find("pytorch_model.bin: LibTorch cannot unpickle it ("),
                 std::string::npos);
@@ -335,7 +331,7 @@ TEST_F(MarianTest, MismatchesAreOneLineNamingTheKey) {
     Loaded l;
     l.task = garden::get_task(marian_experiment(more)->task, "");
     l.model = l.task->build_model();
-    return error_text([&] { l.task->initialize(*l.model); });
+    return garden_test::error_of([&] { l.task->initialize(*l.model); });
   };
   EXPECT_NE(refused(",task.model.embedding_width=64")
                 .find("marian/config.json: d_model 32 differs from task.model.embedding_width 64"),
@@ -366,22 +362,22 @@ TEST_F(MarianTest, MismatchesAreOneLineNamingTheKey) {
   const auto t = MarianTokenizer::load((dir_ / "m").string());
   auto model = load().transformer().options();
   hf.tensors.erase("model.decoder.layers.1.fc2.bias");
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::marian_to_garden(hf, model, t.marian_pad_id());
             }).find("has no tensor 'model.decoder.layers.1.fc2.bias'"),
             std::string::npos);
   std::ofstream(dir_ / "m" / "vocab.json") << R"({"</s>": 0, "<unk>": 0})";
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               MarianTokenizer::load((dir_ / "m").string());
             }).find("vocab.json: id 0 is given to two pieces"),
             std::string::npos);
   std::ofstream(dir_ / "m" / "vocab.json") << R"({"</s>": 0, "<unk>": 1})";
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               MarianTokenizer::load((dir_ / "m").string());
             }).find("vocab.json has no '<pad>'"),
             std::string::npos);
   std::ofstream(dir_ / "m" / "target_vocab.json") << "{}";
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               MarianTokenizer::load((dir_ / "m").string());
             }).find("separate source and target vocabularies are not supported"),
             std::string::npos);
@@ -395,13 +391,13 @@ TEST_F(MarianTest, ModelGardenBlocksAreRefusedOnExport) {
   o.num_heads = 4;
   o.intermediate_size = 16;
   garden::nlp::Seq2SeqTransformer pre_ln(o);
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::garden_to_marian(*pre_ln, 7);
             }).find("MarianMT is post-layer-norm"),
             std::string::npos);
   o.norm_first = false;
   garden::nlp::Seq2SeqTransformer model_garden_positions(o);
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::garden_to_marian(*model_garden_positions, 7);
             }).find("trained with task.model.position_encoding model_garden"),
             std::string::npos);

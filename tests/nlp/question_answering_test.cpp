@@ -34,15 +34,8 @@ using garden::nlp::FinetuningTokenizer;
 using garden::nlp::SquadFeature;
 using json = nlohmann::json;
 
-std::string error_text(const std::function<void()>& f) { return garden_test::error_of(f); }
-
-std::string write(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-  return path.string();
-}
-
 // ids: [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4, then the words.
-const std::vector<std::string> kVocab = {
+const std::vector<std::string> kSquadVocab = {
     "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat",   "sat",  "on", "mat",
     "(",     ")",     "where", "is",    "?",      "dog", "##s",   "a",    "of", "and",
     "which", "fruit", "apple", "pear",  "plum",   "fig", "green", "tree", "by", "river"};
@@ -67,8 +60,8 @@ class QuestionAnsweringTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("question_answering_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
     std::string vocab;
-    for (const auto& token : kVocab) vocab += token + "\n";
-    vocab_ = write(dir_ / "vocab.txt", vocab);
+    for (const auto& token : kSquadVocab) vocab += token + "\n";
+    vocab_ = garden_test::write_text_file(dir_ / "vocab.txt", vocab);
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
   static std::shared_ptr<const FinetuningTokenizer> tokenizer() {
@@ -77,10 +70,10 @@ class QuestionAnsweringTest : public ::testing::Test {
   // "the cat sat on the (mat) the dog sat", asked "where is the mat?"; the
   // answer "mat" starts at character 20, inside the word "(mat)".
   static std::vector<garden::nlp::SquadExample> mat_example() {
-    const std::string file =
-        write(dir_ / "mat.json",
-              one_question("the cat sat on the (mat) the dog sat", "where is the mat?", "mat", 20)
-                  .dump());
+    const std::string file = garden_test::write_text_file(
+        dir_ / "mat.json",
+        one_question("the cat sat on the (mat) the dog sat", "where is the mat?", "mat", 20)
+            .dump());
     return garden::nlp::read_squad_examples(file, true, false).examples;
   }
   static std::vector<SquadFeature> mat_windows() {
@@ -99,7 +92,7 @@ std::string QuestionAnsweringTest::vocab_;
 
 TEST_F(QuestionAnsweringTest, ParagraphsSplitIntoWordsAndAnswersIntoWordPositions) {
   // Offsets count characters, not bytes: "café" is 4 of them.
-  const std::string file = write(
+  const std::string file = garden_test::write_text_file(
       dir_ / "cafe.json", one_question("a café\tby the  river", "where?", "river", 15).dump());
   const auto read = garden::nlp::read_squad_examples(file, true, false);
   ASSERT_EQ(read.examples.size(), 1u);
@@ -110,8 +103,8 @@ TEST_F(QuestionAnsweringTest, ParagraphsSplitIntoWordsAndAnswersIntoWordPosition
   EXPECT_EQ(e.answers, std::vector<std::string>{"river"});
   // An answer that is not where answer_start says: skipped for training,
   // kept (without positions) for evaluation.
-  const std::string moved =
-      write(dir_ / "moved.json", one_question("a café by the river", "where?", "river", 2).dump());
+  const std::string moved = garden_test::write_text_file(
+      dir_ / "moved.json", one_question("a café by the river", "where?", "river", 2).dump());
   const auto skipped = garden::nlp::read_squad_examples(moved, true, false);
   EXPECT_EQ(skipped.examples.size(), 0u);
   EXPECT_EQ(skipped.skipped, 1);
@@ -123,47 +116,50 @@ TEST_F(QuestionAnsweringTest, ParagraphsSplitIntoWordsAndAnswersIntoWordPosition
   auto& qa = impossible["data"][0]["paragraphs"][0]["qas"][0];
   qa["is_impossible"] = true;
   qa["answers"] = json::array();
-  const auto v2 =
-      garden::nlp::read_squad_examples(write(dir_ / "v2.json", impossible.dump()), true, true);
+  const auto v2 = garden::nlp::read_squad_examples(
+      garden_test::write_text_file(dir_ / "v2.json", impossible.dump()), true, true);
   ASSERT_EQ(v2.examples.size(), 1u);
   EXPECT_TRUE(v2.examples[0].is_impossible);
 }
 
 TEST_F(QuestionAnsweringTest, BadFilesNameTheLineColumnOrJsonPath) {
-  const std::string broken = write(dir_ / "broken.json", "{\"data\": [\n  {\"paragraphs\": [}\n]}");
-  EXPECT_NE(error_text([&] {
+  const std::string broken =
+      garden_test::write_text_file(dir_ / "broken.json", "{\"data\": [\n  {\"paragraphs\": [}\n]}");
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::read_squad_examples(broken, true, false);
             }).find(broken + ": line 2, column 19: not JSON"),
             std::string::npos);
   json no_answers = one_question("a b", "c?", "a", 0);
   no_answers["data"][0]["paragraphs"][0]["qas"][0].erase("answers");
-  const std::string missing = write(dir_ / "missing.json", no_answers.dump());
-  EXPECT_NE(error_text([&] {
+  const std::string missing =
+      garden_test::write_text_file(dir_ / "missing.json", no_answers.dump());
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::read_squad_examples(missing, true, false);
             }).find(missing + ": data[0].paragraphs[0].qas[0] has no 'answers'"),
             std::string::npos);
-  const std::string past = write(dir_ / "past.json", one_question("a b", "c?", "b", 7).dump());
-  EXPECT_NE(error_text([&] { garden::nlp::read_squad_examples(past, true, false); })
+  const std::string past =
+      garden_test::write_text_file(dir_ / "past.json", one_question("a b", "c?", "b", 7).dump());
+  EXPECT_NE(garden_test::error_of([&] { garden::nlp::read_squad_examples(past, true, false); })
                 .find("qas[0].answers[0] (id q1): answer_start 7 and 1 characters do not fit in "
                       "the context's 3"),
             std::string::npos);
   json typed = one_question("a b", "c?", "a", 0);
   typed["data"][0]["paragraphs"][0]["context"] = 5;
-  const std::string wrong = write(dir_ / "typed.json", typed.dump());
-  EXPECT_NE(error_text([&] {
+  const std::string wrong = garden_test::write_text_file(dir_ / "typed.json", typed.dump());
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::read_squad_examples(wrong, true, false);
             }).find("data[0].paragraphs[0].context must be a string, not number"),
             std::string::npos);
   json two = one_question("a b", "c?", "a", 0);
   two["data"][0]["paragraphs"][0]["qas"][0]["answers"].push_back(
       {{"text", "b"}, {"answer_start", 2}});
-  const std::string twice = write(dir_ / "two.json", two.dump());
-  EXPECT_NE(error_text([&] {
+  const std::string twice = garden_test::write_text_file(dir_ / "two.json", two.dump());
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::read_squad_examples(twice, true, false);
             }).find("for training, each answerable question has exactly 1 answer, not 2"),
             std::string::npos);
   EXPECT_EQ(garden::nlp::read_squad_examples(twice, false, false).examples[0].answers.size(), 2u);
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::read_squad_examples((dir_ / "absent.json").string(), true, false);
             }).find("absent.json"),
             std::string::npos);
@@ -204,7 +200,7 @@ TEST_F(QuestionAnsweringTest, LongParagraphsAreCutIntoWindowsDocStrideApart) {
   EXPECT_EQ(one[0].input_mask[18], 1);  // [CLS] 5 [SEP] 11 [SEP]: 19 tokens
   EXPECT_EQ(one[0].input_mask[19], 0);
   EXPECT_EQ(one[0].start_position, 6 + 1 + 5 + 1);  // [CLS] 5 question pieces [SEP] then piece 6
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::SquadConversionOptions tight;
               tight.max_seq_length = 6;
               tight.max_query_length = 4;
@@ -302,14 +298,16 @@ TEST_F(QuestionAnsweringTest, RecordsReadBackByAnIndependentReader) {
   // The evaluation reads the JSON: an eval output is refused, as is a
   // missing squad_data_file; nothing is written.
   o.eval_data_output_path = (dir_ / "eval.tfrecord").string();
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::create_finetuning_data(o);
             }).find("--eval_data_output_path is not used for squad"),
             std::string::npos);
   o.eval_data_output_path.clear();
   o.squad_data_file.clear();
   o.train_data_output_path = (dir_ / "none.tfrecord").string();
-  EXPECT_NE(error_text([&] { garden::nlp::create_finetuning_data(o); }).find("--squad_data_file"),
+  EXPECT_NE(garden_test::error_of([&] {
+              garden::nlp::create_finetuning_data(o);
+            }).find("--squad_data_file"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(dir_ / "none.tfrecord"));
 }
@@ -351,8 +349,10 @@ json fruit_questions(int count, uint32_t seed) {
 
 TEST_F(QuestionAnsweringTest, ATinyModelLearnsToAnswerAndIsScoredByTheOfficialRules) {
   garden::set_quiet(true);
-  const std::string train = write(dir_ / "fruit_train.json", fruit_questions(300, 1).dump());
-  const std::string dev = write(dir_ / "fruit_dev.json", fruit_questions(60, 2).dump());
+  const std::string train =
+      garden_test::write_text_file(dir_ / "fruit_train.json", fruit_questions(300, 1).dump());
+  const std::string dev =
+      garden_test::write_text_file(dir_ / "fruit_dev.json", fruit_questions(60, 2).dump());
   garden::nlp::FinetuningDataOptions o;
   o.fine_tuning_task_type = "squad";
   o.squad_data_file = train;
@@ -410,7 +410,7 @@ TEST_F(QuestionAnsweringTest, ATinyModelLearnsToAnswerAndIsScoredByTheOfficialRu
 TEST_F(QuestionAnsweringTest, ConfigRefusesWhatItCannotDo) {
   auto refused = [](const std::string& override_text) {
     auto experiment = garden::config::get_experiment_config("bert/squad");
-    return error_text([&] {
+    return garden_test::error_of([&] {
       garden::config::apply_override(*experiment, override_text);
       garden::config::validate_config(*experiment);
     });

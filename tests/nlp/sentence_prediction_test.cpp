@@ -51,17 +51,12 @@ std::string read_file(const std::string& path) {
 }
 
 // ids: [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4, then the words from 5.
-const std::vector<std::string> kVocab = {
+const std::vector<std::string> kClassifierVocab = {
     "[PAD]",   "[UNK]", "[CLS]", "[SEP]", "[MASK]",  "the",   "a",
     "message", "about", "alpha", "bravo", "charlie", "delta", "echo",
     "foxtrot", "golf",  "hotel", "##s",   "today",   "is",    "."};
 constexpr int64_t kThe = 5, kA = 6, kMessage = 7, kAbout = 8, kAlpha = 9, kBravo = 10, kEcho = 13,
                   kToday = 18, kS = 17;
-
-std::string write(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-  return path.string();
-}
 
 // A separable set in SST-2's layout: class 1 sentences name a word of
 // {alpha, bravo, charlie, delta}, class 0 one of {echo, foxtrot, golf,
@@ -93,10 +88,10 @@ class SentencePredictionTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("sentence_prediction_" + std::to_string(::getpid()));
     fs::create_directories(dir_ / "glue");
     std::string vocab;
-    for (const auto& token : kVocab) vocab += token + "\n";
-    vocab_ = write(dir_ / "vocab.txt", vocab);
-    write(dir_ / "glue" / "train.tsv", separable_tsv(384, 1));
-    write(dir_ / "glue" / "dev.tsv", separable_tsv(96, 2));
+    for (const auto& token : kClassifierVocab) vocab += token + "\n";
+    vocab_ = garden_test::write_text_file(dir_ / "vocab.txt", vocab);
+    garden_test::write_text_file(dir_ / "glue" / "train.tsv", separable_tsv(384, 1));
+    garden_test::write_text_file(dir_ / "glue" / "dev.tsv", separable_tsv(96, 2));
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
@@ -160,21 +155,23 @@ TEST_F(SentencePredictionTest, GlueLayoutsAreReadAsModelGardenReadsThem) {
   // SST-2: a header, sentence then label.
   auto sst = read_classifier_examples(
       classifier_processor("sst-2"),
-      write(dir_ / "sst.tsv", "sentence\tlabel\nit is good\t1\nbad .\t0\n"));
+      garden_test::write_text_file(dir_ / "sst.tsv", "sentence\tlabel\nit is good\t1\nbad .\t0\n"));
   ASSERT_EQ(sst.size(), 2u);
   EXPECT_EQ(sst[0].text_a, "it is good");
   EXPECT_FALSE(sst[0].text_b);
   EXPECT_EQ(sst[1].label, "0");
   // CoLA: no header; the label in column 2, the sentence in column 4.
-  auto cola = read_classifier_examples(classifier_processor("CoLA"),
-                                       write(dir_ / "cola.tsv", "gj04\t1\t\tOur friends won't.\n"));
+  auto cola = read_classifier_examples(
+      classifier_processor("CoLA"),
+      garden_test::write_text_file(dir_ / "cola.tsv", "gj04\t1\t\tOur friends won't.\n"));
   ASSERT_EQ(cola.size(), 1u);
   EXPECT_EQ(cola[0].text_a, "Our friends won't.");
   EXPECT_EQ(cola[0].label, "1");
   // MRPC: the label first, the pair in columns 4 and 5.
   auto mrpc = read_classifier_examples(
       classifier_processor("MRPC"),
-      write(dir_ / "mrpc.tsv", "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t7\t8\tone\ttwo\n"));
+      garden_test::write_text_file(
+          dir_ / "mrpc.tsv", "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t7\t8\tone\ttwo\n"));
   ASSERT_EQ(mrpc.size(), 1u);
   EXPECT_EQ(mrpc[0].text_a, "one");
   EXPECT_EQ(*mrpc[0].text_b, "two");
@@ -182,21 +179,23 @@ TEST_F(SentencePredictionTest, GlueLayoutsAreReadAsModelGardenReadsThem) {
   // RTE: named labels, last.
   auto rte = read_classifier_examples(
       classifier_processor("RTE"),
-      write(dir_ / "rte.tsv", "index\ts1\ts2\tlabel\n0\tA man.\tA person.\tentailment\n"));
+      garden_test::write_text_file(dir_ / "rte.tsv",
+                                   "index\ts1\ts2\tlabel\n0\tA man.\tA person.\tentailment\n"));
   EXPECT_EQ(rte.at(0).label, "entailment");
   // STS-B: a number, last; regression.
   EXPECT_TRUE(classifier_processor("STS-B").regression());
   auto sts = read_classifier_examples(
       classifier_processor("STS-B"),
-      write(dir_ / "sts.tsv", "h\th\th\th\th\th\th\th\th\th\n0\t1\t2\t3\t4\t5\t6\tx y\tz\t3.8\n"));
+      garden_test::write_text_file(
+          dir_ / "sts.tsv", "h\th\th\th\th\th\th\th\th\th\n0\t1\t2\t3\t4\t5\t6\tx y\tz\t3.8\n"));
   EXPECT_EQ(sts.at(0).text_a, "x y");
   EXPECT_EQ(sts.at(0).label, "3.8");
   // QQP skips lines with too few columns, as Model Garden's processor does.
-  auto qqp =
-      read_classifier_examples(classifier_processor("QQP"),
-                               write(dir_ / "qqp.tsv",
-                                     "id\tq1\tq2\tquestion1\tquestion2\tis_duplicate\nbroken line\n"
-                                     "1\t2\t3\tWhy?\tHow?\t0\n"));
+  auto qqp = read_classifier_examples(
+      classifier_processor("QQP"),
+      garden_test::write_text_file(dir_ / "qqp.tsv",
+                                   "id\tq1\tq2\tquestion1\tquestion2\tis_duplicate\nbroken line\n"
+                                   "1\t2\t3\tWhy?\tHow?\t0\n"));
   EXPECT_EQ(qqp.size(), 1u);
 }
 
@@ -204,17 +203,20 @@ TEST_F(SentencePredictionTest, BadInputNamesTheFileLineAndColumn) {
   using garden::nlp::classifier_processor;
   using garden::nlp::read_classifier_examples;
   const auto& sst = classifier_processor("SST-2");
-  const std::string short_line = write(dir_ / "short.tsv", "sentence\tlabel\nok\t1\nno label\n");
+  const std::string short_line =
+      garden_test::write_text_file(dir_ / "short.tsv", "sentence\tlabel\nok\t1\nno label\n");
   EXPECT_THROW_MSG(read_classifier_examples(sst, short_line), garden::Error,
                    short_line + ":3: 1 tab-separated column(s); SST-2 needs at least 2");
-  const std::string bad_label = write(dir_ / "label.tsv", "sentence\tlabel\nok\tyes\n");
+  const std::string bad_label =
+      garden_test::write_text_file(dir_ / "label.tsv", "sentence\tlabel\nok\tyes\n");
   EXPECT_THROW_MSG(read_classifier_examples(sst, bad_label), garden::Error,
                    bad_label + ":2, column 2: label 'yes' is not one of 0, 1");
-  const std::string bad_number =
-      write(dir_ / "number.tsv", "h\th\th\th\th\th\th\th\th\th\n0\t1\t2\t3\t4\t5\t6\ta\tb\tfour\n");
+  const std::string bad_number = garden_test::write_text_file(
+      dir_ / "number.tsv", "h\th\th\th\th\th\th\th\th\th\n0\t1\t2\t3\t4\t5\t6\ta\tb\tfour\n");
   EXPECT_THROW_MSG(read_classifier_examples(classifier_processor("STS-B"), bad_number),
                    garden::Error, ":2, column 10: label 'four' is not a number");
-  const std::string bad_utf8 = write(dir_ / "utf8.tsv", "sentence\tlabel\nab\xff\t1\n");
+  const std::string bad_utf8 =
+      garden_test::write_text_file(dir_ / "utf8.tsv", "sentence\tlabel\nab\xff\t1\n");
   EXPECT_THROW_MSG(read_classifier_examples(sst, bad_utf8), garden::Error, bad_utf8 + ":2: ");
   EXPECT_THROW_MSG(classifier_processor("GLUEY"), garden::Error,
                    "--classification_task_name 'GLUEY' is not one of COLA, SST-2");
@@ -247,7 +249,8 @@ TEST_F(SentencePredictionTest, InputsAreEncodedAsModelGardenEncodesThem) {
       garden::nlp::encode_classifier_input(*tokenizer, "the a message about", std::nullopt, 4);
   EXPECT_EQ(cut.input_ids, (std::vector<int64_t>{2, kThe, kA, 3}));
   // A tokenizer without [SEP] is refused naming the file.
-  const std::string no_sep = write(dir_ / "no_sep.txt", "[PAD]\n[UNK]\n[CLS]\nthe\n");
+  const std::string no_sep =
+      garden_test::write_text_file(dir_ / "no_sep.txt", "[PAD]\n[UNK]\n[CLS]\nthe\n");
   EXPECT_THROW_MSG(FinetuningTokenizer::open(FinetuningTokenizer::Kind::kWordPiece, no_sep, true,
                                              "--vocab_file"),
                    garden::Error, "--vocab_file '" + no_sep + "' has no piece [SEP]");
@@ -289,16 +292,18 @@ TEST_F(SentencePredictionTest, RecordsReadBackByAnIndependentReaderHoldTheTokeni
   std::vector<int64_t> first{2};
   std::istringstream words(examples[0].text_a);
   for (std::string word; words >> word;)
-    first.push_back(std::find(kVocab.begin(), kVocab.end(), word) - kVocab.begin());
+    first.push_back(std::find(kClassifierVocab.begin(), kClassifierVocab.end(), word) -
+                    kClassifierVocab.begin());
   first.push_back(3);
   first.resize(16, 0);
   EXPECT_EQ(ref::ref_parse_example(records[0])["input_ids"].ints, first);
 
   // Regression data carries float labels.
-  write(dir_ / "glue" / "sts_train.tsv", "");
+  garden_test::write_text_file(dir_ / "glue" / "sts_train.tsv", "");
   fs::create_directories(dir_ / "sts");
-  write(dir_ / "sts" / "train.tsv",
-        "h\th\th\th\th\th\th\th\th\th\n0\t1\t2\t3\t4\t5\t6\talpha\tbravo\t3.5\n");
+  garden_test::write_text_file(
+      dir_ / "sts" / "train.tsv",
+      "h\th\th\th\th\th\th\th\th\th\n0\t1\t2\t3\t4\t5\t6\talpha\tbravo\t3.5\n");
   auto sts = options;
   sts.fine_tuning_task_type = "regression";
   sts.classification_task_name = "STS-B";
@@ -337,8 +342,8 @@ TEST_F(SentencePredictionTest, BadFlagsAndBadRowsLeaveNoOutput) {
   refused(o, "--vocab_file");
   // A bad row in dev.tsv: nothing is written, not even the training file.
   fs::create_directories(dir_ / "bad_dev");
-  write(dir_ / "bad_dev" / "train.tsv", "sentence\tlabel\nthe\t1\n");
-  write(dir_ / "bad_dev" / "dev.tsv", "sentence\tlabel\nthe\t2\n");
+  garden_test::write_text_file(dir_ / "bad_dev" / "train.tsv", "sentence\tlabel\nthe\t1\n");
+  garden_test::write_text_file(dir_ / "bad_dev" / "dev.tsv", "sentence\tlabel\nthe\t2\n");
   o = options;
   o.input_data_dir = (dir_ / "bad_dev").string();
   refused(o, "dev.tsv:2, column 2: label '2' is not one of 0, 1");

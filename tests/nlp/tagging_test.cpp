@@ -36,13 +36,6 @@ using garden::nlp::FinetuningTokenizer;
 using json = nlohmann::json;
 using Tags = std::vector<std::vector<std::string>>;
 
-std::string error_text(const std::function<void()>& f) { return garden_test::error_of(f); }
-
-std::string write(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-  return path.string();
-}
-
 TEST(SeqevalTest, ScoresAsSeqevalsReadmeExample) {
   // seqeval's README: f1 0.50, accuracy 0.80.
   const Tags truth = {{"O", "O", "O", "B-MISC", "I-MISC", "I-MISC", "O"}, {"B-PER", "I-PER", "O"}};
@@ -73,9 +66,9 @@ TEST(SeqevalTest, ChunksStartAtIAndEndWhereTheTypeChanges) {
 }
 
 // ids: [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4, then the words.
-const std::vector<std::string> kVocab = {"[PAD]", "[UNK]",   "[CLS]", "[SEP]", "[MASK]",
-                                         "the",   "message", "about", "alpha", "bravo",
-                                         "echo",  "##s",     "today", "is",    "a"};
+const std::vector<std::string> kTaggingVocab = {"[PAD]", "[UNK]",   "[CLS]", "[SEP]", "[MASK]",
+                                                "the",   "message", "about", "alpha", "bravo",
+                                                "echo",  "##s",     "today", "is",    "a"};
 
 // Sentences of filler words holding "alpha bravo" (a person) or "echo" (a
 // place), in word<TAB>label lines.
@@ -109,10 +102,10 @@ class TaggingTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("tagging_" + std::to_string(::getpid()));
     fs::create_directories(dir_ / "panx");
     std::string vocab;
-    for (const auto& token : kVocab) vocab += token + "\n";
-    vocab_ = write(dir_ / "vocab.txt", vocab);
-    write(dir_ / "panx" / "train-en.tsv", tagged_sentences(300, 1));
-    write(dir_ / "panx" / "dev-en.tsv", tagged_sentences(60, 2));
+    for (const auto& token : kTaggingVocab) vocab += token + "\n";
+    vocab_ = garden_test::write_text_file(dir_ / "vocab.txt", vocab);
+    garden_test::write_text_file(dir_ / "panx" / "train-en.tsv", tagged_sentences(300, 1));
+    garden_test::write_text_file(dir_ / "panx" / "dev-en.tsv", tagged_sentences(60, 2));
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
@@ -136,26 +129,28 @@ std::string TaggingTest::vocab_;
 
 TEST_F(TaggingTest, FilesAreReadAsWordAndLabelLinesAndBadLinesNamed) {
   const auto& panx = garden::nlp::tagging_labels("panx");
-  const std::string file =
-      write(dir_ / "two.tsv", "alpha\tB-PER\nbravo\tI-PER\n\n\nthe\tO\r\necho\tB-LOC\n");
+  const std::string file = garden_test::write_text_file(
+      dir_ / "two.tsv", "alpha\tB-PER\nbravo\tI-PER\n\n\nthe\tO\r\necho\tB-LOC\n");
   const auto examples = garden::nlp::read_tagging_examples(file, panx);
   ASSERT_EQ(examples.size(), 2u);
   EXPECT_EQ(examples[0].words, (std::vector<std::string>{"alpha", "bravo"}));
   EXPECT_EQ(examples[0].label_ids, (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(examples[1].sentence_id, 1);
   EXPECT_EQ(examples[1].label_ids, (std::vector<int64_t>{0, 3}));
-  const std::string bad_label = write(dir_ / "bad.tsv", "alpha\tB-PER\nbravo\tB-FOO\n");
-  EXPECT_NE(error_text([&] {
+  const std::string bad_label =
+      garden_test::write_text_file(dir_ / "bad.tsv", "alpha\tB-PER\nbravo\tB-FOO\n");
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::read_tagging_examples(bad_label, panx);
             }).find(bad_label + ":2, column 2: label 'B-FOO' is not one of O, B-PER"),
             std::string::npos);
-  const std::string no_tab = write(dir_ / "tab.tsv", "alpha B-PER\n");
-  EXPECT_NE(error_text([&] {
+  const std::string no_tab = garden_test::write_text_file(dir_ / "tab.tsv", "alpha B-PER\n");
+  EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::read_tagging_examples(no_tab, panx);
             }).find(no_tab + ":1: expected word<TAB>label"),
             std::string::npos);
-  EXPECT_NE(error_text([&] { garden::nlp::tagging_labels("conll"); }).find("panx, udpos"),
-            std::string::npos);
+  EXPECT_NE(
+      garden_test::error_of([&] { garden::nlp::tagging_labels("conll"); }).find("panx, udpos"),
+      std::string::npos);
 }
 
 TEST_F(TaggingTest, TheFirstPieceOfAWordCarriesItsLabelAndLongSentencesSplit) {
@@ -203,7 +198,8 @@ TEST_F(TaggingTest, RecordsReadBackByAnIndependentReader) {
     for (std::size_t w = 0; w < examples[i].words.size(); ++w) {
       EXPECT_EQ(labels[w + 1], examples[i].label_ids[w]);
       EXPECT_EQ(f["input_ids"].ints[w + 1],
-                std::find(kVocab.begin(), kVocab.end(), examples[i].words[w]) - kVocab.begin());
+                std::find(kTaggingVocab.begin(), kTaggingVocab.end(), examples[i].words[w]) -
+                    kTaggingVocab.begin());
     }
     EXPECT_EQ(f["input_ids"].ints[examples[i].words.size() + 1], 3);
     EXPECT_EQ(f["sentence_id"].ints, std::vector<int64_t>{static_cast<int64_t>(i)});
@@ -246,7 +242,7 @@ TEST_F(TaggingTest, ATinyModelLearnsToTagAndItsExportServesRawText) {
   // bert/tagging's default has no class names: the model asks for them.
   auto unset = garden::config::get_experiment_config("bert/tagging");
   garden::config::validate_config(*unset);
-  EXPECT_NE(error_text([&] {
+  EXPECT_NE(garden_test::error_of([&] {
               garden::get_task(unset->task, "")->build_model();
             }).find("task.class_names is empty"),
             std::string::npos);

@@ -73,8 +73,7 @@ class DistributionStrategy {
   // all-reduce; a parameter-server worker's push). `global_step` names the
   // step in messages.
   virtual void attach(Minimizer& minimizer, optim::Optimizer& optimizer,
-                      const config::ExperimentConfig& config,
-                      std::function<int64_t()> global_step);
+                      const config::ExperimentConfig& config, std::function<int64_t()> global_step);
   // Before each step, every worker agrees whether one ran out of training
   // data (an error naming how many) and whether one was asked to stop.
   virtual void agree_on_step(bool has_batch, int64_t next_step);
@@ -125,5 +124,10 @@ std::shared_ptr<DistributionStrategy> mirrored_strategy(distribute::ProcessGroup
 // the chief coordinates, a worker pushes its gradients to the ps tasks.
 std::shared_ptr<DistributionStrategy> parameter_server_strategy(
     std::shared_ptr<ParameterServers> servers);
+
+// The state of the CPU's default generator, and of a device's (a CUDA
+// device's), on the host: what a checkpoint keeps of each worker.
+at::Tensor cpu_random_state();
+at::Tensor device_random_state(const at::Device& device);
 
 }  // namespace garden

@@ -7,22 +7,27 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <typeindex>
 #include <utility>
 #include <vector>
 
 #include <torch/nn/module.h>
+#include <nlohmann/json.hpp>
 
 #include "garden/base/dataset.h"
 #include "garden/base/types.h"
 #include "garden/config/definitions.h"
 #include "garden/core/losses.h"
 #include "garden/core/metrics.h"
-#include "garden/core/minimizer.h"
 #include "garden/core/precision.h"
-#include "garden/optim/optimizer.h"
 
 namespace garden {
+
+class Minimizer;
+namespace optim {
+class Optimizer;
+}
 
 // A model is a torch::nn::Module; a Task knows its concrete type and reaches
 // it with model.as<MyModel>().
@@ -188,6 +193,19 @@ class Task {
 };
 
 using TaskPtr = std::shared_ptr<Task>;
+
+// The tensor `key` of a batch of inputs, labels or model outputs; a
+// garden::Error "<task>: the batch has no '<key>'" when it is absent.
+const at::Tensor& batch_tensor(const Batch& batch, const std::string& key, std::string_view task);
+
+[[noreturn]] void throw_wrong_model(std::string_view task, std::string_view network);
+// The model a task built, as its concrete network type; a garden::Error
+// "the <task> task was given a model that is not <network>" otherwise.
+template <class Network>
+Network& model_as(Model& model, std::string_view task, std::string_view network) {
+  if (auto* concrete = model.as<Network>()) return *concrete;
+  throw_wrong_model(task, network);
+}
 
 // Model Garden's task_factory: the Task for a config type.
 using TaskFactory =

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -344,10 +345,6 @@ int64_t write_records(const ClassifierProcessor& processor, const FinetuningToke
   return static_cast<int64_t>(examples.size());
 }
 
-std::string in_dir(const std::string& dir, const std::string& file) {
-  return dir.empty() || dir.back() == '/' ? dir + file : dir + "/" + file;
-}
-
 }  // namespace
 
 std::shared_ptr<const FinetuningTokenizer> open_finetuning_tokenizer(
@@ -389,11 +386,12 @@ FinetuningDataReport create_finetuning_data(const FinetuningDataOptions& o) {
   const auto tokenizer = open_finetuning_tokenizer(o);
 
   // Everything is read and checked before anything is written.
-  const auto train =
-      read_classifier_examples(processor, in_dir(o.input_data_dir, processor.train_file));
+  const auto train = read_classifier_examples(
+      processor, (std::filesystem::path(o.input_data_dir) / processor.train_file).string());
   std::vector<ClassifierExample> eval;
   if (!o.eval_data_output_path.empty())
-    eval = read_classifier_examples(processor, in_dir(o.input_data_dir, processor.dev_file));
+    eval = read_classifier_examples(
+        processor, (std::filesystem::path(o.input_data_dir) / processor.dev_file).string());
 
   FinetuningDataReport report;
   report.train_examples =

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -149,20 +150,18 @@ int64_t write_tagging_records(const FinetuningTokenizer& tokenizer,
   return records;
 }
 
-std::string in_dir(const std::string& dir, const std::string& file) {
-  return dir.empty() || dir.back() == '/' ? dir + file : dir + "/" + file;
-}
-
 }  // namespace
 
 FinetuningDataReport create_tagging_data(const FinetuningDataOptions& o,
                                          const std::string& tagging_task_name) {
   const auto& labels = tagging_labels(tagging_task_name);
   const auto tokenizer = open_finetuning_tokenizer(o);
-  const auto train = read_tagging_examples(in_dir(o.input_data_dir, "train-en.tsv"), labels);
+  const auto train = read_tagging_examples(
+      (std::filesystem::path(o.input_data_dir) / "train-en.tsv").string(), labels);
   std::vector<TaggingExample> eval;
   if (!o.eval_data_output_path.empty())
-    eval = read_tagging_examples(in_dir(o.input_data_dir, "dev-en.tsv"), labels);
+    eval = read_tagging_examples((std::filesystem::path(o.input_data_dir) / "dev-en.tsv").string(),
+                                 labels);
   FinetuningDataReport report;
   report.train_examples =
       write_tagging_records(*tokenizer, train, o.max_seq_length, o.train_data_output_path);

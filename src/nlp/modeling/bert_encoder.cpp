@@ -7,11 +7,11 @@
 #include <string>
 
 #include "garden/base/error.h"
-#include "garden/nlp/modeling/attention.h"
 #include "garden/kernels/dropout.h"
 #include "garden/kernels/gelu.h"
 #include "garden/kernels/layer_norm.h"
 #include "garden/kernels/linear.h"
+#include "garden/nlp/modeling/attention.h"
 
 namespace garden::nlp {
 
@@ -65,10 +65,6 @@ TransformerBlockOptions block_options(const BertEncoderOptions& o) {
   b.norm_first = o.norm_first;
   b.norm_epsilon = o.norm_epsilon;
   return b;
-}
-
-torch::nn::LayerNorm make_norm(int64_t width, double epsilon) {
-  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}).eps(epsilon));
 }
 
 }  // namespace
@@ -128,7 +124,8 @@ BertEncoderImpl::BertEncoderImpl(const BertEncoderOptions& options,
       "position_embeddings", torch::nn::Embedding(options.max_position_embeddings, width));
   type_embeddings =
       register_module("type_embeddings", torch::nn::Embedding(options.type_vocab_size, width));
-  embedding_norm = register_module("embedding_layer_norm", make_norm(width, options.norm_epsilon));
+  embedding_norm =
+      register_module("embedding_layer_norm", make_layer_norm(width, options.norm_epsilon));
   if (width != hidden)
     embedding_projection =
         register_module("embedding_projection", torch::nn::Linear(width, hidden));
@@ -136,7 +133,8 @@ BertEncoderImpl::BertEncoderImpl(const BertEncoderOptions& options,
   for (int64_t i = 0; i < options.num_layers; ++i)
     layers.push_back(register_module("layer_" + std::to_string(i), TransformerEncoderBlock(block)));
   if (options.norm_first)
-    output_norm = register_module("final_layer_norm", make_norm(hidden, options.norm_epsilon));
+    output_norm =
+        register_module("final_layer_norm", make_layer_norm(hidden, options.norm_epsilon));
   // Everything registered so far; a shared table keeps its owner's values.
   init_bert_weights(*this, options.initializer_range);
   if (shared_word_embeddings) word_embeddings = shared_word_embeddings;

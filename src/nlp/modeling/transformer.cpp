@@ -97,11 +97,11 @@ std::array<at::Tensor, 2> residual_with_skip(const at::Tensor& x, const at::Tens
                              kernels::LayerNormSkip::kOutput);
 }
 
-torch::nn::LayerNorm make_norm(int64_t width, double epsilon) {
+}  // namespace
+
+torch::nn::LayerNorm make_layer_norm(int64_t width, double epsilon) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}).eps(epsilon));
 }
-
-}  // namespace
 
 at::Tensor relative_position_encoding(int64_t length, int64_t hidden_size, int64_t start,
                                       double min_timescale, double max_timescale,
@@ -198,10 +198,10 @@ TransformerEncoderBlockImpl::TransformerEncoderBlockImpl(const TransformerBlockO
   self_attention =
       register_module("self_attention", MultiHeadAttention(attention_options(options, false)));
   self_attention_norm = register_module("self_attention_layer_norm",
-                                        make_norm(options.hidden_size, options.norm_epsilon));
+                                        make_layer_norm(options.hidden_size, options.norm_epsilon));
   feed_forward = register_module("feed_forward", FeedForward(options));
-  output_norm =
-      register_module("output_layer_norm", make_norm(options.hidden_size, options.norm_epsilon));
+  output_norm = register_module("output_layer_norm",
+                                make_layer_norm(options.hidden_size, options.norm_epsilon));
 }
 
 at::Tensor TransformerEncoderBlockImpl::forward(const at::Tensor& x, const at::Tensor& mask) {
@@ -227,14 +227,14 @@ TransformerDecoderBlockImpl::TransformerDecoderBlockImpl(const TransformerBlockO
   self_attention =
       register_module("self_attention", MultiHeadAttention(attention_options(options, false)));
   self_attention_norm = register_module("self_attention_layer_norm",
-                                        make_norm(options.hidden_size, options.norm_epsilon));
+                                        make_layer_norm(options.hidden_size, options.norm_epsilon));
   cross_attention =
       register_module("encdec_attention", MultiHeadAttention(attention_options(options, true)));
-  cross_attention_norm = register_module("encdec_attention_layer_norm",
-                                         make_norm(options.hidden_size, options.norm_epsilon));
+  cross_attention_norm = register_module(
+      "encdec_attention_layer_norm", make_layer_norm(options.hidden_size, options.norm_epsilon));
   feed_forward = register_module("feed_forward", FeedForward(options));
-  output_norm =
-      register_module("output_layer_norm", make_norm(options.hidden_size, options.norm_epsilon));
+  output_norm = register_module("output_layer_norm",
+                                make_layer_norm(options.hidden_size, options.norm_epsilon));
 }
 
 at::Tensor TransformerDecoderBlockImpl::forward(const at::Tensor& x, const at::Tensor& memory,
@@ -348,8 +348,8 @@ Seq2SeqTransformerImpl::Seq2SeqTransformerImpl(const Seq2SeqTransformerOptions& 
           register_module("decoder_layer_" + std::to_string(i), TransformerDecoderBlock(block)));
   }
   if (options.norm_first) {
-    encoder_norm = register_module("encoder_layer_norm", make_norm(d, options.norm_epsilon));
-    decoder_norm = register_module("decoder_layer_norm", make_norm(d, options.norm_epsilon));
+    encoder_norm = register_module("encoder_layer_norm", make_layer_norm(d, options.norm_epsilon));
+    decoder_norm = register_module("decoder_layer_norm", make_layer_norm(d, options.norm_epsilon));
   }
   if (options.output_bias)
     final_logits_bias = register_buffer("final_logits_bias", torch::zeros({options.vocab_size}));

@@ -97,7 +97,7 @@ std::shared_ptr<config::ExperimentConfig> small_experiment() {
 
 // The tiny model of peer_electra.py for a 2-core CPU: AdamW 5e-4 after 500
 // linear warmup steps, batches of 32 x 128, evaluations of 1,024 sequences.
-std::shared_ptr<config::ExperimentConfig> tiny_experiment() {
+std::shared_ptr<config::ExperimentConfig> electra_tiny_experiment() {
   auto experiment = std::make_shared<config::ExperimentConfig>();
   auto task = sized_task(8000, 128, {128, 4, 2, 512}, {32, 4, 1, 128}, 32);
   task->validation_data.global_batch_size = 32;
@@ -137,7 +137,7 @@ void register_electra() {
   config::register_experiment("electra/tiny",
                               "ELECTRA for a CPU (discriminator 128 wide x 4, generator 32 wide, "
                               "vocabulary 8000); set the data paths",
-                              tiny_experiment);
+                              electra_tiny_experiment);
 }
 
 }  // namespace garden::nlp

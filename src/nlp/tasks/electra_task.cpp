@@ -13,18 +13,7 @@ namespace garden::nlp {
 
 namespace {
 
-ElectraPretrainerImpl& as_pretrainer(Model& model) {
-  auto* pretrainer = model.as<ElectraPretrainerImpl>();
-  if (!pretrainer)
-    throw Error("the ELECTRA task was given a model that is not an ElectraPretrainer");
-  return *pretrainer;
-}
-
-const at::Tensor& input(const Batch& batch, const std::string& key) {
-  auto it = batch.find(key);
-  if (it == batch.end()) throw Error("ELECTRA pretraining: the batch has no '" + key + "'");
-  return it->second;
-}
+constexpr std::string_view kElectra = "ELECTRA pretraining";
 
 // Model Garden's tf.math.divide_no_nan for a sum over items whose weights
 // sum to `count`: 0 when there is nothing to average.
@@ -55,10 +44,11 @@ DatasetPtr ElectraPretrainTask::build_inputs(const config::DataConfig& params,
 Batch ElectraPretrainTask::inference_step(const Batch& inputs, Model& model) {
   at::NoGradGuard no_grad;
   model.eval();
-  auto& pretrainer = as_pretrainer(model);
-  const at::Tensor sequence = pretrainer.discriminator->forward(input(inputs, "input_word_ids"),
-                                                                input(inputs, "input_mask"),
-                                                                input(inputs, "input_type_ids"));
+  auto& pretrainer = model_as<ElectraPretrainerImpl>(model, kElectra, "an ElectraPretrainer");
+  const at::Tensor sequence =
+      pretrainer.discriminator->forward(batch_tensor(inputs, "input_word_ids", kElectra),
+                                        batch_tensor(inputs, "input_mask", kElectra),
+                                        batch_tensor(inputs, "input_type_ids", kElectra));
   const at::Tensor logits = pretrainer.discriminator_logits(sequence);
   Batch outputs = {{"sequence_output", sequence},
                    {"disc_logits", logits},
@@ -172,7 +162,8 @@ ModelPtr ElectraPretrainTask::build_model() {
 }
 
 Batch ElectraPretrainTask::call_model(Model& model, const Batch& features, bool) {
-  Batch outputs = as_pretrainer(model).forward(features);
+  Batch outputs =
+      model_as<ElectraPretrainerImpl>(model, kElectra, "an ElectraPretrainer").forward(features);
   outputs["disc_predictions"] = outputs.at("disc_logits").detach().gt(0).to(at::kFloat);
   return outputs;
 }
@@ -181,26 +172,29 @@ Losses ElectraPretrainTask::build_losses(const Batch& labels, const Batch& model
                                          const at::Tensor& aux_losses) {
   Losses losses;
   // Generator: cross-entropy at the masked positions, weighted.
-  const at::Tensor lm_logits = input(model_outputs, "lm_outputs").to(at::kFloat);
+  const at::Tensor lm_logits = batch_tensor(model_outputs, "lm_outputs", kElectra).to(at::kFloat);
   const int64_t vocab = lm_logits.size(-1);
-  const at::Tensor lm_weights = input(labels, "masked_lm_weights").to(at::kFloat).reshape(-1);
+  const at::Tensor lm_weights =
+      batch_tensor(labels, "masked_lm_weights", kElectra).to(at::kFloat).reshape(-1);
   const at::Tensor lm_losses = kernels::sparse_cross_entropy_rows(
-      lm_logits.reshape({-1, vocab}), input(labels, "masked_lm_ids").reshape(-1));
+      lm_logits.reshape({-1, vocab}), batch_tensor(labels, "masked_lm_ids", kElectra).reshape(-1));
   const at::Tensor lm_count = lm_weights.sum();
   losses.add("lm_example_loss", mean_over((lm_losses * lm_weights).sum(), lm_count), lm_count);
 
   // Next sentence, from the generator's classification head, when the data has it.
   if (labels.count("next_sentence_labels")) {
-    const at::Tensor sentence_logits = input(model_outputs, "sentence_outputs").to(at::kFloat);
+    const at::Tensor sentence_logits =
+        batch_tensor(model_outputs, "sentence_outputs", kElectra).to(at::kFloat);
     const at::Tensor sentence_labels = labels.at("next_sentence_labels").reshape(-1).to(at::kLong);
     losses.add("next_sentence_loss", at::cross_entropy_loss(sentence_logits, sentence_labels),
                at::scalar_tensor(static_cast<double>(sentence_labels.size(0))));
   }
 
   // Discriminator: replaced-token detection over the real tokens.
-  const at::Tensor disc_logits = input(model_outputs, "disc_logits").to(at::kFloat);
-  const at::Tensor disc_labels = input(model_outputs, "disc_label").to(at::kFloat);
-  const at::Tensor input_mask = input(labels, "input_mask").to(at::kFloat);
+  const at::Tensor disc_logits =
+      batch_tensor(model_outputs, "disc_logits", kElectra).to(at::kFloat);
+  const at::Tensor disc_labels = batch_tensor(model_outputs, "disc_label", kElectra).to(at::kFloat);
+  const at::Tensor input_mask = batch_tensor(labels, "input_mask", kElectra).to(at::kFloat);
   const at::Tensor rtd_losses =
       at::binary_cross_entropy_with_logits(disc_logits, disc_labels, {}, {}, at::Reduction::None);
   const at::Tensor rtd_count = input_mask.sum();
@@ -230,7 +224,7 @@ MetricList ElectraPretrainTask::build_metrics(bool) {
 void ElectraPretrainTask::process_metrics(MetricList& metrics, const Batch& labels,
                                           const Batch& model_outputs) {
   Batch with_disc_labels = labels;
-  with_disc_labels["disc_label"] = input(model_outputs, "disc_label");
+  with_disc_labels["disc_label"] = batch_tensor(model_outputs, "disc_label", kElectra);
   Task::process_metrics(metrics, with_disc_labels, model_outputs);
 }
 

@@ -54,7 +54,7 @@ std::shared_ptr<config::ExperimentConfig> sentence_prediction_experiment() {
 // batches of 32; 300 steps (about 5 epochs of the bundled 2,000 subjects),
 // AdamW 3e-4 (the ELECTRA paper's rate for its small model) after 30
 // warmup steps, evaluated every 100.
-std::shared_ptr<config::ExperimentConfig> tiny_experiment() {
+std::shared_ptr<config::ExperimentConfig> sentence_prediction_tiny_experiment() {
   auto experiment = std::make_shared<config::ExperimentConfig>();
   auto task = std::make_shared<SentencePredictionConfig>();
   tiny_encoder(task->model.encoder.bert);
@@ -100,7 +100,7 @@ std::shared_ptr<config::ExperimentConfig> squad_experiment() {
 }
 
 // Question answering on electra/tiny's encoder (sizes as
-// tiny_experiment's): windows of 128 with questions of at most 32 pieces,
+// sentence_prediction_tiny_experiment's): windows of 128 with questions of at most 32 pieces,
 // 64 apart, batches of 32, SentencePiece; 600 steps (about 7 epochs of the
 // bundled 1,500 man-page questions' windows) at 3e-4, evaluated every 200.
 std::shared_ptr<config::ExperimentConfig> squad_tiny_experiment() {
@@ -159,7 +159,7 @@ void register_finetuning() {
   config::register_experiment("bert/sentence_prediction_tiny",
                               "Sentence prediction on electra/tiny's encoder for a CPU; set the "
                               "data, vocab_file and init_checkpoint",
-                              tiny_experiment);
+                              sentence_prediction_tiny_experiment);
 }
 
 }  // namespace garden::nlp

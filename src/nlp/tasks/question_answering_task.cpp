@@ -20,35 +20,11 @@ namespace garden::nlp {
 
 namespace {
 
+constexpr std::string_view kQuestionAnswering = "question answering";
+
 namespace fs = std::filesystem;
 
-constexpr const char* kRows = "squad_raw_results";
-
-BertSpanLabelerImpl& as_span_labeler(Model& model) {
-  auto* labeler = model.as<BertSpanLabelerImpl>();
-  if (!labeler)
-    throw Error("the question answering task was given a model that is not a BertSpanLabeler");
-  return *labeler;
-}
-
-const at::Tensor& input(const Batch& batch, const std::string& key) {
-  auto it = batch.find(key);
-  if (it == batch.end()) throw Error("question answering: the batch has no '" + key + "'");
-  return it->second;
-}
-
-// Logits travel through the logs (and across workers) as their float bits.
-int64_t bits_of(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return static_cast<int64_t>(bits);
-}
-float value_of(int64_t bits) {
-  const auto narrow = static_cast<uint32_t>(bits);
-  float value;
-  std::memcpy(&value, &narrow, sizeof value);
-  return value;
-}
+constexpr const char* kSquadRows = "squad_raw_results";
 
 }  // namespace
 
@@ -129,23 +105,26 @@ ModelPtr QuestionAnsweringTask::build_model() {
 }
 
 Batch QuestionAnsweringTask::call_model(Model& model, const Batch& features, bool) {
-  auto [start, end] = as_span_labeler(model).forward(input(features, "input_word_ids"),
-                                                     input(features, "input_mask"),
-                                                     input(features, "input_type_ids"));
+  auto [start, end] = model_as<BertSpanLabelerImpl>(model, kQuestionAnswering, "a BertSpanLabeler")
+                          .forward(batch_tensor(features, "input_word_ids", kQuestionAnswering),
+                                   batch_tensor(features, "input_mask", kQuestionAnswering),
+                                   batch_tensor(features, "input_type_ids", kQuestionAnswering));
   return {{"start_logits", start}, {"end_logits", end}};
 }
 
 Losses QuestionAnsweringTask::build_losses(const Batch& labels, const Batch& model_outputs,
                                            const at::Tensor& aux_losses) {
   const auto part = [&](const char* logits, const char* positions) {
-    return at::cross_entropy_loss(input(model_outputs, logits).to(at::kFloat),
-                                  input(labels, positions).reshape(-1).to(at::kLong));
+    return at::cross_entropy_loss(
+        batch_tensor(model_outputs, logits, kQuestionAnswering).to(at::kFloat),
+        batch_tensor(labels, positions, kQuestionAnswering).reshape(-1).to(at::kLong));
   };
   const at::Tensor loss =
       (part("start_logits", "start_positions") + part("end_logits", "end_positions")) / 2;
   Losses losses;
   losses.add(kLoss, loss,
-             at::scalar_tensor(static_cast<double>(input(labels, "start_positions").numel())));
+             at::scalar_tensor(static_cast<double>(
+                 batch_tensor(labels, "start_positions", kQuestionAnswering).numel())));
   losses.add_aux(aux_losses);
   return losses;
 }
@@ -169,7 +148,8 @@ Logs QuestionAnsweringTask::validation_step(const Batch& inputs, Model& model,
     logs = build_losses(inputs, outputs).logs();
   }
   process_metrics(metrics, inputs, outputs);
-  const at::Tensor ids = input(inputs, "unique_ids").reshape(-1).to(at::kCPU, at::kLong);
+  const at::Tensor ids =
+      batch_tensor(inputs, "unique_ids", kQuestionAnswering).reshape(-1).to(at::kCPU, at::kLong);
   const at::Tensor start = outputs.at("start_logits").to(at::kCPU, at::kFloat).contiguous();
   const at::Tensor end = outputs.at("end_logits").to(at::kCPU, at::kFloat).contiguous();
   const auto id_at = ids.accessor<int64_t, 1>();
@@ -183,17 +163,17 @@ Logs QuestionAnsweringTask::validation_step(const Batch& inputs, Model& model,
     for (int64_t t = 0; t < end.size(1); ++t) row.push_back(bits_of(end_at[b][t]));
     rows.push_back(std::move(row));
   }
-  logs[kRows] = std::move(rows);
+  logs[kSquadRows] = std::move(rows);
   return logs;
 }
 
 void QuestionAnsweringTask::aggregate_logs(Logs& state, const Logs& step_logs) {
-  append_log_rows(state, step_logs, kRows);
+  append_log_rows(state, step_logs, kSquadRows);
 }
 
 Logs QuestionAnsweringTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {
   Logs logs;
-  const auto it = aggregated_logs.find(kRows);
+  const auto it = aggregated_logs.find(kSquadRows);
   if (it == aggregated_logs.end()) return logs;
   std::vector<SquadRawResult> results;
   for (const auto& row : std::get<std::vector<std::vector<int64_t>>>(it->second)) {
@@ -204,8 +184,8 @@ Logs QuestionAnsweringTask::reduce_aggregated_logs(const Logs& aggregated_logs, 
     r.unique_id = row[0];
     const std::size_t length = (row.size() - 1) / 2;
     for (std::size_t t = 0; t < length; ++t) {
-      r.start_logits.push_back(value_of(row[1 + t]));
-      r.end_logits.push_back(value_of(row[1 + length + t]));
+      r.start_logits.push_back(float_of_bits(row[1 + t]));
+      r.end_logits.push_back(float_of_bits(row[1 + length + t]));
     }
     results.push_back(std::move(r));
   }

@@ -14,33 +14,9 @@ namespace garden::nlp {
 
 namespace {
 
-constexpr const char* kRows = "sentence_prediction_rows";
+constexpr std::string_view kSentencePrediction = "sentence prediction";
 
-BertClassifierImpl& as_classifier(Model& model) {
-  auto* classifier = model.as<BertClassifierImpl>();
-  if (!classifier)
-    throw Error("the sentence prediction task was given a model that is not a BertClassifier");
-  return *classifier;
-}
-
-const at::Tensor& input(const Batch& batch, const std::string& key) {
-  auto it = batch.find(key);
-  if (it == batch.end()) throw Error("sentence prediction: the batch has no '" + key + "'");
-  return it->second;
-}
-
-// Regression values travel through the int64 rows of the aggregated logs
-// (what the strategies gather across workers) as their bits.
-int64_t bits_of(double value) {
-  int64_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return bits;
-}
-double value_of(int64_t bits) {
-  double value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-}
+constexpr const char* kSentencePredictionRows = "sentence_prediction_rows";
 
 }  // namespace
 
@@ -67,8 +43,10 @@ ModelPtr SentencePredictionTask::build_model() {
 
 Batch SentencePredictionTask::call_model(Model& model, const Batch& features, bool) {
   const at::Tensor logits =
-      as_classifier(model).forward(input(features, "input_word_ids"), input(features, "input_mask"),
-                                   input(features, "input_type_ids"));
+      model_as<BertClassifierImpl>(model, kSentencePrediction, "a BertClassifier")
+          .forward(batch_tensor(features, "input_word_ids", kSentencePrediction),
+                   batch_tensor(features, "input_mask", kSentencePrediction),
+                   batch_tensor(features, "input_type_ids", kSentencePrediction));
   Batch outputs{{"logits", logits}};
   if (regression()) outputs["predictions"] = logits.select(1, 0);
   return outputs;
@@ -77,8 +55,9 @@ Batch SentencePredictionTask::call_model(Model& model, const Batch& features, bo
 Losses SentencePredictionTask::build_losses(const Batch& labels, const Batch& model_outputs,
                                             const at::Tensor& aux_losses) {
   Losses losses;
-  const at::Tensor logits = input(model_outputs, "logits").to(at::kFloat);
-  const at::Tensor label_ids = input(labels, "label_ids").reshape(-1);
+  const at::Tensor logits =
+      batch_tensor(model_outputs, "logits", kSentencePrediction).to(at::kFloat);
+  const at::Tensor label_ids = batch_tensor(labels, "label_ids", kSentencePrediction).reshape(-1);
   const auto count = at::scalar_tensor(static_cast<double>(label_ids.size(0)));
   if (regression())
     losses.add(kLoss, at::mse_loss(logits.select(1, 0), label_ids.to(at::kFloat)), count);
@@ -108,7 +87,8 @@ Logs SentencePredictionTask::validation_step(const Batch& inputs, Model& model,
     logs = build_losses(inputs, outputs).logs();
   }
   process_metrics(metrics, inputs, outputs);
-  const at::Tensor labels = input(inputs, "label_ids").reshape(-1).to(at::kCPU, at::kDouble);
+  const at::Tensor labels =
+      batch_tensor(inputs, "label_ids", kSentencePrediction).reshape(-1).to(at::kCPU, at::kDouble);
   const at::Tensor logits = outputs.at("logits").to(at::kCPU, at::kDouble);
   const at::Tensor best = logits.argmax(-1).contiguous();
   const auto label_at = labels.accessor<double, 1>();
@@ -121,24 +101,24 @@ Logs SentencePredictionTask::validation_step(const Batch& inputs, Model& model,
     else
       rows.push_back({static_cast<int64_t>(label_at[b]), best_at[b]});
   }
-  logs[kRows] = std::move(rows);
+  logs[kSentencePredictionRows] = std::move(rows);
   return logs;
 }
 
 void SentencePredictionTask::aggregate_logs(Logs& state, const Logs& step_logs) {
-  append_log_rows(state, step_logs, kRows);
+  append_log_rows(state, step_logs, kSentencePredictionRows);
 }
 
 Logs SentencePredictionTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {
   Logs logs;
-  const auto it = aggregated_logs.find(kRows);
+  const auto it = aggregated_logs.find(kSentencePredictionRows);
   if (it == aggregated_logs.end()) return logs;
   const auto& rows = std::get<std::vector<std::vector<int64_t>>>(it->second);
   if (regression()) {
     std::vector<double> labels, predictions;
     for (const auto& row : rows) {
-      labels.push_back(value_of(row[0]));
-      predictions.push_back(value_of(row[1]));
+      labels.push_back(double_of_bits(row[0]));
+      predictions.push_back(double_of_bits(row[1]));
     }
     if (config_.metric_type == "pearson_spearman_corr")
       logs["pearson_spearman_corr"] =

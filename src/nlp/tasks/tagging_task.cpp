@@ -14,20 +14,10 @@ namespace garden::nlp {
 
 namespace {
 
+constexpr std::string_view kTagging = "tagging";
+
 constexpr const char* kLabelRows = "tagging_label_rows";
 constexpr const char* kPredictRows = "tagging_predict_rows";
-
-BertTokenClassifierImpl& as_tagger(Model& model) {
-  auto* tagger = model.as<BertTokenClassifierImpl>();
-  if (!tagger) throw Error("the tagging task was given a model that is not a BertTokenClassifier");
-  return *tagger;
-}
-
-const at::Tensor& input(const Batch& batch, const std::string& key) {
-  auto it = batch.find(key);
-  if (it == batch.end()) throw Error("tagging: the batch has no '" + key + "'");
-  return it->second;
-}
 
 }  // namespace
 
@@ -61,15 +51,17 @@ ModelPtr TaggingTask::build_model() {
 }
 
 Batch TaggingTask::call_model(Model& model, const Batch& features, bool) {
-  return {{"logits", as_tagger(model).forward(input(features, "input_word_ids"),
-                                              input(features, "input_mask"),
-                                              input(features, "input_type_ids"))}};
+  return {{"logits", model_as<BertTokenClassifierImpl>(model, kTagging, "a BertTokenClassifier")
+                         .forward(batch_tensor(features, "input_word_ids", kTagging),
+                                  batch_tensor(features, "input_mask", kTagging),
+                                  batch_tensor(features, "input_type_ids", kTagging))}};
 }
 
 Losses TaggingTask::build_losses(const Batch& labels, const Batch& model_outputs,
                                  const at::Tensor& aux_losses) {
-  const at::Tensor logits = input(model_outputs, "logits").to(at::kFloat);
-  const at::Tensor label_ids = input(labels, "label_ids").reshape(-1).to(at::kLong);
+  const at::Tensor logits = batch_tensor(model_outputs, "logits", kTagging).to(at::kFloat);
+  const at::Tensor label_ids =
+      batch_tensor(labels, "label_ids", kTagging).reshape(-1).to(at::kLong);
   const at::Tensor weights = label_ids.ge(0).to(at::kFloat);
   const at::Tensor per_token = at::cross_entropy_loss(
       logits.reshape({-1, logits.size(-1)}), label_ids.clamp_min(0), {}, at::Reduction::None);
@@ -88,7 +80,7 @@ MetricList TaggingTask::build_metrics(bool) {
 void TaggingTask::process_metrics(MetricList& metrics, const Batch& labels,
                                   const Batch& model_outputs) {
   Batch with_weights = labels;
-  const at::Tensor label_ids = input(labels, "label_ids");
+  const at::Tensor label_ids = batch_tensor(labels, "label_ids", kTagging);
   with_weights["label_weights"] = label_ids.ge(0).to(at::kFloat);
   with_weights["label_ids"] = label_ids.clamp_min(0);
   Task::process_metrics(metrics, with_weights, model_outputs);
@@ -105,7 +97,8 @@ Logs TaggingTask::validation_step(const Batch& inputs, Model& model, MetricList&
     logs = build_losses(inputs, outputs).logs();
   }
   process_metrics(metrics, inputs, outputs);
-  const at::Tensor labels = input(inputs, "label_ids").to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor labels =
+      batch_tensor(inputs, "label_ids", kTagging).to(at::kCPU, at::kLong).contiguous();
   const at::Tensor predictions =
       outputs.at("logits").argmax(-1).to(at::kCPU, at::kLong).contiguous();
   const auto label_at = labels.accessor<int64_t, 2>();

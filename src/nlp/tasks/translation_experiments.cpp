@@ -127,7 +127,7 @@ std::shared_ptr<config::ExperimentConfig> cpu_experiment(const CpuRecipe& recipe
 }
 
 // Sized for a CPU: a 30-minute run on gettext-en-de (docs/tasks/translation.md).
-std::shared_ptr<config::ExperimentConfig> tiny_experiment() {
+std::shared_ptr<config::ExperimentConfig> translation_tiny_experiment() {
   return cpu_experiment({{256, 4, 1024, 3}, 8000, 3072, 64, 10000, 20000, 1000, 2000, 3, 800});
 }
 
@@ -217,7 +217,7 @@ void register_translation() {
                               base_experiment);
   config::register_experiment("wmt_transformer/tiny",
                               "Transformer for a CPU (256 wide, 3+3 layers); set the data paths",
-                              tiny_experiment);
+                              translation_tiny_experiment);
   config::register_experiment("wmt_transformer/demo",
                               "English-German on a bundled slice of gettext catalogs (the demo)",
                               demo_experiment);

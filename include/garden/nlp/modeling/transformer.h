@@ -29,6 +29,8 @@
 
 namespace garden::nlp {
 
+// A LayerNorm module over the last dimension (`width`) with `epsilon`.
+torch::nn::LayerNorm make_layer_norm(int64_t width, double epsilon);
 // A LayerNorm module applied through kernels::layer_norm (garden/kernels/layer_norm.h)
 // with its weight, bias and epsilon; the module's own forward when it has no
 // affine parameters or normalizes more than the last dimension.

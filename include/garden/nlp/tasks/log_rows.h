@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "garden/base/types.h"
@@ -10,6 +11,30 @@
 namespace garden::nlp {
 
 using LogRows = std::vector<std::vector<int64_t>>;
+
+// Floating-point values travel through the rows (and across workers) as
+// their bits.
+inline int64_t bits_of(double value) {
+  int64_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+inline double double_of_bits(int64_t bits) {
+  double value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+inline int64_t bits_of(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return static_cast<int64_t>(bits);
+}
+inline float float_of_bits(int64_t bits) {
+  const auto narrow = static_cast<uint32_t>(bits);
+  float value;
+  std::memcpy(&value, &narrow, sizeof value);
+  return value;
+}
 
 // Appends step_logs[key]'s rows to state[key] (made empty when absent);
 // does nothing when the step has none.
