@@ -7,6 +7,8 @@
 # An upward #include "garden/<higher layer>/x.h" fails with "No such file or
 # directory" (tests/layering checks that it does).
 
+include(${CMAKE_CURRENT_LIST_DIR}/GardenBatches.cmake)
+
 # The settings every layer, and the precompiled header they share, compile
 # with; identical flags let one precompiled header serve every layer.
 add_library(garden_build_settings INTERFACE)
@@ -35,10 +37,11 @@ function(_garden_stage_folder root folder)
   endif()
 endfunction()
 
-# garden_layer(NAME <name> FOLDER <include/src folder> [DEPENDS <lower layers>...])
+# garden_layer(NAME <name> FOLDER <include/src folder> [DEPENDS <lower layers>...]
+#              [BATCH_SIZE <sources per batch>])
 # Sources are src/<folder>/*.cpp (not recursive); headers include/garden/<folder>/.
 function(garden_layer)
-  cmake_parse_arguments(L "" "NAME;FOLDER" "DEPENDS" ${ARGN})
+  cmake_parse_arguments(L "" "NAME;FOLDER;BATCH_SIZE" "DEPENDS" ${ARGN})
   foreach(dep ${L_DEPENDS})
     if(NOT dep IN_LIST GARDEN_LAYERS)
       message(FATAL_ERROR "layer ${L_NAME} depends on '${dep}', which is not a layer below it")
@@ -69,16 +72,43 @@ function(garden_layer)
 
   file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/${L_FOLDER}/*.cpp)
   set(target garden_layer_${L_NAME})
-  add_library(${target} OBJECT ${sources})
+  # The sources come in garden_add_layer_sources(), once every per-source
+  # property is set.
+  add_library(${target} OBJECT)
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${root}>)
   target_link_libraries(${target} PUBLIC garden_build_settings)
   foreach(dep ${L_DEPENDS})
     target_link_libraries(${target} PUBLIC garden_layer_${dep})
   endforeach()
-  target_precompile_headers(${target} REUSE_FROM garden_pch)
 
+  set(GARDEN_LAYER_SOURCES_${L_NAME} ${sources} PARENT_SCOPE)
+  set(GARDEN_LAYER_BATCH_SIZE_${L_NAME} ${L_BATCH_SIZE} PARENT_SCOPE)
   set(GARDEN_LAYER_VISIBLE_${L_NAME} ${visible} PARENT_SCOPE)
   set(GARDEN_LAYER_FOLDER_${L_NAME} ${L_FOLDER} PARENT_SCOPE)
   list(APPEND GARDEN_LAYERS ${L_NAME})
   set(GARDEN_LAYERS ${GARDEN_LAYERS} PARENT_SCOPE)
+endfunction()
+
+# Adds every layer's sources, in batches (cmake/GardenBatches.cmake). Called
+# after the per-source properties (the kernels' floating-point options) are
+# set, since a batch holds only sources compiled alike.
+function(garden_add_layer_sources)
+  foreach(layer ${GARDEN_LAYERS})
+    # The precompiled header only for a layer with sources that use it: the
+    # others need not wait for it to be built.
+    foreach(source ${GARDEN_LAYER_SOURCES_${layer}})
+      garden_uses_torch(${source} uses_torch)
+      get_source_file_property(skip_pch ${source} SKIP_PRECOMPILE_HEADERS)
+      if(uses_torch AND NOT skip_pch)
+        target_precompile_headers(garden_layer_${layer} REUSE_FROM garden_pch)
+        break()
+      endif()
+    endforeach()
+    set(batch_size ${GARDEN_UNITY_BATCH_SIZE})
+    if(GARDEN_LAYER_BATCH_SIZE_${layer})
+      set(batch_size ${GARDEN_LAYER_BATCH_SIZE_${layer}})
+    endif()
+    garden_batched_sources(garden_layer_${layer} SOURCES ${GARDEN_LAYER_SOURCES_${layer}}
+                           BATCH_SIZE ${batch_size})
+  endforeach()
 endfunction()

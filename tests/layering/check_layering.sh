@@ -1,32 +1,41 @@
 #!/usr/bin/env bash
-# usage: check_layering.sh <build dir> "<control targets;...>" "<target=header;...>"
-# Builds each control probe (must succeed), then each upward probe (must fail
-# because its header is not found). Prints one line per failed check.
+# usage: check_layering.sh <compiler> <probe dir>
+# <probe dir>/probes.txt lists "<layer>:control:" and
+# "<layer>:includes_<other>:<header>" probes; <layer>.flags holds the include
+# folders and definitions of that layer's sources. Each control probe must
+# preprocess; each upward probe must fail because its header is not found.
+# Prints one line per failed check.
 set -uo pipefail
-build_dir=$1
-IFS=';' read -r -a controls <<<"$2"
-IFS=';' read -r -a upward <<<"$3"
+compiler=$1
+probe_dir=$2
+read -r -a probes <"$probe_dir/probes.txt"
 failures=0
+controls=0
+upward=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-for target in "${controls[@]}"; do
-  if ! cmake --build "$build_dir" --target "$target" >"$log" 2>&1; then
-    echo "layering: FAIL: control probe $target (headers the layer may include) did not build:"
-    tail -n 20 "$log"
-    failures=$((failures + 1))
+for probe in "${probes[@]}"; do
+  IFS=: read -r layer kind header <<<"$probe"
+  mapfile -t flags < <(grep -v '^$' "$probe_dir/$layer.flags")
+  source="$probe_dir/${layer}_$kind.cpp"
+  if [[ $kind == control ]]; then
+    controls=$((controls + 1))
+    if ! "$compiler" -std=c++17 "${flags[@]}" -E -o /dev/null "$source" >"$log" 2>&1; then
+      echo "layering: FAIL: the control probe of layer $layer (headers it may include) did not preprocess:"
+      tail -n 20 "$log"
+      failures=$((failures + 1))
+    fi
+    continue
   fi
-done
-for item in "${upward[@]}"; do
-  target=${item%%=*}
-  header=${item#*=}
-  if cmake --build "$build_dir" --target "$target" >"$log" 2>&1; then
-    echo "layering: FAIL: $target built, but its layer may not include $header"
+  upward=$((upward + 1))
+  if "$compiler" -std=c++17 "${flags[@]}" -E -o /dev/null "$source" >"$log" 2>&1; then
+    echo "layering: FAIL: layer $layer may not include $header, but it was found"
     failures=$((failures + 1))
   elif ! grep -qE "$header: No such file or directory|'$header' file not found" "$log"; then  # gcc, clang
-    echo "layering: FAIL: $target failed for another reason than the missing $header:"
+    echo "layering: FAIL: layer $layer's probe of $header failed for another reason than the missing header:"
     tail -n 20 "$log"
     failures=$((failures + 1))
   fi
 done
-echo "layering: ${#controls[@]} control probes, ${#upward[@]} upward probes, $failures failure(s)"
+echo "layering: $controls control probes, $upward upward probes, $failures failure(s)"
 [[ $failures -eq 0 ]]

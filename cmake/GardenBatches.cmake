@@ -1,0 +1,166 @@
+# How Garden's sources are compiled: in batches, and with the precompiled
+# header only where LibTorch is used (docs/development.md).
+#
+# - A batch (a "unity" build) is one generated translation unit that
+#   #includes several sources of a target, so the headers they share are
+#   read once per batch instead of once per file. GARDEN_UNITY=OFF compiles
+#   every source alone.
+# - A source that includes no LibTorch header, directly or through Garden's
+#   own headers, compiles without the 600 MB precompiled header of LibTorch:
+#   loading it costs more than such a file takes to compile.
+# - A source with compile options of its own (COMPILE_OPTIONS, the kernels'
+#   floating-point flags) is batched only with sources that have the same
+#   options; one with COMPILE_DEFINITIONS, INCLUDE_DIRECTORIES or
+#   SKIP_UNITY_BUILD_INCLUSION compiles alone, as itself.
+
+option(GARDEN_UNITY "Compile each target's sources in batches (unity builds)" ON)
+set(GARDEN_UNITY_BATCH_SIZE 16 CACHE STRING "Sources per batch when GARDEN_UNITY is on")
+
+# Whether `file` includes a LibTorch header (torch/, ATen/, c10/), directly
+# or through a header of the project's own: one beside the file (a quoted
+# include), under include/ or under a folder of GARDEN_SCAN_INCLUDE_DIRS.
+# The answer for each header is kept for the whole configure.
+function(garden_uses_torch file out)
+  get_property(known GLOBAL PROPERTY "GARDEN_USES_TORCH:${file}" SET)
+  if(known)
+    get_property(answer GLOBAL PROPERTY "GARDEN_USES_TORCH:${file}")
+    set(${out} ${answer} PARENT_SCOPE)
+    return()
+  endif()
+  # A header that includes itself through others is not looked at twice.
+  set_property(GLOBAL PROPERTY "GARDEN_USES_TORCH:${file}" FALSE)
+  if(NOT EXISTS "${file}")
+    set(${out} FALSE PARENT_SCOPE)
+    return()
+  endif()
+  file(STRINGS "${file}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"]")
+  get_filename_component(dir "${file}" DIRECTORY)
+  set(answer FALSE)
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"].*" "\\1" name "${line}")
+    if(name MATCHES "^(torch|ATen|c10)/")
+      set(answer TRUE)
+      break()
+    endif()
+    set(header "")
+    set(search "${PROJECT_SOURCE_DIR}/include" ${GARDEN_SCAN_INCLUDE_DIRS})
+    if(line MATCHES "\"")
+      list(PREPEND search "${dir}")
+    endif()
+    if(IS_ABSOLUTE "${name}")
+      set(search "")
+      if(EXISTS "${name}")
+        set(header "${name}")
+      endif()
+    endif()
+    foreach(folder IN LISTS search)
+      if(EXISTS "${folder}/${name}" AND NOT IS_DIRECTORY "${folder}/${name}")
+        set(header "${folder}/${name}")
+        break()
+      endif()
+    endforeach()
+    if(header)
+      garden_uses_torch("${header}" header_uses_torch)
+      if(header_uses_torch)
+        set(answer TRUE)
+        break()
+      endif()
+    endif()
+  endforeach()
+  set_property(GLOBAL PROPERTY "GARDEN_USES_TORCH:${file}" ${answer})
+  set(${out} ${answer} PARENT_SCOPE)
+endfunction()
+
+# garden_batched_sources(<target> SOURCES <file>... [BATCH_SIZE <n>])
+# Adds the sources to <target> in batches. <target> must already reuse or
+# own a precompiled header when its LibTorch sources should use one. Call it
+# after every per-source property of these files is set.
+function(garden_batched_sources target)
+  cmake_parse_arguments(B "" "BATCH_SIZE" "SOURCES" ${ARGN})
+  if(NOT B_BATCH_SIZE)
+    set(B_BATCH_SIZE ${GARDEN_UNITY_BATCH_SIZE})
+  endif()
+  set(groups "")
+  foreach(source IN LISTS B_SOURCES)
+    get_filename_component(source "${source}" ABSOLUTE)
+    set(alone FALSE)
+    foreach(property COMPILE_DEFINITIONS INCLUDE_DIRECTORIES SKIP_UNITY_BUILD_INCLUSION)
+      get_source_file_property(value "${source}" ${property})
+      if(value)
+        set(alone TRUE)
+      endif()
+    endforeach()
+    garden_uses_torch("${source}" uses_torch)
+    get_source_file_property(skip_pch "${source}" SKIP_PRECOMPILE_HEADERS)
+    if(NOT uses_torch)
+      set_source_files_properties("${source}" PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+      set(skip_pch ON)
+    endif()
+    if(alone OR NOT GARDEN_UNITY OR B_BATCH_SIZE LESS_EQUAL 1)
+      target_sources(${target} PRIVATE "${source}")
+      continue()
+    endif()
+    get_source_file_property(options "${source}" COMPILE_OPTIONS)
+    if(NOT options)
+      set(options "")
+    endif()
+    # The group: the same precompiled header (or none) and the same options.
+    if(skip_pch)
+      set(key "plain")
+    else()
+      set(key "pch")
+    endif()
+    if(options)
+      string(MD5 hash "${options}")
+      string(SUBSTRING "${hash}" 0 8 hash)
+      string(APPEND key "_${hash}")
+    endif()
+    if(NOT key IN_LIST groups)
+      list(APPEND groups ${key})
+      set(group_${key}_sources "")
+      set(group_${key}_options "${options}")
+      set(group_${key}_skip_pch ${skip_pch})
+    endif()
+    list(APPEND group_${key}_sources "${source}")
+  endforeach()
+
+  set(directory "${CMAKE_BINARY_DIR}/batches/${target}")
+  foreach(key IN LISTS groups)
+    set(sources ${group_${key}_sources})
+    list(LENGTH sources count)
+    if(count EQUAL 1)
+      target_sources(${target} PRIVATE ${sources})
+      continue()
+    endif()
+    # Batches of nearly equal size, in the order of the file names.
+    math(EXPR batches "(${count} + ${B_BATCH_SIZE} - 1) / ${B_BATCH_SIZE}")
+    math(EXPR last "${batches} - 1")
+    foreach(batch RANGE ${last})
+      math(EXPR first "${batch} * ${count} / ${batches}")
+      math(EXPR end "(${batch} + 1) * ${count} / ${batches}")
+      math(EXPR length "${end} - ${first}")
+      list(SUBLIST sources ${first} ${length} members)
+      set(content "// Generated by cmake/GardenBatches.cmake: ${length} sources of ${target} compiled as one.\n")
+      foreach(member IN LISTS members)
+        string(APPEND content "#include \"${member}\"\n")
+      endforeach()
+      set(batch_file "${directory}/${key}_${batch}.cpp")
+      # Written only when it changes, so a configure rebuilds nothing.
+      set(old "")
+      if(EXISTS "${batch_file}")
+        file(READ "${batch_file}" old)
+      endif()
+      if(NOT old STREQUAL content)
+        file(WRITE "${batch_file}" "${content}")
+      endif()
+      target_sources(${target} PRIVATE "${batch_file}")
+      if(group_${key}_skip_pch)
+        set_source_files_properties("${batch_file}" PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+      endif()
+      # GCC takes the sources a batch includes for headers, and warns of
+      # their types that use their own anonymous namespace.
+      set_source_files_properties("${batch_file}" PROPERTIES COMPILE_OPTIONS
+        "${group_${key}_options};$<$<CXX_COMPILER_ID:GNU>:-Wno-subobject-linkage>")
+    endforeach()
+  endforeach()
+endfunction()
