@@ -77,12 +77,9 @@ void transpose_tiles_portable(const float* in, int64_t rows, int64_t cols, float
 }
 
 // out [cols, rows] = in [rows, cols]^T, both contiguous, in 32 x 32 tiles,
-// each as four 16 x 16 blocks in AVX-512 registers where the CPU has them.
-// LibTorch's t().contiguous() took 1.4 to 2.3 times as long as the scalar
-// tiles on the weights of base translation and ELECTRA small; the blocks
-// are 1.04 to 1.5 times as fast as the scalar tiles (2 threads, a copy of
-// both loops timed alternately: [2048, 512] 483 -> 379 us, [512, 2048]
-// 576 -> 407, [1024, 256] 86 -> 83), where both near the memory's rate.
+// each as four 16 x 16 blocks in AVX-512 registers where the CPU has them
+// (faster than LibTorch's t().contiguous() on the layers' weight shapes;
+// bench/linear_bench.cpp times linear with and without the transposes).
 void transpose_into(const float* in, int64_t rows, int64_t cols, float* out) {
   RECORD_FUNCTION("garden::transpose", std::vector<c10::IValue>());
   constexpr int64_t kTile = 32;
