@@ -1,13 +1,12 @@
 #include "garden/distribute/cluster.h"
 
+#include <unistd.h>  // environ
 #include <nlohmann/json.hpp>
 
 #include <cctype>
 #include <charconv>
 
 #include "garden/base/error.h"
-
-extern char** environ;
 
 namespace garden::distribute {
 
@@ -34,6 +33,16 @@ std::string Cluster::describe_rank(int64_t other) const {
   if (other >= 0 && other < static_cast<int64_t>(rank_tasks.size()))
     text += " (" + rank_tasks[static_cast<std::size_t>(other)] + ")";
   return text;
+}
+
+std::string write_tf_config(const TfConfigJobs& jobs, const std::string& task_type,
+                            int64_t task_index) {
+  nlohmann::ordered_json cluster = nlohmann::ordered_json::object();
+  for (const auto& [job, hosts] : jobs) cluster[job] = hosts;
+  nlohmann::ordered_json config;
+  config["cluster"] = std::move(cluster);
+  config["task"] = {{"type", task_type}, {"index", task_index}};
+  return config.dump();
 }
 
 TfConfig parse_tf_config(const std::string& text) {

@@ -66,7 +66,7 @@ GradientSync::~GradientSync() {
 
 void GradientSync::on_gradient(std::size_t index, const at::Tensor& gradient) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!sync_) return;  // an accumulation part: .grad keeps it until the last
+  if (!sync_) return;        // an accumulation part: .grad keeps it until the last
   if (seen_[index]) return;  // a second backward in one step: the first counts
   seen_[index] = true;
   auto& [b, m] = slot_[index];
@@ -148,8 +148,8 @@ void GradientSync::finish(std::vector<at::Tensor>& gradients, const std::string&
         gradients[i] = at::Tensor();
         continue;
       }
-      const at::Tensor sum =
-          bucket.flat.narrow(0, bucket.offsets[m], parameters_[i].numel()).view(parameters_[i].sizes());
+      const at::Tensor sum = bucket.flat.narrow(0, bucket.offsets[m], parameters_[i].numel())
+                                 .view(parameters_[i].sizes());
       if (gradients[i].defined())
         gradients[i].copy_(sum);
       else

@@ -86,4 +86,72 @@ inline CliRun run_shell(const std::filesystem::path& dir, const std::string& scr
                       out, err);
 }
 
+// What the multi-worker tests of tests/cli share: `garden launch` lines for
+// tabular/iris (mirrored, parameter servers) and TensorFX's iris sample, a
+// shell script, and a signal to one of launch's children.
+class DistributedCliFixture : public CliFixture {
+ protected:
+  CliRun shell(const std::string& script) const { return run_shell(dir_, script); }
+
+  // `garden train` of tabular/iris with `overrides`, as one process or via
+  // `garden launch` with `workers` processes.
+  CliRun iris(const std::string& model_dir, int workers, const std::string& overrides,
+              const std::string& extra_launch = "") const {
+    const std::string train = "train --experiment=tabular/iris --mode=train --model_dir='" +
+                              model_dir + "' --params_override='" + overrides + "'";
+    if (workers == 1) return garden(train);
+    return garden("launch --nproc_per_node=" + std::to_string(workers) +
+                  " --master_port=" + std::to_string(free_port()) + " " + extra_launch + " -- " +
+                  train + ",runtime.distribution_strategy=multi_worker_mirrored");
+  }
+
+  // `garden fx train` of TensorFX's iris sample (absolute paths), with
+  // `extra` arguments.
+  static std::string fx_iris(const std::string& output, const std::string& extra) {
+    const std::string data = std::string(GARDEN_DATA_DIR) + "/fx/iris/";
+    return "fx train --model feedforward_classification --output '" + output + "' --data-train '" +
+           data + "train.csv' --data-eval '" + data + "eval.csv' --data-schema '" + data +
+           "schema.yaml' --data-metadata '" + data + "metadata.json' --data-features '" + data +
+           "features.yaml' " + extra;
+  }
+  // The same through `garden launch --ps`: a master, `workers` workers and
+  // `ps` ps tasks.
+  CliRun launch_fx(const std::string& output, int workers, int ps, const std::string& extra) const {
+    return garden("launch --nproc_per_node=" + std::to_string(workers) +
+                  " --ps=" + std::to_string(ps) + " --master_port=" + std::to_string(free_port()) +
+                  " -- " + fx_iris(output, extra));
+  }
+
+  // `garden launch --ps`: a chief, `workers` workers and `ps` ps tasks.
+  CliRun launch_ps(const std::string& model_dir, int workers, int ps, const std::string& overrides,
+                   const std::string& mode = "train") const {
+    return garden("launch --nproc_per_node=" + std::to_string(workers) +
+                  " --ps=" + std::to_string(ps) + " --master_port=" + std::to_string(free_port()) +
+                  " -- train --experiment=tabular/iris --mode=" + mode + " --model_dir='" +
+                  model_dir + "' --params_override='" + overrides +
+                  ",runtime.distribution_strategy=parameter_server'");
+  }
+
+  // A shell line: `garden launch` of 2 mirrored workers training
+  // tabular/iris into `model_dir`.
+  static std::string launch_iris(const std::string& model_dir, const std::string& overrides) {
+    return "\"$GARDEN\" launch --nproc_per_node=2 --master_port=" + std::to_string(free_port()) +
+           " -- train --experiment=tabular/iris --mode=train --model_dir='" + model_dir +
+           "' --params_override='" + overrides +
+           ",runtime.distribution_strategy=multi_worker_mirrored'";
+  }
+  // Runs the `launch` line, sends `signal` to launch's `child`-th child
+  // (in start order: 2 is rank 1 of a mirrored launch; with --ps, 1 is the
+  // chief, then the workers, then the ps tasks) once `file` exists, and
+  // returns the launch's status and stderr.
+  CliRun signal_child(const std::string& launch, const std::string& file, const std::string& signal,
+                      int child) const {
+    return shell(launch + " 2>'" + path("launch.err") + "' &\nlauncher=$!\n" +
+                 "for i in $(seq 1 3000); do [ -e '" + file + "' ] && break; sleep 0.01; done\n" +
+                 "victim=$(pgrep -P $launcher | sort -n | sed -n " + std::to_string(child) +
+                 "p)\nkill -" + signal + " $victim\nwait $launcher; status=$?\ncat '" +
+                 path("launch.err") + "' >&2\nexit $status\n");
+  }
+};
+
 }  // namespace garden_test

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -83,6 +84,13 @@ struct TfConfig {
   int64_t task_index = 0;
 };
 TfConfig parse_tf_config(const std::string& text);
+
+// TF_CONFIG for one task of a cluster: {"cluster": {job: [host, ...]},
+// "task": {"type": ..., "index": ...}}, the jobs in the order given (what
+// parse_tf_config reads back).
+using TfConfigJobs = std::vector<std::pair<std::string, std::vector<std::string>>>;
+std::string write_tf_config(const TfConfigJobs& jobs, const std::string& task_type,
+                            int64_t task_index);
 
 // Reads the cluster from `env` and `runtime`. Precedence: TF_CONFIG,
 // torchrun (RANK / WORLD_SIZE), SLURM (SLURM_PROCID / SLURM_NTASKS), OpenMPI
