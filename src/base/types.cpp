@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <type_traits>
+
 #include "garden/base/error.h"
 
 namespace garden {
@@ -34,6 +36,31 @@ double to_double(const LogValue& value) {
   if (const auto* t = std::get_if<at::Tensor>(&value)) return scalar_value(*t, "log value");
   if (const auto* average = std::get_if<Average>(&value)) return average->result();
   throw Error("log value is host-side data, not a number");
+}
+
+bool is_host_list(const LogValue& value) {
+  return std::holds_alternative<std::vector<std::string>>(value) ||
+         std::holds_alternative<IdRows>(value) || std::holds_alternative<ValueRows>(value);
+}
+
+void append_host_lists(Logs& state, const Logs& step_logs) {
+  for (const auto& [key, value] : step_logs) {
+    if (!is_host_list(value)) continue;
+    std::visit(
+        [&, &key = key](const auto& list) {
+          using List = std::decay_t<decltype(list)>;
+          if constexpr (std::is_same_v<List, std::vector<std::string>> ||
+                        std::is_same_v<List, IdRows> || std::is_same_v<List, ValueRows>) {
+            auto slot = state.try_emplace(key, List{}).first;
+            auto* all = std::get_if<List>(&slot->second);
+            if (!all)
+              throw Error("the validation log '" + key +
+                          "' changed its kind of list between steps");
+            all->insert(all->end(), list.begin(), list.end());
+          }
+        },
+        value);
+  }
 }
 
 int64_t InputContext::per_replica_batch_size(int64_t global_batch_size) const {

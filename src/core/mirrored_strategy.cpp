@@ -4,6 +4,8 @@
 // and every log is agreed or reduced over the workers.
 #include <torch/torch.h>
 
+#include <cstring>
+
 #include "garden/base/error.h"
 #include "garden/core/minimizer.h"
 #include "garden/core/strategy.h"
@@ -190,32 +192,47 @@ class MirroredStrategy final : public DistributionStrategy {
   }
 
   Logs gather_aggregated_logs(const Logs& local) const override {
-    // Host-side lists (decoded ids, strings) are concatenated in rank order.
+    // Host-side lists are concatenated in rank order; values travel as
+    // their bits, so that every worker's rows arrive exactly (NaN included).
     nlohmann::json mine = nlohmann::json::object();
     for (const auto& [key, value] : local) {
-      if (const auto* rows = std::get_if<std::vector<std::vector<int64_t>>>(&value))
+      if (const auto* rows = std::get_if<IdRows>(&value)) {
         mine[key] = {{"rows", *rows}};
-      else if (const auto* texts = std::get_if<std::vector<std::string>>(&value))
+      } else if (const auto* values = std::get_if<ValueRows>(&value)) {
+        IdRows bits;
+        for (const auto& row : *values) {
+          bits.emplace_back(row.size());
+          std::memcpy(bits.back().data(), row.data(), row.size() * sizeof(double));
+        }
+        mine[key] = {{"value_bits", std::move(bits)}};
+      } else if (const auto* texts = std::get_if<std::vector<std::string>>(&value)) {
         mine[key] = {{"texts", *texts}};
-      else
+      } else {
         throw Error("the task's aggregated log '" + key +
-                    "' is not a list of strings or of id rows, so it cannot be gathered from "
-                    "every worker");
+                    "' is not a host-side list (strings, id rows, value rows), so it cannot be "
+                    "gathered from every worker");
+      }
     }
     Logs merged;
     for (const auto& text : group_->all_gather(mine.dump(), "the validation outputs")) {
-      const nlohmann::json worker = nlohmann::json::parse(text);
-      for (const auto& [key, entry] : worker.items()) {
+      const nlohmann::json lists = nlohmann::json::parse(text);
+      Logs worker;
+      for (const auto& [key, entry] : lists.items()) {
         if (entry.contains("rows")) {
-          auto [slot, inserted] = merged.try_emplace(key, std::vector<std::vector<int64_t>>{});
-          auto& all = std::get<std::vector<std::vector<int64_t>>>(slot->second);
-          for (const auto& row : entry.at("rows")) all.push_back(row.get<std::vector<int64_t>>());
+          worker[key] = entry.at("rows").get<IdRows>();
+        } else if (entry.contains("value_bits")) {
+          ValueRows values;
+          for (const auto& row : entry.at("value_bits")) {
+            const auto bits = row.get<std::vector<int64_t>>();
+            values.emplace_back(bits.size());
+            std::memcpy(values.back().data(), bits.data(), bits.size() * sizeof(double));
+          }
+          worker[key] = std::move(values);
         } else {
-          auto [slot, inserted] = merged.try_emplace(key, std::vector<std::string>{});
-          auto& all = std::get<std::vector<std::string>>(slot->second);
-          for (const auto& t : entry.at("texts")) all.push_back(t.get<std::string>());
+          worker[key] = entry.at("texts").get<std::vector<std::string>>();
         }
       }
+      append_host_lists(merged, worker);
     }
     return merged;
   }

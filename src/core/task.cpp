@@ -101,17 +101,23 @@ std::vector<nlohmann::json> Task::serving_outputs(const Batch&, std::size_t) {
   throw Error("task '" + name() + "' cannot be served yet: it has no serving_outputs");
 }
 
-void Task::aggregate_logs(Logs&, const Logs&) {}
+void Task::aggregate_logs(Logs& state, const Logs& step_logs) {
+  append_host_lists(state, step_logs);
+}
 
 Logs Task::reduce_aggregated_logs(const Logs&, int64_t) { return {}; }
 
 void Task::initialize(Model& model) {
-  const std::string& path = params_->init_checkpoint;
-  if (path.empty()) return;
+  if (params_->init_checkpoint.empty()) return;
+  initialize_from_checkpoint(model, params_->init_checkpoint,
+                             {params_->init_checkpoint_modules, params_->init_checkpoint_rename});
+}
+
+void initialize_from_checkpoint(Model& model, const std::string& path,
+                                InitCheckpointMapping mapping) {
   const auto file = latest_checkpoint(path);
   if (!file) throw Error("task.init_checkpoint '" + path + "' holds no checkpoint");
   const CheckpointData data = read_checkpoint_file(*file);
-  InitCheckpointMapping mapping{params_->init_checkpoint_modules, params_->init_checkpoint_rename};
   // Model Garden's checkpoint_items: a selected module the checkpoint does
   // not hold under its own name, but names as an item of its model, is read
   // from the item's module (an ELECTRA run's "encoder" is its discriminator).

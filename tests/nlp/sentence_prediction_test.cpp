@@ -3,7 +3,9 @@
 // model that learns a separable set, its export served with raw text, an
 // ELECTRA discriminator restored as its encoder, and the evaluation metrics.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include <cmath>
 
 #include <torch/torch.h>
 
@@ -485,6 +487,23 @@ TEST_F(SentencePredictionTest, EvaluationsReportModelGardensMetrics) {
   const auto logs = task->reduce_aggregated_logs(state, 0);
   EXPECT_NEAR(garden::to_double(logs.at("matthews_corrcoef")), 1.0 / 3.0, 1e-12);
   EXPECT_NEAR(garden::to_double(logs.at("f1")), 2.0 / 3.0, 1e-12);
+}
+
+TEST_F(SentencePredictionTest, ARegressionsEvaluationIsTheMeanOfPearsonAndSpearman) {
+  auto experiment = tiny_experiment(10);
+  auto& config = static_cast<garden::nlp::SentencePredictionConfig&>(*experiment->task);
+  config.model.num_classes = 1;
+  config.metric_type = "pearson_spearman_corr";
+  auto task = garden::get_task(experiment->task, "");
+  // Labels 1 2 3 4 against predictions 1.5 1 3.5 4: Pearson 5 / sqrt(5 * 6.5)
+  // (deviations -1.5 -.5 .5 1.5 and -1 -1.5 1 1.5); Spearman's ranks 2 1 3 4
+  // against 1 2 3 4: 1 - 6 * 2 / (4 * 15) = 0.8.
+  garden::Logs state;
+  task->aggregate_logs(state, {{"sentence_prediction_rows", garden::ValueRows{{1, 1.5}, {2, 1}}}});
+  task->aggregate_logs(state, {{"sentence_prediction_rows", garden::ValueRows{{3, 3.5}, {4, 4}}}});
+  const auto logs = task->reduce_aggregated_logs(state, 0);
+  EXPECT_NEAR(garden::to_double(logs.at("pearson_spearman_corr")),
+              (5.0 / std::sqrt(5.0 * 6.5) + 0.8) / 2.0, 1e-12);
 }
 
 TEST_F(SentencePredictionTest, ConfigsModelGardenRejectsOrGardenLacksAreRefused) {

@@ -34,12 +34,24 @@ struct Average {
   double result() const;
 };
 
-// One value in the logs: a number, a tensor, an Average, or host-side data
-// such as decoded strings or token ids that a task aggregates over an
-// evaluation.
-using LogValue = std::variant<double, at::Tensor, Average, std::vector<std::string>,
-                              std::vector<std::vector<int64_t>>>;
+// Host-side rows a task keeps from each validation step and folds over an
+// evaluation: ids (decoded tokens, labels, argmax predictions) and values
+// (logits, regression outputs). Both are gathered from every worker exactly.
+using IdRows = std::vector<std::vector<int64_t>>;
+using ValueRows = std::vector<std::vector<double>>;
+
+// One value in the logs: a number, a tensor, an Average, or a host-side list
+// (strings, id rows, value rows) that a task aggregates over an evaluation.
+using LogValue =
+    std::variant<double, at::Tensor, Average, std::vector<std::string>, IdRows, ValueRows>;
 using Logs = std::map<std::string, LogValue>;
+
+// Whether `value` is a host-side list.
+bool is_host_list(const LogValue& value);
+// Appends every host-side list of `step_logs` to the list of the same key
+// in `state` (made empty first when absent). Throws garden::Error when a
+// key holds lists of two kinds.
+void append_host_lists(Logs& state, const Logs& step_logs);
 
 // The number a log value stands for (a tensor must hold one element; an
 // Average gives its result); throws garden::Error for host-side data.

@@ -100,7 +100,11 @@ class Task {
   virtual Batch inference_step(const Batch& inputs, Model& model);
 
   // Folds one validation step's logs into `state` (Model Garden returns the
-  // new state; here it is updated in place). The default keeps nothing.
+  // new state; here it is updated in place). The default appends the step's
+  // host-side lists (decoded strings, id rows, value rows: a task's
+  // validation outputs) to the lists of the same names, which
+  // reduce_aggregated_logs then reads (over several workers, in rank
+  // order); scalars are averaged by the Trainer, not kept here.
   virtual void aggregate_logs(Logs& state, const Logs& step_logs);
   // Turns the aggregated state into final metrics (e.g. BLEU).
   virtual Logs reduce_aggregated_logs(const Logs& aggregated_logs, int64_t global_step);
@@ -258,5 +262,11 @@ struct InitCheckpointMapping {
 // filtered by `mapping`, keyed by model name.
 std::map<std::string, at::Tensor> map_init_checkpoint(
     const std::map<std::string, at::Tensor>& checkpoint, const InitCheckpointMapping& mapping);
+// Restores the Garden checkpoint at `path` (a run directory's latest, or a
+// checkpoint file) into `model` through `mapping`, as Task::initialize does
+// with task.init_checkpoint; a task that adds renames of its own (a head
+// from a pretrainer's) calls it with them.
+void initialize_from_checkpoint(Model& model, const std::string& path,
+                                InitCheckpointMapping mapping);
 
 }  // namespace garden

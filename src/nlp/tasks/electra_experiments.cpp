@@ -5,6 +5,7 @@
 
 #include "garden/config/registry.h"
 #include "garden/nlp/tasks/electra_task.h"
+#include "garden/nlp/tasks/huggingface_export.h"
 
 namespace garden::nlp {
 
@@ -126,6 +127,8 @@ std::shared_ptr<config::ExperimentConfig> electra_tiny_experiment() {
 
 void register_electra() {
   register_task<ElectraPretrainConfig, ElectraPretrainTask>("electra_pretrain");
+  register_huggingface_exporter<ElectraPretrainConfig>("electra",
+                                                       ElectraPretrainTask::to_huggingface);
   config::register_experiment("electra/pretraining",
                               "Model Garden's ELECTRA pretraining (BERT-base sized encoders); set "
                               "the data paths",

@@ -7,7 +7,9 @@
 #include "garden/base/error.h"
 #include "garden/kernels/losses.h"
 #include "garden/nlp/data/bert_pretrain_data.h"
+#include "garden/nlp/interop/huggingface.h"
 #include "garden/nlp/modeling/electra_pretrainer.h"
+#include "garden/nlp/tasks/huggingface_export.h"
 
 namespace garden::nlp {
 
@@ -245,6 +247,32 @@ std::vector<std::string> ElectraPretrainTask::loss_part_names() const {
   std::vector<std::string> names{"lm_example_loss", "discriminator_loss", "total_loss"};
   if (config_.train_data.use_next_sentence_label) names.push_back("next_sentence_loss");
   return names;
+}
+
+HuggingFaceExport ElectraPretrainTask::to_huggingface(Task& task, Model& model) {
+  const auto* c = &dynamic_cast<const ElectraPretrainConfig&>(task.task_config());
+  const ElectraPretrainerOptions o = c->model.options();
+  if (o.generator.hidden_activation != o.discriminator.hidden_activation)
+    throw Error(
+        "--format=huggingface: ElectraForPreTraining's discriminator head computes the "
+        "discriminator's hidden_act; Garden's (Model Garden's) computes the generator's "
+        "hidden_activation '" +
+        o.generator.hidden_activation + "', which differs from '" +
+        o.discriminator.hidden_activation + "'");
+  HuggingFaceExport out;
+  BertEncoderOptions d = o.discriminator;
+  out.config = huggingface_encoder_config(d, "electra");
+  out.config["architectures"] = nlohmann::json::array({"ElectraForPreTraining"});
+  out.tensors = garden_encoder_to_huggingface(model, d, "discriminator.", "electra.");
+  out.tensors.emplace_back("discriminator_predictions.dense.weight",
+                           huggingface_parameter(model, "discriminator_projection.weight"));
+  out.tensors.emplace_back("discriminator_predictions.dense.bias",
+                           huggingface_parameter(model, "discriminator_projection.bias"));
+  out.tensors.emplace_back("discriminator_predictions.dense_prediction.weight",
+                           huggingface_parameter(model, "discriminator_head.weight"));
+  out.tensors.emplace_back("discriminator_predictions.dense_prediction.bias",
+                           huggingface_parameter(model, "discriminator_head.bias"));
+  return out;
 }
 
 }  // namespace garden::nlp

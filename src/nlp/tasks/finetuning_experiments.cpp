@@ -3,6 +3,7 @@
 #include "garden/nlp/tasks/finetuning_experiments.h"
 
 #include "garden/config/registry.h"
+#include "garden/nlp/tasks/huggingface_export.h"
 #include "garden/nlp/tasks/question_answering_task.h"
 #include "garden/nlp/tasks/sentence_prediction_task.h"
 #include "garden/nlp/tasks/tagging_task.h"
@@ -135,18 +136,23 @@ std::shared_ptr<config::ExperimentConfig> squad_tiny_experiment() {
 
 void register_finetuning() {
   register_task<SentencePredictionConfig, SentencePredictionTask>("sentence_prediction");
+  register_huggingface_exporter<SentencePredictionConfig>("sentence_prediction",
+                                                          SentencePredictionTask::to_huggingface);
   config::register_experiment(
       "bert/sentence_prediction",
       "Model Garden's sentence prediction (GLUE) fine-tuning of a BERT-base "
       "encoder; set num_classes, the data and init_checkpoint",
       sentence_prediction_experiment);
   register_task<TaggingConfig, TaggingTask>("tagging");
+  register_huggingface_exporter<TaggingConfig>("tagging", TaggingTask::to_huggingface);
   config::register_experiment(
       "bert/tagging",
       "Model Garden's tagging (a label per word: NER, POS) fine-tuning of a "
       "BERT-base encoder; set class_names, the data and init_checkpoint",
       tagging_experiment);
   register_task<QuestionAnsweringConfig, QuestionAnsweringTask>("question_answering");
+  register_huggingface_exporter<QuestionAnsweringConfig>("question_answering",
+                                                         QuestionAnsweringTask::to_huggingface);
   config::register_experiment(
       "bert/squad",
       "Model Garden's question answering (SQuAD v1.1 / v2.0) fine-tuning of a BERT-base "

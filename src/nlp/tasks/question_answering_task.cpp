@@ -4,7 +4,6 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -14,7 +13,7 @@
 #include "garden/base/logging.h"
 #include "garden/nlp/interop/huggingface.h"
 #include "garden/nlp/metrics/squad_metrics.h"
-#include "garden/nlp/tasks/log_rows.h"
+#include "garden/nlp/tasks/huggingface_export.h"
 
 namespace garden::nlp {
 
@@ -24,7 +23,9 @@ constexpr std::string_view kQuestionAnswering = "question answering";
 
 namespace fs = std::filesystem;
 
-constexpr const char* kSquadRows = "squad_raw_results";
+// A validation step's outputs: each feature's unique id, and its logits.
+constexpr const char* kSquadIds = "squad_unique_ids";
+constexpr const char* kSquadLogits = "squad_logits";
 
 }  // namespace
 
@@ -155,37 +156,43 @@ Logs QuestionAnsweringTask::validation_step(const Batch& inputs, Model& model,
   const auto id_at = ids.accessor<int64_t, 1>();
   const auto start_at = start.accessor<float, 2>();
   const auto end_at = end.accessor<float, 2>();
-  std::vector<std::vector<int64_t>> rows;
+  // Per feature: its unique id, and its start logits then its end logits.
+  IdRows id_rows;
+  ValueRows logit_rows;
   for (int64_t b = 0; b < ids.size(0); ++b) {
-    // [unique id, start logits..., end logits...]
-    std::vector<int64_t> row{id_at[b]};
-    for (int64_t t = 0; t < start.size(1); ++t) row.push_back(bits_of(start_at[b][t]));
-    for (int64_t t = 0; t < end.size(1); ++t) row.push_back(bits_of(end_at[b][t]));
-    rows.push_back(std::move(row));
+    id_rows.push_back({id_at[b]});
+    std::vector<double> row;
+    for (int64_t t = 0; t < start.size(1); ++t) row.push_back(start_at[b][t]);
+    for (int64_t t = 0; t < end.size(1); ++t) row.push_back(end_at[b][t]);
+    logit_rows.push_back(std::move(row));
   }
-  logs[kSquadRows] = std::move(rows);
+  logs[kSquadIds] = std::move(id_rows);
+  logs[kSquadLogits] = std::move(logit_rows);
   return logs;
-}
-
-void QuestionAnsweringTask::aggregate_logs(Logs& state, const Logs& step_logs) {
-  append_log_rows(state, step_logs, kSquadRows);
 }
 
 Logs QuestionAnsweringTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {
   Logs logs;
-  const auto it = aggregated_logs.find(kSquadRows);
-  if (it == aggregated_logs.end()) return logs;
+  const auto ids_it = aggregated_logs.find(kSquadIds);
+  const auto logits_it = aggregated_logs.find(kSquadLogits);
+  if (ids_it == aggregated_logs.end() || logits_it == aggregated_logs.end()) return logs;
+  const auto& id_rows = std::get<IdRows>(ids_it->second);
+  const auto& logit_rows = std::get<ValueRows>(logits_it->second);
+  if (id_rows.size() != logit_rows.size())
+    throw Error("question answering: " + std::to_string(logit_rows.size()) + " logit rows for " +
+                std::to_string(id_rows.size()) + " unique ids");
   std::vector<SquadRawResult> results;
-  for (const auto& row : std::get<std::vector<std::vector<int64_t>>>(it->second)) {
-    if (row.empty() || row.size() % 2 == 0)
-      throw Error("question answering: a raw result row of " + std::to_string(row.size()) +
-                  " values");
+  for (std::size_t i = 0; i < id_rows.size(); ++i) {
+    const auto& row = logit_rows[i];
+    if (id_rows[i].size() != 1 || row.size() % 2 != 0)
+      throw Error("question answering: a raw result of " + std::to_string(id_rows[i].size()) +
+                  " ids and " + std::to_string(row.size()) + " logits");
     SquadRawResult r;
-    r.unique_id = row[0];
-    const std::size_t length = (row.size() - 1) / 2;
+    r.unique_id = id_rows[i][0];
+    const std::size_t length = row.size() / 2;
     for (std::size_t t = 0; t < length; ++t) {
-      r.start_logits.push_back(float_of_bits(row[1 + t]));
-      r.end_logits.push_back(float_of_bits(row[1 + length + t]));
+      r.start_logits.push_back(static_cast<float>(row[t]));
+      r.end_logits.push_back(static_cast<float>(row[length + t]));
     }
     results.push_back(std::move(r));
   }
@@ -210,6 +217,18 @@ Logs QuestionAnsweringTask::reduce_aggregated_logs(const Logs& aggregated_logs, 
                           nlohmann::json(predictions.answers).dump(2) + "\n");
   }
   return logs;
+}
+
+HuggingFaceExport QuestionAnsweringTask::to_huggingface(Task& task, Model& model) {
+  const auto* c = &dynamic_cast<const QuestionAnsweringConfig&>(task.task_config());
+  const BertEncoderOptions o = c->model.encoder.bert.options();
+  const std::string type = encoder_projects(o) ? "Electra" : "Bert";
+  HuggingFaceExport out =
+      huggingface_encoder_export(model, o, "encoder.", type + "ForQuestionAnswering");
+  out.tensors.emplace_back("qa_outputs.weight",
+                           huggingface_parameter(model, "span_labeling.weight"));
+  out.tensors.emplace_back("qa_outputs.bias", huggingface_parameter(model, "span_labeling.bias"));
+  return out;
 }
 
 }  // namespace garden::nlp

@@ -3,12 +3,11 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
-#include <cstring>
-
 #include "garden/base/error.h"
+#include "garden/nlp/data/classifier_data.h"
 #include "garden/nlp/interop/huggingface.h"
 #include "garden/nlp/metrics/glue_metrics.h"
-#include "garden/nlp/tasks/log_rows.h"
+#include "garden/nlp/tasks/huggingface_export.h"
 
 namespace garden::nlp {
 
@@ -94,31 +93,30 @@ Logs SentencePredictionTask::validation_step(const Batch& inputs, Model& model,
   const auto label_at = labels.accessor<double, 1>();
   const auto logit_at = logits.accessor<double, 2>();
   const auto best_at = best.accessor<int64_t, 1>();
-  std::vector<std::vector<int64_t>> rows;
-  for (int64_t b = 0; b < labels.size(0); ++b) {
-    if (regression())
-      rows.push_back({bits_of(label_at[b]), bits_of(logit_at[b][0])});
-    else
+  // [label, prediction] per example: values for a regression, class ids
+  // otherwise.
+  if (regression()) {
+    ValueRows rows;
+    for (int64_t b = 0; b < labels.size(0); ++b) rows.push_back({label_at[b], logit_at[b][0]});
+    logs[kSentencePredictionRows] = std::move(rows);
+  } else {
+    IdRows rows;
+    for (int64_t b = 0; b < labels.size(0); ++b)
       rows.push_back({static_cast<int64_t>(label_at[b]), best_at[b]});
+    logs[kSentencePredictionRows] = std::move(rows);
   }
-  logs[kSentencePredictionRows] = std::move(rows);
   return logs;
-}
-
-void SentencePredictionTask::aggregate_logs(Logs& state, const Logs& step_logs) {
-  append_log_rows(state, step_logs, kSentencePredictionRows);
 }
 
 Logs SentencePredictionTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {
   Logs logs;
   const auto it = aggregated_logs.find(kSentencePredictionRows);
   if (it == aggregated_logs.end()) return logs;
-  const auto& rows = std::get<std::vector<std::vector<int64_t>>>(it->second);
   if (regression()) {
     std::vector<double> labels, predictions;
-    for (const auto& row : rows) {
-      labels.push_back(double_of_bits(row[0]));
-      predictions.push_back(double_of_bits(row[1]));
+    for (const auto& row : std::get<ValueRows>(it->second)) {
+      labels.push_back(row[0]);
+      predictions.push_back(row[1]);
     }
     if (config_.metric_type == "pearson_spearman_corr")
       logs["pearson_spearman_corr"] =
@@ -127,7 +125,7 @@ Logs SentencePredictionTask::reduce_aggregated_logs(const Logs& aggregated_logs,
     return logs;
   }
   std::vector<int64_t> labels, predictions;
-  for (const auto& row : rows) {
+  for (const auto& row : std::get<IdRows>(it->second)) {
     labels.push_back(row[0]);
     predictions.push_back(row[1]);
   }
@@ -164,18 +162,10 @@ void SentencePredictionTask::initialize(Model& model) {
   }
   // Model Garden maps the pretrainer's next_sentence.pooler_dense to the
   // head's dense layer: here the ELECTRA pretrainer's cls_head_next_sentence.
-  auto with_pooler = std::make_shared<SentencePredictionConfig>(config_);
-  with_pooler->init_checkpoint_rename.emplace("cls_head_next_sentence.dense.", "classifier.dense.");
-  with_pooler->init_checkpoint_modules.push_back("classifier.dense");
-  const auto original = params_;
-  params_ = with_pooler;
-  try {
-    Task::initialize(model);
-  } catch (...) {
-    params_ = original;
-    throw;
-  }
-  params_ = original;
+  InitCheckpointMapping mapping{config_.init_checkpoint_modules, config_.init_checkpoint_rename};
+  mapping.rename.emplace("cls_head_next_sentence.dense.", "classifier.dense.");
+  mapping.modules.push_back("classifier.dense");
+  initialize_from_checkpoint(model, config_.init_checkpoint, std::move(mapping));
 }
 
 Batch SentencePredictionTask::inference_step(const Batch& inputs, Model& model) {
@@ -323,6 +313,32 @@ std::vector<nlohmann::json> SentencePredictionTask::serving_outputs(const Batch&
     rows.push_back(std::move(row));
   }
   return rows;
+}
+
+HuggingFaceExport SentencePredictionTask::to_huggingface(Task& task, Model& model) {
+  const auto* c = &dynamic_cast<const SentencePredictionConfig&>(task.task_config());
+  const BertEncoderOptions o = c->model.encoder.bert.options();
+  if (encoder_projects(o))
+    throw Error(
+        "--format=huggingface: this encoder projects its embeddings (embedding_size " +
+        std::to_string(o.embedding_width()) + ", hidden_size " + std::to_string(o.hidden_size) +
+        "), so it would be an ELECTRA, whose ElectraForSequenceClassification head computes "
+        "gelu where Garden's head (Model Garden's) computes tanh: no Hugging Face "
+        "architecture computes this model");
+  HuggingFaceExport out =
+      huggingface_encoder_export(model, o, "encoder.", "BertForSequenceClassification");
+  out.tensors.emplace_back("bert.pooler.dense.weight",
+                           huggingface_parameter(model, "classifier.dense.weight"));
+  out.tensors.emplace_back("bert.pooler.dense.bias",
+                           huggingface_parameter(model, "classifier.dense.bias"));
+  out.tensors.emplace_back("classifier.weight",
+                           huggingface_parameter(model, "classifier.out_proj.weight"));
+  out.tensors.emplace_back("classifier.bias",
+                           huggingface_parameter(model, "classifier.out_proj.bias"));
+  const int64_t classes = c->model.num_classes;
+  add_huggingface_labels(out.config, c->class_names, classes);
+  out.config["problem_type"] = classes == 1 ? "regression" : "single_label_classification";
+  return out;
 }
 
 }  // namespace garden::nlp

@@ -8,7 +8,7 @@
 #include "garden/base/error.h"
 #include "garden/nlp/interop/huggingface.h"
 #include "garden/nlp/metrics/seqeval.h"
-#include "garden/nlp/tasks/log_rows.h"
+#include "garden/nlp/tasks/huggingface_export.h"
 
 namespace garden::nlp {
 
@@ -117,10 +117,6 @@ Logs TaggingTask::validation_step(const Batch& inputs, Model& model, MetricList&
   logs[kLabelRows] = std::move(label_rows);
   logs[kPredictRows] = std::move(predict_rows);
   return logs;
-}
-
-void TaggingTask::aggregate_logs(Logs& state, const Logs& step_logs) {
-  for (const char* key : {kLabelRows, kPredictRows}) append_log_rows(state, step_logs, key);
 }
 
 Logs TaggingTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {
@@ -248,6 +244,19 @@ std::vector<nlohmann::json> TaggingTask::serving_outputs(const Batch& outputs, s
     rows.push_back({{"labels", labels}});
   }
   return rows;
+}
+
+HuggingFaceExport TaggingTask::to_huggingface(Task& task, Model& model) {
+  const auto* c = &dynamic_cast<const TaggingConfig&>(task.task_config());
+  const BertEncoderOptions o = c->model.encoder.bert.options();
+  const std::string type = encoder_projects(o) ? "Electra" : "Bert";
+  HuggingFaceExport out =
+      huggingface_encoder_export(model, o, "encoder.", type + "ForTokenClassification");
+  out.tensors.emplace_back("classifier.weight", huggingface_parameter(model, "classifier.weight"));
+  out.tensors.emplace_back("classifier.bias", huggingface_parameter(model, "classifier.bias"));
+  add_huggingface_labels(out.config, c->class_names, static_cast<int64_t>(c->class_names.size()));
+  out.config["classifier_dropout"] = c->model.head_dropout;
+  return out;
 }
 
 }  // namespace garden::nlp

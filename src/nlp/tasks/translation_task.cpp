@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "garden/base/error.h"
+#include "garden/base/file_io.h"
 #include "garden/base/logging.h"
 #include "garden/data/pipeline.h"
 #include "garden/data/record_source.h"
@@ -16,8 +17,10 @@
 #include "garden/kernels/losses.h"
 #include "garden/nlp/data/marian_tokenizer.h"
 #include "garden/nlp/data/translation_tokenizer.h"
+#include "garden/nlp/interop/huggingface.h"
 #include "garden/nlp/interop/marian.h"
 #include "garden/nlp/metrics/bleu.h"
+#include "garden/nlp/tasks/huggingface_export.h"
 
 namespace garden::nlp {
 
@@ -344,17 +347,6 @@ std::vector<nlohmann::json> TranslationTask::serving_outputs(const Batch& output
   return rows;
 }
 
-void TranslationTask::aggregate_logs(Logs& state, const Logs& step_logs) {
-  for (const char* key : {"translations", "unique_ids"}) {
-    const auto it = step_logs.find(key);
-    if (it == step_logs.end()) continue;
-    const auto& rows = std::get<std::vector<std::vector<int64_t>>>(it->second);
-    auto [slot, inserted] = state.try_emplace(key, std::vector<std::vector<int64_t>>{});
-    auto& all = std::get<std::vector<std::vector<int64_t>>>(slot->second);
-    all.insert(all.end(), rows.begin(), rows.end());
-  }
-}
-
 Logs TranslationTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t global_step) {
   const auto translations_it = aggregated_logs.find("translations");
   const auto ids_it = aggregated_logs.find("unique_ids");
@@ -425,6 +417,39 @@ void TranslationTask::restore_checkpoint_metadata(const nlohmann::json& metadata
 int64_t TranslationTask::num_examples(const Batch& batch) const {
   const auto it = batch.find("inputs");
   return it == batch.end() ? Task::num_examples(batch) : it->second.size(0);
+}
+
+HuggingFaceExport TranslationTask::to_huggingface(Task& task, Model& model) {
+  auto* translation = &dynamic_cast<TranslationTask&>(task);
+  auto* transformer = model.as<Seq2SeqTransformerImpl>();
+  if (!transformer) throw Error("the translation task needs its Seq2SeqTransformer model");
+  const data::Tokenizer& tokenizer = translation->tokenizer();
+  const auto* marian = dynamic_cast<const MarianTokenizer*>(&tokenizer);
+  // A Garden SentencePiece model gets OPUS-MT's ids: <pad> last.
+  const int64_t pad = marian ? marian->marian_pad_id() : tokenizer.vocab_size() - 1;
+  const int64_t eos = (tokenizer.eos_id() + pad) % tokenizer.vocab_size();
+  HuggingFaceExport out;
+  out.config =
+      marian_config(transformer->options(), translation->config().model.dropout_rate, pad, eos);
+  out.tensors = garden_to_marian(*transformer, pad);
+  out.files["generation_config.json"] =
+      marian_generation_config(pad, eos, translation->config().model.beam_size).dump(2) + "\n";
+  out.files["tokenizer_config.json"] =
+      nlohmann::json({{"tokenizer_class", "MarianTokenizer"}, {"model_max_length", 512}}).dump(2) +
+      "\n";
+  if (marian) {
+    for (const auto& [name, path] : MarianTokenizer::files(marian->dir()))
+      out.files[name] = read_file(path, "the tokenizer's " + name);
+  } else {
+    // One joint SentencePiece model for both sides.
+    const std::string model_file =
+        read_file(translation->tokenizer_path(), "the SentencePiece model");
+    out.files[MarianTokenizer::kSourceSpmFile] = model_file;
+    out.files[MarianTokenizer::kTargetSpmFile] = model_file;
+    out.files[MarianTokenizer::kVocabFile] = marian_vocab_json(tokenizer);
+  }
+  out.copy_assets = false;
+  return out;
 }
 
 }  // namespace garden::nlp

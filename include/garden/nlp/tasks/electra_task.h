@@ -13,8 +13,14 @@
 
 namespace garden::nlp {
 
+struct HuggingFaceExport;
+
 class ElectraPretrainTask : public Task {
  public:
+  // garden export --format=huggingface: the model as ElectraForPreTraining (the discriminator);
+  // registered for the task's config beside register_task.
+  static HuggingFaceExport to_huggingface(Task& task, Model& model);
+
   ElectraPretrainTask(std::shared_ptr<const ElectraPretrainConfig> params,
                       std::string logging_dir = "");
 

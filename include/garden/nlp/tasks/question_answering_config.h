@@ -8,7 +8,7 @@
 #include "garden/config/definitions.h"
 #include "garden/nlp/data/squad_data.h"
 #include "garden/nlp/modeling/bert_classifier.h"
-#include "garden/nlp/tasks/electra_config.h"
+#include "garden/nlp/modeling/encoder_config.h"
 
 namespace garden::nlp {
 

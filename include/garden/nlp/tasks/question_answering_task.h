@@ -16,8 +16,14 @@
 
 namespace garden::nlp {
 
+struct HuggingFaceExport;
+
 class QuestionAnsweringTask : public Task {
  public:
+  // garden export --format=huggingface: the model as BertForQuestionAnswering or
+  // ElectraForQuestionAnswering; registered for the task's config beside register_task.
+  static HuggingFaceExport to_huggingface(Task& task, Model& model);
+
   QuestionAnsweringTask(std::shared_ptr<const QuestionAnsweringConfig> params,
                         std::string logging_dir = "");
   ~QuestionAnsweringTask() override;
@@ -40,7 +46,6 @@ class QuestionAnsweringTask : public Task {
   MetricList build_metrics(bool training = true) override;
   // The default step, keeping each window's unique id and logits.
   Logs validation_step(const Batch& inputs, Model& model, MetricList& metrics) override;
-  void aggregate_logs(Logs& state, const Logs& step_logs) override;
   // exact_match and final_f1 in [0, 1] (Model Garden's names and scale),
   // from the answers postprocess_squad merges; writes them to
   // predictions.json in the logging folder.

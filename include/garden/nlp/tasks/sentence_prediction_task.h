@@ -9,13 +9,19 @@
 #include <vector>
 
 #include "garden/core/task.h"
-#include "garden/nlp/data/classifier_data.h"
+#include "garden/nlp/data/finetuning_tokenizer.h"
 #include "garden/nlp/tasks/sentence_prediction_config.h"
 
 namespace garden::nlp {
 
+struct HuggingFaceExport;
+
 class SentencePredictionTask : public Task {
  public:
+  // garden export --format=huggingface: the model as BertForSequenceClassification;
+  // registered for the task's config beside register_task.
+  static HuggingFaceExport to_huggingface(Task& task, Model& model);
+
   SentencePredictionTask(std::shared_ptr<const SentencePredictionConfig> params,
                          std::string logging_dir = "");
 
@@ -33,7 +39,6 @@ class SentencePredictionTask : public Task {
   // The default step, keeping each example's label and prediction for the
   // evaluation's metric_type.
   Logs validation_step(const Batch& inputs, Model& model, MetricList& metrics) override;
-  void aggregate_logs(Logs& state, const Logs& step_logs) override;
   // matthews_corrcoef or pearson_spearman_corr as metric_type asks (Model
   // Garden's keys), and f1 (of class 1) for two classes.
   Logs reduce_aggregated_logs(const Logs& aggregated_logs, int64_t global_step) override;

@@ -8,13 +8,19 @@
 #include <vector>
 
 #include "garden/core/task.h"
-#include "garden/nlp/data/classifier_data.h"
+#include "garden/nlp/data/finetuning_tokenizer.h"
 #include "garden/nlp/tasks/tagging_config.h"
 
 namespace garden::nlp {
 
+struct HuggingFaceExport;
+
 class TaggingTask : public Task {
  public:
+  // garden export --format=huggingface: the model as BertForTokenClassification or
+  // ElectraForTokenClassification; registered for the task's config beside register_task.
+  static HuggingFaceExport to_huggingface(Task& task, Model& model);
+
   TaggingTask(std::shared_ptr<const TaggingConfig> params, std::string logging_dir = "");
 
   DatasetPtr build_inputs(const config::DataConfig& params,
@@ -35,7 +41,6 @@ class TaggingTask : public Task {
   // The default step, keeping each sequence's labelled tokens' label and
   // prediction ids.
   Logs validation_step(const Batch& inputs, Model& model, MetricList& metrics) override;
-  void aggregate_logs(Logs& state, const Logs& step_logs) override;
   // seqeval's precision, recall, f1 (entity spans) and accuracy over the
   // class names, as Model Garden reports them.
   Logs reduce_aggregated_logs(const Logs& aggregated_logs, int64_t global_step) override;

@@ -23,8 +23,14 @@ class Tokenizer;
 
 namespace garden::nlp {
 
+struct HuggingFaceExport;
+
 class TranslationTask : public Task {
  public:
+  // garden export --format=huggingface: the model as MarianMTModel with its tokenizer files;
+  // registered for the task's config beside register_task.
+  static HuggingFaceExport to_huggingface(Task& task, Model& model);
+
   // The file name, in model_dir, of the SentencePiece model the task trains.
   static constexpr const char* kSentencePieceFile = "sentencepiece.model";
 
@@ -56,7 +62,6 @@ class TranslationTask : public Task {
   Logs validation_step(const Batch& inputs, Model& model, MetricList& metrics) override;
   // Adds "outputs": the decoded ids [B, L] (0-padded, without EOS).
   Batch inference_step(const Batch& inputs, Model& model) override;
-  void aggregate_logs(Logs& state, const Logs& step_logs) override;
   // bleu_score (Model Garden's, uncased) and sacrebleu_score (13a, cased)
   // against the references read from validation_data, plus a few examples
   // as text ("translations").
