@@ -19,6 +19,7 @@
 
 #include "cli/cli_fixture.h"
 #include "garden/core/checkpoint.h"
+#include "garden/distribute/cluster.h"
 
 namespace garden_test {
 
@@ -43,6 +44,20 @@ inline int free_port() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
   close(fd);
   return ntohs(address.sin_port);
+}
+
+// Rank `rank` of a torchrun-style cluster of `world_size` processes (or
+// threads) on loopback, its chief at 127.0.0.1:`port`.
+inline garden::distribute::Cluster loopback_cluster(int64_t rank, int64_t world_size, int port) {
+  garden::distribute::Cluster cluster;
+  cluster.source = "torchrun";
+  cluster.strategy = "multi_worker_mirrored";
+  cluster.rank = rank;
+  cluster.world_size = world_size;
+  cluster.master_addr = "127.0.0.1";
+  cluster.master_port = port;
+  cluster.own_host = "127.0.0.1";
+  return cluster;
 }
 
 inline std::map<std::string, at::Tensor> final_weights(const std::string& model_dir) {

@@ -34,14 +34,7 @@ Logs outputs_of(int64_t rank) {
 }
 
 Logs gather_on_rank(int64_t rank, int port) {
-  gd::Cluster cluster;
-  cluster.source = "torchrun";
-  cluster.strategy = "multi_worker_mirrored";
-  cluster.rank = rank;
-  cluster.world_size = 2;
-  cluster.master_addr = "127.0.0.1";
-  cluster.master_port = port;
-  cluster.own_host = "127.0.0.1";
+  const gd::Cluster cluster = garden_test::loopback_cluster(rank, 2, port);
   const auto strategy = garden::mirrored_strategy(
       gd::ProcessGroup::connect(cluster, "cpu", std::chrono::seconds(30)));
   return strategy->gather_aggregated_logs(outputs_of(rank));

@@ -24,14 +24,7 @@ at::Tensor gradient_b() { return torch::tensor({0.7f, -1e-3f / 3}); }
 
 // One rank: its backward, then finish(); returns the gradients of a and b.
 std::vector<at::Tensor> sync_on_rank(int64_t rank, int port, gd::GradientSync::Wire wire) {
-  gd::Cluster cluster;
-  cluster.source = "torchrun";
-  cluster.strategy = "multi_worker_mirrored";
-  cluster.rank = rank;
-  cluster.world_size = 2;
-  cluster.master_addr = "127.0.0.1";
-  cluster.master_port = port;
-  cluster.own_host = "127.0.0.1";
+  const gd::Cluster cluster = garden_test::loopback_cluster(rank, 2, port);
   const auto group = gd::ProcessGroup::connect(cluster, "cpu", std::chrono::seconds(30));
   at::Tensor a = torch::zeros({5}, torch::requires_grad());
   at::Tensor b = torch::zeros({2}, torch::requires_grad());
