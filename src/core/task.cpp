@@ -56,10 +56,13 @@ Logs Task::validation_step(const Batch& inputs, Model& model, MetricList& metric
   model.eval();
   const AutocastGuard guard = autocast();
   const Batch outputs = call_model(model, inputs, /*training=*/false);
-  const Losses losses = build_losses(inputs, outputs);
+  Logs logs = build_losses(inputs, outputs).logs();
   process_metrics(metrics, inputs, outputs);
-  return losses.logs();
+  add_validation_outputs(inputs, outputs, logs);
+  return logs;
 }
+
+void Task::add_validation_outputs(const Batch&, const Batch&, Logs&) {}
 
 const at::Tensor& batch_tensor(const Batch& batch, const std::string& key, std::string_view task) {
   const auto it = batch.find(key);

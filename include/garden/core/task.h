@@ -94,8 +94,15 @@ class Task {
   // still calls minimize().
   virtual Logs train_step(const Batch& inputs, Model& model, Minimizer& minimizer,
                           MetricList& metrics);
-  // Forward pass and losses without gradients; returns losses.logs().
+  // Forward pass, losses and metrics without gradients; returns
+  // losses.logs() and what add_validation_outputs adds.
   virtual Logs validation_step(const Batch& inputs, Model& model, MetricList& metrics);
+  // What an evaluation keeps of each step beyond its losses and metrics:
+  // host-side lists (labels with predictions, logits, ids) added to `logs`,
+  // which the default aggregate_logs collects for reduce_aggregated_logs.
+  // Called by the default validation_step with the step's inputs and the
+  // model's outputs; the default adds nothing.
+  virtual void add_validation_outputs(const Batch& inputs, const Batch& outputs, Logs& logs);
   // The model's outputs for `inputs`, in inference mode.
   virtual Batch inference_step(const Batch& inputs, Model& model);
 

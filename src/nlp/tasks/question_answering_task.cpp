@@ -137,18 +137,8 @@ MetricList QuestionAnsweringTask::build_metrics(bool) {
               "end_position_accuracy", MetricInputs{"end_positions", "end_logits", ""})};
 }
 
-Logs QuestionAnsweringTask::validation_step(const Batch& inputs, Model& model,
-                                            MetricList& metrics) {
-  torch::NoGradGuard no_grad;
-  model.eval();
-  Batch outputs;
-  Logs logs;
-  {
-    const AutocastGuard guard = autocast();
-    outputs = call_model(model, inputs, /*training=*/false);
-    logs = build_losses(inputs, outputs).logs();
-  }
-  process_metrics(metrics, inputs, outputs);
+void QuestionAnsweringTask::add_validation_outputs(const Batch& inputs, const Batch& outputs,
+                                                   Logs& logs) {
   const at::Tensor ids =
       batch_tensor(inputs, "unique_ids", kQuestionAnswering).reshape(-1).to(at::kCPU, at::kLong);
   const at::Tensor start = outputs.at("start_logits").to(at::kCPU, at::kFloat).contiguous();
@@ -168,7 +158,6 @@ Logs QuestionAnsweringTask::validation_step(const Batch& inputs, Model& model,
   }
   logs[kSquadIds] = std::move(id_rows);
   logs[kSquadLogits] = std::move(logit_rows);
-  return logs;
 }
 
 Logs QuestionAnsweringTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {

@@ -74,18 +74,8 @@ MetricList SentencePredictionTask::build_metrics(bool) {
                                                       MetricInputs{"label_ids", "logits", ""})};
 }
 
-Logs SentencePredictionTask::validation_step(const Batch& inputs, Model& model,
-                                             MetricList& metrics) {
-  torch::NoGradGuard no_grad;
-  model.eval();
-  Batch outputs;
-  Logs logs;
-  {
-    const AutocastGuard guard = autocast();
-    outputs = call_model(model, inputs, /*training=*/false);
-    logs = build_losses(inputs, outputs).logs();
-  }
-  process_metrics(metrics, inputs, outputs);
+void SentencePredictionTask::add_validation_outputs(const Batch& inputs, const Batch& outputs,
+                                                    Logs& logs) {
   const at::Tensor labels =
       batch_tensor(inputs, "label_ids", kSentencePrediction).reshape(-1).to(at::kCPU, at::kDouble);
   const at::Tensor logits = outputs.at("logits").to(at::kCPU, at::kDouble);
@@ -105,7 +95,6 @@ Logs SentencePredictionTask::validation_step(const Batch& inputs, Model& model,
       rows.push_back({static_cast<int64_t>(label_at[b]), best_at[b]});
     logs[kSentencePredictionRows] = std::move(rows);
   }
-  return logs;
 }
 
 Logs SentencePredictionTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {

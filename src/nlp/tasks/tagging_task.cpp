@@ -86,17 +86,7 @@ void TaggingTask::process_metrics(MetricList& metrics, const Batch& labels,
   Task::process_metrics(metrics, with_weights, model_outputs);
 }
 
-Logs TaggingTask::validation_step(const Batch& inputs, Model& model, MetricList& metrics) {
-  torch::NoGradGuard no_grad;
-  model.eval();
-  Batch outputs;
-  Logs logs;
-  {
-    const AutocastGuard guard = autocast();
-    outputs = call_model(model, inputs, /*training=*/false);
-    logs = build_losses(inputs, outputs).logs();
-  }
-  process_metrics(metrics, inputs, outputs);
+void TaggingTask::add_validation_outputs(const Batch& inputs, const Batch& outputs, Logs& logs) {
   const at::Tensor labels =
       batch_tensor(inputs, "label_ids", kTagging).to(at::kCPU, at::kLong).contiguous();
   const at::Tensor predictions =
@@ -116,7 +106,6 @@ Logs TaggingTask::validation_step(const Batch& inputs, Model& model, MetricList&
   }
   logs[kLabelRows] = std::move(label_rows);
   logs[kPredictRows] = std::move(predict_rows);
-  return logs;
 }
 
 Logs TaggingTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {

@@ -44,8 +44,8 @@ class QuestionAnsweringTask : public Task {
                       const at::Tensor& aux_losses = {}) override;
   // start_position_accuracy, end_position_accuracy.
   MetricList build_metrics(bool training = true) override;
-  // The default step, keeping each window's unique id and logits.
-  Logs validation_step(const Batch& inputs, Model& model, MetricList& metrics) override;
+  // Keeps each window's unique id and logits.
+  void add_validation_outputs(const Batch& inputs, const Batch& outputs, Logs& logs) override;
   // exact_match and final_f1 in [0, 1] (Model Garden's names and scale),
   // from the answers postprocess_squad merges; writes them to
   // predictions.json in the logging folder.

@@ -36,9 +36,9 @@ class SentencePredictionTask : public Task {
                       const at::Tensor& aux_losses = {}) override;
   // cls_accuracy, or mean_squared_error for regression.
   MetricList build_metrics(bool training = true) override;
-  // The default step, keeping each example's label and prediction for the
+  // Keeps each example's label and prediction for the
   // evaluation's metric_type.
-  Logs validation_step(const Batch& inputs, Model& model, MetricList& metrics) override;
+  void add_validation_outputs(const Batch& inputs, const Batch& outputs, Logs& logs) override;
   // matthews_corrcoef or pearson_spearman_corr as metric_type asks (Model
   // Garden's keys), and f1 (of class 1) for two classes.
   Logs reduce_aggregated_logs(const Logs& aggregated_logs, int64_t global_step) override;

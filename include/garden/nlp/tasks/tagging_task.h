@@ -38,9 +38,9 @@ class TaggingTask : public Task {
   MetricList build_metrics(bool training = true) override;
   void process_metrics(MetricList& metrics, const Batch& labels,
                        const Batch& model_outputs) override;
-  // The default step, keeping each sequence's labelled tokens' label and
+  // Keeps each sequence's labelled tokens' label and
   // prediction ids.
-  Logs validation_step(const Batch& inputs, Model& model, MetricList& metrics) override;
+  void add_validation_outputs(const Batch& inputs, const Batch& outputs, Logs& logs) override;
   // seqeval's precision, recall, f1 (entity spans) and accuracy over the
   // class names, as Model Garden reports them.
   Logs reduce_aggregated_logs(const Logs& aggregated_logs, int64_t global_step) override;
