@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include <type_traits>
-
 #include "garden/base/error.h"
 
 namespace garden {
@@ -43,24 +41,23 @@ bool is_host_list(const LogValue& value) {
          std::holds_alternative<IdRows>(value) || std::holds_alternative<ValueRows>(value);
 }
 
+namespace {
+// Appends `value` to state[key] when it is a List; false when it is not.
+template <class List>
+bool append_list(Logs& state, const std::string& key, const LogValue& value) {
+  const auto* list = std::get_if<List>(&value);
+  if (!list) return false;
+  auto* all = std::get_if<List>(&state.try_emplace(key, List{}).first->second);
+  if (!all) throw Error("the validation log '" + key + "' changed its kind of list between steps");
+  all->insert(all->end(), list->begin(), list->end());
+  return true;
+}
+}  // namespace
+
 void append_host_lists(Logs& state, const Logs& step_logs) {
-  for (const auto& [key, value] : step_logs) {
-    if (!is_host_list(value)) continue;
-    std::visit(
-        [&, &key = key](const auto& list) {
-          using List = std::decay_t<decltype(list)>;
-          if constexpr (std::is_same_v<List, std::vector<std::string>> ||
-                        std::is_same_v<List, IdRows> || std::is_same_v<List, ValueRows>) {
-            auto slot = state.try_emplace(key, List{}).first;
-            auto* all = std::get_if<List>(&slot->second);
-            if (!all)
-              throw Error("the validation log '" + key +
-                          "' changed its kind of list between steps");
-            all->insert(all->end(), list.begin(), list.end());
-          }
-        },
-        value);
-  }
+  for (const auto& [key, value] : step_logs)
+    append_list<std::vector<std::string>>(state, key, value) ||
+        append_list<IdRows>(state, key, value) || append_list<ValueRows>(state, key, value);
 }
 
 int64_t InputContext::per_replica_batch_size(int64_t global_batch_size) const {

@@ -1,12 +1,11 @@
 #include "garden/nlp/tasks/huggingface_export.h"
 
-#include <algorithm>
 #include <filesystem>
-#include <mutex>
 
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/base/staged_directory.h"
+#include "garden/config/registry.h"
 #include "garden/core/safetensors.h"
 #include "garden/nlp/interop/huggingface.h"
 
@@ -49,41 +48,33 @@ void add_huggingface_labels(json& config, const std::vector<std::string>& names,
 }
 
 namespace {
-struct Exporters {
-  std::mutex mutex;
-  std::map<std::type_index, std::pair<std::string, HuggingFaceExporter>> by_config;
+// Exporters by task name (the name register_task gave), each for its config
+// type.
+struct ExporterEntry {
+  std::type_index config_type;
+  HuggingFaceExporter exporter;
 };
-Exporters& exporters() {
-  static Exporters e;
-  return e;
+config::Registry<ExporterEntry>& exporters() {
+  static config::Registry<ExporterEntry> registry("huggingface_exporter");
+  return registry;
 }
 }  // namespace
 
 void register_huggingface_exporter(std::type_index config_type, const std::string& task_name,
                                    HuggingFaceExporter exporter) {
-  auto& e = exporters();
-  std::lock_guard<std::mutex> lock(e.mutex);
-  e.by_config[config_type] = {task_name, std::move(exporter)};
+  exporters().add(task_name, ExporterEntry{config_type, std::move(exporter)});
 }
 
 HuggingFaceExport huggingface_export(Task& task, Model& model) {
-  HuggingFaceExporter exporter;
-  std::vector<std::string> names;
-  {
-    auto& e = exporters();
-    std::lock_guard<std::mutex> lock(e.mutex);
-    const auto it = e.by_config.find(std::type_index(typeid(task.task_config())));
-    if (it != e.by_config.end()) exporter = it->second.second;
-    for (const auto& [type, entry] : e.by_config) names.push_back(entry.first);
+  const std::type_index config_type(typeid(task.task_config()));
+  std::string names;
+  for (const auto& name : exporters().names()) {
+    const ExporterEntry& entry = exporters().get(name);
+    if (entry.config_type == config_type) return entry.exporter(task, model);
+    names += (names.empty() ? "" : ", ") + name;
   }
-  if (!exporter) {
-    std::sort(names.begin(), names.end());
-    std::string list;
-    for (const auto& name : names) list += (list.empty() ? "" : ", ") + name;
-    throw Error("--format=huggingface: task '" + task.name() +
-                "' has no Hugging Face architecture in Garden yet (" + list + " export)");
-  }
-  return exporter(task, model);
+  throw Error("--format=huggingface: task '" + task.name() +
+              "' has no Hugging Face architecture in Garden yet (" + names + " export)");
 }
 
 void write_huggingface_dir(const HuggingFaceExport& exported,
