@@ -19,10 +19,13 @@ export CCACHE_DISABLE=1
 restore=()
 cleanup() {
   for f in "${restore[@]}"; do
-    [ -f "$f.build_times" ] && mv "$f.build_times" "$f"
+    if [ -f "$f.build_times" ]; then mv "$f.build_times" "$f"; fi
   done
 }
+# The sources are restored however the script ends (Ctrl-C, timeout).
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # Appends a comment line, so the compiler sees a changed file.
 change() {
