@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
@@ -42,6 +43,21 @@ bool libuv_requested() {
 
 std::string address(const Cluster& cluster) {
   return cluster.master_addr + ":" + std::to_string(cluster.master_port);
+}
+
+// How long joining may wait for the others. A group restarted by a
+// launcher (torchrun's TORCHELASTIC_RESTART_COUNT above 0) starts on one
+// host seconds before another: the survivors there see the failure only at
+// their next collective (up to `timeout`), then name who stopped and end
+// (a few seconds) before their launcher restarts them.
+std::chrono::milliseconds join_timeout(std::chrono::milliseconds timeout) {
+  const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  if (!restarts || std::atol(restarts) <= 0) return timeout;
+  return 2 * timeout + std::chrono::seconds(10);
+}
+
+std::string seconds(std::chrono::milliseconds duration) {
+  return std::to_string(duration.count() / 1000) + " s";
 }
 
 // Where this process's collectives travel: Gloo's devices and, for every
@@ -121,7 +137,8 @@ ProcessGroupPtr ProcessGroup::connect(const Cluster& cluster, const std::string&
   Impl& impl = *group->impl_;
   impl.device = c10::Device(device);
   group->device_ = impl.device;
-  const auto deadline = Clock::now() + timeout;
+  const std::chrono::milliseconds joining = join_timeout(timeout);
+  const auto deadline = Clock::now() + joining;
 #if !GARDEN_HAS_TCPSTORE_LIBUV
   if (libuv_requested())
     log_warning() << "USE_LIBUV=1 is ignored: LibTorch " TORCH_VERSION
@@ -151,12 +168,25 @@ ProcessGroupPtr ProcessGroup::connect(const Cluster& cluster, const std::string&
         throw Error("the chief cannot serve the rendezvous at " + address(cluster) + ": " + why +
                     " (is another run still using the port? set MASTER_PORT or the chief's "
                     "TF_CONFIG port to a free one)");
-      throw Error("no chief answered at " + address(cluster) + " within " +
-                  std::to_string(timeout.count() / 1000) + " s (" + why +
-                  "); start the chief (rank 0), or check MASTER_ADDR / MASTER_PORT");
+      throw Error("no chief answered at " + address(cluster) + " within " + seconds(joining) +
+                  " (" + why + "); start the chief (rank 0), or check MASTER_ADDR / MASTER_PORT");
     }
   }
   try {
+    // Every process arrives before Gloo's rendezvous, which waits only
+    // `timeout` for the others.
+    const std::string arrived = "garden_join/arrived";
+    impl.store->add(arrived, 1);
+    for (int64_t count = 1;; std::this_thread::sleep_for(std::chrono::milliseconds(50))) {
+      count = impl.store->add(arrived, 0);
+      if (count >= cluster.world_size) break;
+      if (Clock::now() >= deadline)
+        throw Error("joining the " + std::to_string(cluster.world_size) + " processes at " +
+                    address(cluster) + " failed for " + cluster.describe() + ": " +
+                    std::to_string(count) + " of them arrived within " + seconds(joining) +
+                    "; start the others with the same cluster (MASTER_ADDR, MASTER_PORT, "
+                    "WORLD_SIZE or TF_CONFIG)");
+    }
     // Gloo's rendezvous keys under their own prefix, apart from the
     // heartbeats.
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("garden", impl.store);
