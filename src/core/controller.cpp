@@ -9,9 +9,9 @@
 
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
-#include "garden/platform/stop_signals.h"
 #include "garden/core/progress.h"
 #include "garden/core/summary_writer.h"
+#include "garden/platform/stop_signals.h"
 
 namespace garden {
 namespace {
@@ -185,9 +185,10 @@ void Controller::train(int64_t steps, bool checkpoint_at_completion) {
     std::ostringstream rate;
     rate << std::fixed << std::setprecision(1) << steps_per_second << " steps/s, "
          << std::setprecision(0) << examples_per_second << " examples/s";
-    log_info() << "train | step " << current << "/" << overall << " | " << rate.str() << " | ETA "
-               << Progress::format_duration(progress.eta_seconds(current)) << " | "
-               << format_logs(logs);
+    if (options_.log_progress)
+      log_info() << "train | step " << current << "/" << overall << " | " << rate.str() << " | ETA "
+                 << Progress::format_duration(progress.eta_seconds(current)) << " | "
+                 << format_logs(logs);
     if (options_.summary_interval > 0 &&
         (crossed(last_summary_step_, current, options_.summary_interval) || current >= steps)) {
       write_summaries(train_writer(), logs, current);
@@ -208,10 +209,13 @@ int64_t Controller::recover(double loss, int64_t step) {
   else
     what << loss;
   what << " at step " << step;
-  if (!std::isnan(loss)) what << " is above loss_upper_bound " << recovery.loss_upper_bound;
+  if (std::isfinite(loss)) what << " is above loss_upper_bound " << recovery.loss_upper_bound;
   if (recoveries_ >= recovery.recovery_max_trials)
-    throw Error("training diverged: " + what.str() + "; recovery_max_trials (" +
-                std::to_string(recovery.recovery_max_trials) + ") recoveries used up");
+    throw Error("training diverged: " + what.str() + "; " +
+                (recovery.when_used_up.empty()
+                     ? "recovery_max_trials (" + std::to_string(recovery.recovery_max_trials) +
+                           ") recoveries used up"
+                     : recovery.when_used_up));
   auto intact = checkpoint_manager_ ? checkpoint_manager_->read_latest_intact() : std::nullopt;
   if (!intact) throw Error("training diverged: " + what.str() + "; no checkpoint to recover from");
   ++recoveries_;
@@ -263,8 +267,9 @@ Logs Controller::evaluate(int64_t steps) {
                     signal);
   }
   const int64_t step = evaluator_->global_step();
-  log_info() << "eval | step " << step << " | " << std::fixed << std::setprecision(2)
-             << seconds_since(start) << " s | " << format_logs(logs);
+  if (options_.log_progress)
+    log_info() << "eval | step " << step << " | " << std::fixed << std::setprecision(2)
+               << seconds_since(start) << " s | " << format_logs(logs);
   write_summaries(eval_writer(), logs, step);
   if (auto* exporter = evaluator_->checkpoint_exporter())
     exporter->maybe_export_checkpoint(*evaluator_, logs, step);

@@ -15,8 +15,8 @@
 #include "garden/core/controller.h"
 #include "garden/core/parameter_server.h"
 #include "garden/core/run_directory.h"
-#include "garden/core/strategy.h"
 #include "garden/core/runtime.h"
+#include "garden/core/strategy.h"
 #include "garden/core/task.h"
 #include "garden/core/trainer.h"
 
@@ -245,9 +245,10 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
   }
   controller_options.interactive = options.interactive;
   if (trains) {
-    controller_options.recovery =
-        RecoveryOptions{trainer_config.loss_upper_bound, trainer_config.recovery_begin_steps,
-                        trainer_config.recovery_max_trials};
+    controller_options.recovery = RecoveryOptions{trainer_config.loss_upper_bound,
+                                                  trainer_config.recovery_begin_steps,
+                                                  trainer_config.recovery_max_trials,
+                                                  {}};
     controller_options.checkpoint_on_preemption = trainer_config.preemption_on_demand_checkpoint;
   }
   Controller controller(trains ? &trainer : nullptr, evaluates ? &trainer : nullptr, &checkpoints,

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iomanip>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -16,13 +17,17 @@
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
 #include "garden/core/checkpoint.h"
+#include "garden/core/controller.h"
 #include "garden/core/parameter_server.h"
+#include "garden/core/strategy.h"
 #include "garden/core/summary_writer.h"
 #include "garden/core/task.h"
+#include "garden/core/trainer.h"
 #include "garden/distribute/cluster.h"
 #include "garden/distribute/process_group.h"
 #include "garden/fx/prediction.h"
 #include "garden/platform/stop_signals.h"
+#include "model_builder_task.h"
 
 namespace fs = std::filesystem;
 
@@ -78,7 +83,7 @@ void InputReader::seek(int64_t epoch, int64_t position) {
   reorder();
 }
 
-std::optional<Transformed> InputReader::next() {
+std::optional<std::vector<int64_t>> InputReader::next_rows() {
   if (all_.rows == 0) return std::nullopt;
   if (position_ >= all_.rows) {
     ++epoch_;
@@ -89,7 +94,17 @@ std::optional<Transformed> InputReader::next() {
   const int64_t count = std::min(batch_, all_.rows - position_);
   std::vector<int64_t> rows(order_.begin() + position_, order_.begin() + position_ + count);
   position_ += count;
+  return rows;
+}
+
+Transformed InputReader::take(const std::vector<int64_t>& rows) const {
   return take_rows(all_, rows);
+}
+
+std::optional<Transformed> InputReader::next() {
+  const auto rows = next_rows();
+  if (!rows) return std::nullopt;
+  return take(*rows);
 }
 
 // ---- ModelBuilder -------------------------------------------------------------------------
@@ -238,34 +253,94 @@ std::string job_yaml(const ModelArguments& args, const Configuration& config) {
 
 namespace {
 
-// A worker of a distributed run: steps from ps 0, gradients of its shard's
-// batches pushed to the ps tasks, until the master ends the run.
-void run_worker(ParameterServers& servers, TrainingGraph& training, int64_t num_workers,
-                int64_t training_seed) {
-  const int64_t index = servers.worker_index();
-  // Its own random stream (dropout): --seed plus 1 plus its index; unseeded,
-  // each process's generator starts from its own random seed already.
-  if (training_seed >= 0) torch::manual_seed(static_cast<uint64_t>(training_seed + 1 + index));
-  std::optional<InputReader> input;
-  while (const auto step = servers.next_step()) {
-    if (!input) {
-      // Its own order, different after a resume (worker 0 of one starting
-      // at step 0 reads as one process does).
-      input.emplace(training.input.shard(index, num_workers, /*epochs=*/0,
-                                         static_cast<uint64_t>(index + num_workers * (*step - 1))));
+// TensorFX's lines and summaries of each log interval, from the
+// Controller's loops: the mean loss since the last line, the throughput,
+// and histograms of the variables.
+class TrainingReport {
+ public:
+  TrainingReport(Trainer& trainer, SummaryWriter& summaries, torch::nn::Module& module,
+                 int64_t log_interval, int64_t limit)
+      : trainer_(trainer),
+        summaries_(summaries),
+        module_(module),
+        log_interval_(log_interval),
+        limit_(limit),
+        start_(Clock::now()),
+        interval_start_(start_),
+        step_(trainer.global_step()),
+        examples_(trainer.examples_seen()) {}
+
+  void operator()(const Logs& logs) {
+    const int64_t step = trainer_.global_step();
+    if (const auto it = logs.find("training_loss"); it != logs.end()) {
+      loss_sum_ += to_double(it->second) * static_cast<double>(step - step_);
+      loss_steps_ += step - step_;
     }
-    servers.pull();
-    const auto batch = input->next();
-    if (!batch)
-      throw Error("worker " + std::to_string(index) +
-                  " has no training rows: the training data has " +
-                  std::to_string(training.input.rows()) + " rows for " +
-                  std::to_string(num_workers) + " workers");
-    const double loss = training.gradient_op(*batch, *step - 1);
-    std::vector<at::Tensor> gradients;
-    if (!training.optimizer->transform_gradients(gradients)) gradients.clear();
-    servers.push(gradients, {{"loss", loss}}, batch->rows);
+    step_ = step;
+    if (step % log_interval_ != 0 && step != limit_) return;
+    const double seconds = std::chrono::duration<double>(Clock::now() - interval_start_).count();
+    const double throughput =
+        static_cast<double>(trainer_.examples_seen() - examples_) / std::max(seconds, 1e-9);
+    const double mean = loss_sum_ / static_cast<double>(std::max<int64_t>(1, loss_steps_));
+    summaries_.scalars({{"metrics/loss", mean}, {"metrics/throughput", throughput}}, step);
+    write_histograms(summaries_, module_, step);
+    summaries_.flush();
+    log_info() << "Global steps: " << step << "; Duration: "
+               << static_cast<int64_t>(std::chrono::duration<double>(Clock::now() - start_).count())
+               << " sec; Throughput: " << std::fixed << std::setprecision(1) << throughput
+               << " instances/sec; Loss: " << std::setprecision(3) << mean;
+    loss_sum_ = 0.0;
+    loss_steps_ = 0;
+    examples_ = trainer_.examples_seen();
+    interval_start_ = Clock::now();
   }
+
+ private:
+  Trainer& trainer_;
+  SummaryWriter& summaries_;
+  torch::nn::Module& module_;
+  const int64_t log_interval_, limit_;
+  const Clock::time_point start_;
+  Clock::time_point interval_start_;
+  int64_t step_, examples_;
+  double loss_sum_ = 0.0;
+  int64_t loss_steps_ = 0;
+};
+
+// Each phase's "graph": TensorFX adds them to its summaries; Garden's graph
+// is the module, its variables and shapes as text (TensorBoard's Text tab).
+void write_graphs(SummaryWriter& train, SummaryWriter& eval, const fs::path& prediction,
+                  torch::nn::Module& module, const std::string& name, int64_t step) {
+  std::string graph = "| variable | shape |\n|---|---|\n";
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    std::string shape;
+    for (const int64_t size : item.value().sizes())
+      shape += (shape.empty() ? "" : " x ") + std::to_string(size);
+    graph += "| " + item.key() + " | " + shape + " |\n";
+  }
+  const std::string model = name.empty() ? "model" : name;
+  train.text("graph", model + ", training\n\n" + graph, step);
+  eval.text("graph", model + ", evaluation\n\n" + graph, step);
+  SummaryWriter(prediction.string())
+      .text("graph",
+            model +
+                ", prediction: instances (CSV lines or tf.Example records) to label and "
+                "scores\n\n" +
+                graph,
+            step);
+}
+
+// The last step: --max-steps, and with --epochs that many passes over the
+// training rows (with parameter servers, of all the workers together over
+// their shards).
+int64_t last_step(const ModelArguments& args, int64_t rows, int64_t workers) {
+  if (args.epochs <= 0) return args.max_steps;
+  int64_t batches = 0;
+  for (int64_t w = 0; w < workers; ++w) {
+    const int64_t shard_rows = (rows - w + workers - 1) / workers;
+    batches += (shard_rows + args.batch_size - 1) / args.batch_size;
+  }
+  return std::min(args.max_steps, batches * args.epochs);
 }
 
 }  // namespace
@@ -294,193 +369,144 @@ std::shared_ptr<Model> ModelTrainer::train(ModelBuilder& builder, const DataSet&
   // The initial weights (the master's, in a cluster).
   if (args.seed >= 0) torch::manual_seed(static_cast<uint64_t>(args.seed));
   // The data is read and checked first: bad input leaves no job directory.
+  builder.prepare(dataset);
   if (cluster.is_ps()) {
     // A ps task holds the weights the master sends and applies the
     // workers' gradients with the model's optimizer.
-    builder.prepare(dataset);
     const config::OptimizationConfig optimizer_config = builder.build_optimizer_config();
     const auto group = config_.create_server();
     group->barrier("the cluster's start");
     serve_parameters(*group, optimizer_config);
     return nullptr;
   }
-  auto graphs = builder.build_graph_interfaces(dataset, config_);
-  auto& training = graphs.training;
-  auto& evaluation = graphs.evaluation;
+  config_.create_device_setter(args);
+  const auto train_rows = std::make_shared<InputReader>(
+      builder.build_input("train", args.batch_size, /*epochs=*/0, /*shuffle=*/true));
+  const bool evaluates = !dataset.source("eval").empty();
+  const auto eval_rows = evaluates ? std::make_shared<InputReader>(builder.build_input(
+                                         "eval", args.batch_size, 1, /*shuffle=*/false))
+                                   : nullptr;
+  std::shared_ptr<optim::Optimizer> optimizer = builder.build_optimizer();
   std::shared_ptr<ParameterServers> servers;
   if (cluster.distributed()) {
     const auto group = config_.create_server();
     group->barrier("the cluster's start");
-    servers = std::make_shared<ParameterServers>(group, training.optimizer->parameters());
-    if (!cluster.is_chief()) {
-      run_worker(*servers, training, cluster.num_workers, args.seed);
-      return nullptr;
-    }
+    servers = std::make_shared<ParameterServers>(group, optimizer->parameters());
+  }
+  const bool worker = servers && !servers->is_chief();
+
+  // The core runs the job: the model builder as a task, its readers as
+  // datasets, TensorFX's arguments as the trainer's config.
+  Trainer* running = nullptr;
+  const auto global_step = [&running] { return running ? running->global_step() : int64_t{0}; };
+  std::shared_ptr<InstanceDataset> train_data, eval_data;
+  if (worker) {
+    // A worker's own shard, its order depending on the step it starts at
+    // (worker 0 of one starting at step 0 reads as one process does).
+    train_data = std::make_shared<InstanceDataset>([&, train_rows] {
+      const int64_t index = servers->worker_index(), workers = cluster.num_workers;
+      if (index >= train_rows->rows())
+        throw Error("worker " + std::to_string(index) +
+                    " has no training rows: the training data has " +
+                    std::to_string(train_rows->rows()) + " rows for " + std::to_string(workers) +
+                    " workers");
+      return train_rows->shard(index, workers, /*epochs=*/0,
+                               static_cast<uint64_t>(index + workers * global_step()));
+    });
+  } else if (!servers) {
+    train_data = std::make_shared<InstanceDataset>([train_rows] { return *train_rows; });
+  }
+  if (evaluates && !worker)
+    eval_data = std::make_shared<InstanceDataset>([eval_rows] { return *eval_rows; });
+  const auto task = std::make_shared<ModelBuilderTask>(builder, train_data, eval_data, global_step);
+  auto experiment = std::make_shared<config::ExperimentConfig>();
+  experiment->task = std::make_shared<ModelBuilderTaskConfig>();
+  experiment->trainer.optimizer_config = builder.build_optimizer_config();
+  experiment->trainer.max_to_keep = 5;
+  experiment->runtime.device = "cpu";
+  const int64_t limit =
+      last_step(args, train_rows->rows(), servers ? cluster.num_workers : int64_t{1});
+  experiment->trainer.train_steps = limit;
+  experiment->trainer.steps_per_loop = args.log_interval_steps;
+  if (args.seed >= 0) experiment->runtime.seed = args.seed;
+  const auto strategy = servers ? parameter_server_strategy(servers) : single_process_strategy();
+  Trainer trainer(experiment, task, task->build_model(), optimizer,
+                  worker || !evaluates ? TrainerMode::kTrain : TrainerMode::kTrainAndEvaluate,
+                  strategy, nullptr, train_data, eval_data);
+  running = &trainer;
+  if (worker) {
+    // Its own random stream (dropout): --seed plus 1 plus its index;
+    // unseeded, each process's generator starts from its own random seed.
+    if (args.seed >= 0)
+      torch::manual_seed(static_cast<uint64_t>(args.seed + 1 + servers->worker_index()));
+    trainer.run_async_worker();
+    return nullptr;
   }
 
   fs::create_directories(root / "checkpoints");
   write_file_atomically((root / "job.yaml").string(), job_yaml(args, config_));
-  torch::nn::Module& module = builder.module();
-
   CheckpointManager checkpoints((root / "checkpoints").string(), 5, "model.ckpt");
-  int64_t global_steps = 0;
+  ControllerOptions options;
+  options.steps_per_loop = args.log_interval_steps;
+  options.summary_interval = 0;     // TensorFX's own summaries (TrainingReport)
+  options.checkpoint_interval = 0;  // by time, below
+  options.checkpoint_on_preemption = true;
+  options.log_progress = false;
+  // A loss that is not finite stops the run (no recovery: TensorFX has none).
+  options.recovery =
+      RecoveryOptions{std::numeric_limits<double>::max(), 0, 0, "lower --learning-rate"};
+  Controller controller(&trainer, evaluates ? &trainer : nullptr, &checkpoints, options);
   if (const auto latest = checkpoints.latest_checkpoint()) {
-    // Resume where the last run stopped: weights, optimizer and input.
-    const CheckpointData data = read_checkpoint_file(*latest);
-    load_model_state(module, data.tensors, "model/", /*strict=*/true);
-    std::map<std::string, at::Tensor> slots;
-    for (const auto& [name, tensor] : data.tensors)
-      if (name.rfind("optimizer/", 0) == 0) slots[name.substr(10)] = tensor;
-    training.optimizer->load_state(slots, data.meta.value("optimizer", nlohmann::json::object()));
-    global_steps = data.meta.value("global_steps", int64_t{0});
-    training.input.seek(data.meta.value("epoch", int64_t{0}),
-                        data.meta.value("position", int64_t{0}));
-    log_info() << "restored " << *latest << " at step " << global_steps;
+    // A checkpoint of TensorFX's own loop, before it ran on the core, says
+    // its step and input position in its own keys.
+    CheckpointData data = read_checkpoint_file(*latest);
+    if (data.meta.contains("global_steps") && !data.meta.contains("global_step")) {
+      data.meta["global_step"] = data.meta.at("global_steps");
+      data.meta["train_data"] = {{"epoch", data.meta.value("epoch", int64_t{0})},
+                                 {"position", data.meta.value("position", int64_t{0})}};
+    }
+    controller.restore_checkpoint(*latest, &data);
+  } else {
+    controller.restore_checkpoint();
   }
-
   SummaryWriter train_summaries((root / "summaries" / "train").string());
   SummaryWriter eval_summaries((root / "summaries" / "eval").string());
-  {
-    // TensorFX adds each phase's graph to its summaries; Garden's graph is
-    // the module: its variables and shapes, as text (TensorBoard's Text tab).
-    std::string graph = "| variable | shape |\n|---|---|\n";
-    for (const auto& item : module.named_parameters(/*recurse=*/true)) {
-      std::string shape;
-      for (const int64_t size : item.value().sizes())
-        shape += (shape.empty() ? "" : " x ") + std::to_string(size);
-      graph += "| " + item.key() + " | " + shape + " |\n";
-    }
-    const std::string model = builder.model_name().empty() ? "model" : builder.model_name();
-    train_summaries.text("graph", model + ", training\n\n" + graph, global_steps);
-    eval_summaries.text("graph", model + ", evaluation\n\n" + graph, global_steps);
-    SummaryWriter prediction((root / "summaries" / "prediction").string());
-    prediction.text("graph",
-                    model +
-                        ", prediction: instances (CSV lines or tf.Example records) to label "
-                        "and scores\n\n" +
-                        graph,
-                    global_steps);
-  }
-  const auto save = [&] {
-    CheckpointData data;
-    for (const auto& [name, tensor] : model_state(module)) data.tensors["model/" + name] = tensor;
-    for (const auto& [name, tensor] : training.optimizer->state_tensors())
-      data.tensors["optimizer/" + name] = tensor;
-    data.meta = {{"global_steps", global_steps},
-                 {"optimizer", training.optimizer->state_meta()},
-                 {"epoch", training.input.epoch()},
-                 {"position", training.input.position()},
-                 {"model", builder.model_name()}};
-    return checkpoints.save(data, global_steps);
-  };
+  write_graphs(train_summaries, eval_summaries, root / "summaries" / "prediction", builder.module(),
+               builder.model_name(), trainer.global_step());
+  controller.add_train_action(
+      TrainingReport(trainer, train_summaries, builder.module(), args.log_interval_steps, limit));
   const auto save_and_evaluate = [&] {
-    save();
+    controller.save_checkpoint();
+    if (!evaluates) return;
     // One full pass over the eval source.
-    EvaluationValue total;
-    auto input = evaluation.input;
-    while (auto batch = input.next()) {
-      const auto value = evaluation.eval_op(*batch);
-      total.sum += value.sum;
-      total.count += value.count;
-    }
-    if (total.count > 0) {
-      const double metric = total.sum / total.count;
-      eval_summaries.scalar("metrics/" + evaluation.metric, metric, global_steps);
-      eval_summaries.flush();
-      log_info() << "Global steps: " << global_steps << "; Evaluation metric: " << std::fixed
-                 << std::setprecision(3) << metric;
-    }
+    const Logs logs = controller.evaluate();
+    const double metric = to_double(logs.at(builder.evaluation_metric()));
+    eval_summaries.scalar("metrics/" + builder.evaluation_metric(), metric, trainer.global_step());
+    eval_summaries.flush();
+    log_info() << "Global steps: " << trainer.global_step() << "; Evaluation metric: " << std::fixed
+               << std::setprecision(3) << metric;
   };
-
-  // The last step: --max-steps, and with parameter servers also --epochs
-  // passes of all the workers over their shards (one process stops when
-  // its input ends).
-  int64_t limit = args.max_steps;
-  if (servers && args.epochs > 0) {
-    const int64_t rows = training.input.rows(), workers = cluster.num_workers;
-    int64_t batches = 0;
-    for (int64_t w = 0; w < workers; ++w) {
-      const int64_t shard_rows = (rows - w + workers - 1) / workers;
-      batches += (shard_rows + args.batch_size - 1) / args.batch_size;
-    }
-    limit = std::min(limit, batches * args.epochs);
-  }
   try {
-    if (servers) servers->initialize(*training.optimizer, global_steps);
-    const auto start = Clock::now();
+    trainer.init_async();
+    // A checkpoint and an evaluation after the first step of the run, then
+    // at the first log line --checkpoint-interval-secs after the last, and
+    // at the end.
     auto last_save = Clock::now();
-    int64_t saved_at = -1, steps_this_run = 0;
-    double loss_sum = 0.0;
-    int64_t loss_steps = 0, examples = 0;
-    auto interval_start = Clock::now();
-    while (global_steps < limit) {
-      int64_t target = global_steps + 1;
-      if (servers) {
-        // The workers run up to the next log line (the first step alone:
-        // its checkpoint and evaluation come right after it).
-        if (steps_this_run > 0)
-          target = std::min(limit,
-                            (global_steps / args.log_interval_steps + 1) * args.log_interval_steps);
-        servers->schedule(target);
-        const auto progress = servers->join_steps(target);
-        servers->pull_state(*training.optimizer);
-        if (const auto it = progress.scalars.find("loss"); it != progress.scalars.end()) {
-          loss_sum += it->second.first;
-          loss_steps += it->second.second;
-        }
-        examples += progress.examples;
-      } else {
-        auto batch = training.input.next();
-        if (!batch) break;  // --epochs passes done
-        const double loss = training.train_op(*batch, global_steps);
-        if (!std::isfinite(loss))
-          throw Error("the training loss is " + std::to_string(loss) + " at step " +
-                      std::to_string(global_steps + 1) + "; lower --learning-rate");
-        loss_sum += loss;
-        ++loss_steps;
-        examples += batch->rows;
-      }
-      if (!std::isfinite(loss_sum))
-        throw Error("the training loss is not finite between steps " +
-                    std::to_string(global_steps + 1) + " and " + std::to_string(target) +
-                    "; lower --learning-rate");
-      steps_this_run += target - global_steps;
-      const bool first = steps_this_run == target - global_steps;
-      global_steps = target;
-      if (const int signal = StopSignals::pending()
-                                 ? StopSignals::pending()
-                                 : (servers ? servers->signal_from_workers() : 0)) {
-        const std::string path = save();
-        throw Preempted("received " + StopSignals::name(signal) + " at step " +
-                            std::to_string(global_steps) + "; saved " + path +
-                            "; run the same command to resume",
-                        signal);
-      }
-      if (global_steps % args.log_interval_steps == 0 || global_steps == limit) {
-        const double seconds = std::chrono::duration<double>(Clock::now() - interval_start).count();
-        const double throughput = static_cast<double>(examples) / std::max(seconds, 1e-9);
-        const double mean = loss_sum / static_cast<double>(std::max<int64_t>(1, loss_steps));
-        train_summaries.scalars({{"metrics/loss", mean}, {"metrics/throughput", throughput}},
-                                global_steps);
-        write_histograms(train_summaries, module, global_steps);
-        train_summaries.flush();
-        log_info() << "Global steps: " << global_steps << "; Duration: "
-                   << static_cast<int64_t>(
-                          std::chrono::duration<double>(Clock::now() - start).count())
-                   << " sec; Throughput: " << std::fixed << std::setprecision(1) << throughput
-                   << " instances/sec; Loss: " << std::setprecision(3) << mean;
-        loss_sum = 0.0;
-        loss_steps = examples = 0;
-        interval_start = Clock::now();
-      }
+    int64_t saved_at = -1;
+    for (bool first = true; trainer.global_step() < limit; first = false) {
+      const int64_t step = trainer.global_step();
+      controller.train(
+          first ? step + 1
+                : std::min(limit, (step / args.log_interval_steps + 1) * args.log_interval_steps),
+          /*checkpoint_at_completion=*/false);
       if (first ||
           Clock::now() - last_save >= std::chrono::seconds(args.checkpoint_interval_secs)) {
         save_and_evaluate();
-        saved_at = global_steps;
+        saved_at = trainer.global_step();
         last_save = Clock::now();
       }
     }
-    if (saved_at != global_steps) save_and_evaluate();
+    if (saved_at != trainer.global_step()) save_and_evaluate();
     if (servers) servers->stop("done");
   } catch (const std::exception& e) {
     if (servers) {

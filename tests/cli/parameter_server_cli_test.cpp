@@ -180,7 +180,7 @@ TEST_F(ParameterServerCliTest, FxParameterServersWithOneWorkerUpdateAsOneProcess
   expect_same_weights(ps, one, 1e-5);
   const auto a = garden::read_checkpoint_file(*garden::latest_checkpoint(one));
   const auto b = garden::read_checkpoint_file(*garden::latest_checkpoint(ps));
-  EXPECT_EQ(b.meta.at("global_steps"), 40);
+  EXPECT_EQ(b.meta.at("global_step"), 40);
   EXPECT_EQ(a.meta.at("optimizer"), b.meta.at("optimizer"));
   // Only the master reports and writes: one report, one exported model.
   size_t reports = 0;

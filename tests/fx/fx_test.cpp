@@ -449,7 +449,7 @@ TEST_F(FxCliTest, TheIrisSampleTrainsOnCsvAndTfRecordAndPredicts) {
     const auto checkpoint = garden::latest_checkpoint((job / "checkpoints").string());
     ASSERT_TRUE(checkpoint.has_value());
     EXPECT_EQ(fs::path(*checkpoint).filename(), "model.ckpt-2000");
-    EXPECT_EQ(garden::read_checkpoint_file(*checkpoint).meta.at("global_steps"), 2000);
+    EXPECT_EQ(garden::read_checkpoint_file(*checkpoint).meta.at("global_step"), 2000);
   }
   // Predict the eval CSV (with its target column) and lines without one.
   const CliRun predicted = run_garden(
@@ -553,4 +553,53 @@ TEST_F(FxCliTest, ASecondRunResumesFromTheCheckpointAndBadInputIsOneLine) {
   run = run_garden("fx predict --model '" + dir_.string() + "'", dir_);
   EXPECT_NE(run.err.find("is not an exported fx model: it has no model.yaml"), std::string::npos)
       << run.err;
+}
+
+TEST_F(FxCliTest, RunsOnTheCoreLoopResumingBitwiseAndStoppingOnANonFiniteLoss) {
+  const std::string common =
+      "fx train --model feedforward_classification --data-train train.csv --data-eval eval.csv "
+      "--data-schema schema.yaml --data-metadata metadata.json --data-features features.yaml "
+      "--batch-size 5 --log-interval-steps 50 --seed 3 --output '";
+  const auto weights = [](const fs::path& job) {
+    std::ifstream in(job / "model" / "weights.safetensors", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  CliRun run = run_garden(common + (dir_ / "whole").string() + "' --max-steps 200", dir_);
+  ASSERT_EQ(run.status, 0) << run.err;
+  // Stopped at 100 and resumed: the core's checkpoint (weights, optimizer,
+  // input position, random state) continues bitwise.
+  run = run_garden(common + (dir_ / "resumed").string() + "' --max-steps 100", dir_);
+  ASSERT_EQ(run.status, 0) << run.err;
+  fs::copy(dir_ / "resumed", dir_ / "earlier", fs::copy_options::recursive);
+  run = run_garden(common + (dir_ / "resumed").string() + "' --max-steps 200", dir_);
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.err.find("restored "), std::string::npos) << run.err;
+  EXPECT_EQ(weights(dir_ / "resumed"), weights(dir_ / "whole"));
+  // A checkpoint TensorFX's earlier loop wrote (its step and input position
+  // in keys of its own) resumes the same.
+  const std::string checkpoint = (dir_ / "earlier" / "checkpoints" / "model.ckpt-100").string();
+  garden::CheckpointData data = garden::read_checkpoint_file(checkpoint);
+  const nlohmann::json position = data.meta.at("train_data");
+  data.meta = {{"global_steps", 100},
+               {"optimizer", data.meta.at("optimizer")},
+               {"epoch", position.at("epoch")},
+               {"position", position.at("position")},
+               {"model", "feedforward_classification"}};
+  for (auto it = data.tensors.begin(); it != data.tensors.end();)
+    it = it->first.rfind("rng/", 0) == 0 ? data.tensors.erase(it) : std::next(it);
+  garden::write_checkpoint_file(checkpoint, data);
+  run = run_garden(common + (dir_ / "earlier").string() + "' --max-steps 200", dir_);
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.err.find("model.ckpt-100 at step 100"), std::string::npos) << run.err;
+  EXPECT_EQ(weights(dir_ / "earlier"), weights(dir_ / "whole"));
+  // A loss that overflows stops the run with one line, the checkpoint of
+  // the first step kept.
+  run = run_garden(common + (dir_ / "diverged").string() + "' --max-steps 300 --learning-rate 1e38",
+                   dir_);
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.err.find("garden fx: error: training diverged: training_loss nan at step 50; "
+                         "lower --learning-rate"),
+            std::string::npos)
+      << run.err;
+  EXPECT_TRUE(fs::exists(dir_ / "diverged" / "checkpoints" / "model.ckpt-1"));
 }

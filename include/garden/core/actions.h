@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "garden/base/error.h"
-#include "garden/platform/stop_signals.h"
 #include "garden/core/trainer.h"
+#include "garden/platform/stop_signals.h"
 
 namespace garden {
 
@@ -21,6 +21,9 @@ struct RecoveryOptions {
   double loss_upper_bound = 1e6;
   int64_t recovery_begin_steps = 0;
   int64_t recovery_max_trials = 0;
+  // Replaces "recovery_max_trials (N) recoveries used up" in the message of
+  // a run that cannot recover (TensorFX's "lower --learning-rate").
+  std::string when_used_up;
 };
 
 // True when `loss` at `step` calls for recovery.

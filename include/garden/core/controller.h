@@ -30,6 +30,9 @@ struct ControllerOptions {
   // pending (garden/platform/stop_signals.h): at the next step, or during an
   // evaluation of a training run.
   bool checkpoint_on_preemption = false;
+  // Log a line after each training loop and evaluation; false where the
+  // caller's actions report them in a format of their own (TensorFX's).
+  bool log_progress = true;
 };
 
 class Controller {

@@ -186,6 +186,10 @@ class InputReader {
   // The next batch; nullopt after `epochs` passes (0: never). The last batch
   // of a pass may be smaller.
   std::optional<Transformed> next();
+  // The row numbers of the next batch (what next() would give), for take().
+  std::optional<std::vector<int64_t>> next_rows();
+  // The given rows, in that order.
+  Transformed take(const std::vector<int64_t>& rows) const;
   int64_t epoch() const { return epoch_; }
   int64_t position() const { return position_; }
   void seek(int64_t epoch, int64_t position);
