@@ -83,27 +83,6 @@ Batch Task::inference_step(const Batch& inputs, Model& model) {
   return call_model(model, inputs, /*training=*/false);
 }
 
-ServingSignature Task::serving_signature() {
-  throw Error("task '" + name() + "' cannot be served yet: it declares no serving signature");
-}
-
-void Task::use_int8_inference(Model&) {
-  throw Error("--int8: task '" + name() + "' has no int8 inference (the translation task has)");
-}
-
-void Task::prepare_serving(const nlohmann::json& task_metadata,
-                           const std::map<std::string, std::string>&) {
-  restore_checkpoint_metadata(task_metadata);
-}
-
-Batch Task::serving_inputs(const std::vector<nlohmann::json>&) {
-  throw Error("task '" + name() + "' cannot be served yet: it has no serving_inputs");
-}
-
-std::vector<nlohmann::json> Task::serving_outputs(const Batch&, std::size_t) {
-  throw Error("task '" + name() + "' cannot be served yet: it has no serving_outputs");
-}
-
 void Task::aggregate_logs(Logs& state, const Logs& step_logs) {
   append_host_lists(state, step_logs);
 }

@@ -187,8 +187,9 @@ LoadedRun load_run(const ExportOptions& options) {
   run.task = get_task(run.params->task, options.model_dir);
   // The task readied for serving: a task that cannot be served stops at
   // its signature.
-  run.assets = run.task->serving_assets();
-  run.task->prepare_serving(run.task_metadata, run.assets);
+  run.serving = get_serving_module(*run.task);
+  run.assets = run.serving->assets();
+  run.serving->prepare(run.task_metadata, run.assets);
   run.model = run.task->build_model();
   // The weights: the moving averages where the run kept them (what Model
   // Garden evaluates and exports), else the live ones.
@@ -225,7 +226,7 @@ ExportResult export_model(const ExportOptions& options) {
   const bool ema = run.ema;
   const int64_t step = run.global_step;
   const std::string& checkpoint = run.checkpoint;
-  const ServingSignature signature = task->serving_signature();
+  const ServingSignature signature = run.serving->signature();
   CheckpointData weights;
   for (const auto& [name, value] : named) weights.tensors["model/" + name] = value;
   const std::string source = fs::absolute(checkpoint).string();

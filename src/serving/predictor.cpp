@@ -93,6 +93,7 @@ Predictor::Predictor(const std::string& path, const std::string& device) {
       assets[entry.path().filename().string()] = entry.path().string();
 
   task_ = get_task(params_->task, "");
+  serving_ = get_serving_module(*task_);
   load_task(weights, assets);
 }
 
@@ -103,13 +104,14 @@ Predictor::Predictor(std::shared_ptr<config::ExperimentConfig> params, const std
   const CheckpointData weights = read_checkpoint_file(checkpoint);
   global_step_ = weights.meta.value("global_step", int64_t{0});
   task_ = get_task(params_->task, model_dir);
-  load_task(weights, task_->serving_assets());
+  serving_ = get_serving_module(*task_);
+  load_task(weights, serving_->assets());
 }
 
 void Predictor::load_task(const CheckpointData& weights,
                           const std::map<std::string, std::string>& assets) {
-  task_->prepare_serving(weights.meta.value("task", nlohmann::json::object()), assets);
-  signature_ = task_->serving_signature();
+  serving_->prepare(weights.meta.value("task", nlohmann::json::object()), assets);
+  signature_ = serving_->signature();
   signature_def_ = signature_def_json(signature_);
   model_ = task_->build_model();
   load_model_state(*model_, weights.tensors, "model/", /*strict=*/true);
@@ -134,7 +136,7 @@ void Predictor::use_int8() {
   if (fx_model_)
     throw Error("--int8: the TensorFX export '" + directory_ + "' has no int8 inference");
   std::lock_guard<std::mutex> lock(mutex_);
-  task_->use_int8_inference(*model_);
+  serving_->use_int8(*model_);
   int8_ = true;
 }
 
@@ -183,10 +185,10 @@ std::vector<nlohmann::json> Predictor::predict(const std::vector<nlohmann::json>
   std::lock_guard<std::mutex> lock(mutex_);
   c10::InferenceMode inference;
   if (fx_model_) return predict_tensorfx(objects);
-  Batch inputs = task_->serving_inputs(objects);
+  Batch inputs = serving_->inputs(objects);
   for (auto& [name, tensor] : inputs) tensor = tensor.to(device_);
   const Batch outputs = task_->inference_step(inputs, *model_);
-  return task_->serving_outputs(outputs, objects.size());
+  return serving_->outputs(outputs, objects.size());
 }
 
 Batch Predictor::predict_batch(const Batch& inputs) const {

@@ -4,14 +4,23 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <system_error>
+#include <thread>
+#include <utility>
 
+#include "garden/base/error.h"
 #include "server_state.h"
 
 namespace garden::serving {
 
 namespace {
+
+constexpr int kMaxJsonDepth = 64;
 
 // The peer of `socket` as (address, port); ("", -1) for anything else.
 std::pair<std::string, int> peer_of(int socket) {
@@ -125,8 +134,7 @@ PredictRequest parse_predict_request(const std::string& body,
   return parsed;
 }
 
-ModelServer::ModelServer(std::string export_dir, ServerOptions options)
-    : state_(std::make_unique<State>()) {
+ModelServer::ModelServer(std::string export_dir, ServerOptions options) {
   if (options.max_batch_size < 1) throw Error("--max_batch_size must be >= 1");
   if (options.batch_timeout_micros < 0) throw Error("--batch_timeout_micros must be >= 0");
   if (options.max_enqueued_batches < 1) throw Error("--max_enqueued_batches must be >= 1");
@@ -138,29 +146,29 @@ ModelServer::ModelServer(std::string export_dir, ServerOptions options)
   if (options.model_name.empty() || options.model_name.find_first_of("/:") != std::string::npos)
     throw Error("--model_name '" + options.model_name + "' must be non-empty, without / or :");
   std::error_code ec;
-  if (!fs::is_directory(export_dir, ec))
+  if (!std::filesystem::is_directory(export_dir, ec))
     throw Error("--export_dir '" + export_dir + "' is not a directory");
-  state_->export_dir = std::move(export_dir);
-  state_->options = std::move(options);
+  if (options.read_timeout_seconds < 1) throw Error("read_timeout_seconds must be >= 1");
+  state_ = std::make_unique<State>(std::move(export_dir), std::move(options));
+  httplib::Server& http = state_->http;
   const int threads = state_->options.threads;
-  state_->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  state_->http.set_payload_max_length(static_cast<std::size_t>(state_->options.max_body_bytes));
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.set_payload_max_length(static_cast<std::size_t>(state_->options.max_body_bytes));
   // cpp-httplib writes a response's headers and body in separate sends; with
   // Nagle's algorithm the body then waits for the client's delayed ACK of the
   // headers (40 ms on Linux) on every kept-alive request.
-  state_->http.set_tcp_nodelay(true);
+  http.set_tcp_nodelay(true);
   // cpp-httplib closes a kept-alive connection after 5 requests by default;
   // a client then pays a new connection every 5 calls.
-  state_->http.set_keep_alive_max_count(1'000'000);
-  if (state_->options.read_timeout_seconds < 1) throw Error("read_timeout_seconds must be >= 1");
-  state_->http.set_read_timeout(state_->options.read_timeout_seconds);
-  state_->add_routes();
+  http.set_keep_alive_max_count(1'000'000);
+  http.set_read_timeout(state_->options.read_timeout_seconds);
+  add_rest_routes(*state_);
 }
 
 ModelServer::~ModelServer() {
   shutdown(0);
-  for (auto* thread : {&state_->loader, &state_->poller, &state_->batcher})
-    if (thread->joinable()) thread->join();
+  state_->versions.join();
+  state_->batching.join();
 }
 
 int ModelServer::start() {
@@ -174,24 +182,12 @@ int ModelServer::start() {
                   " (in use, or not an address of this machine)");
     s.port = s.options.port;
   }
-  if (s.options.grpc_port >= 0) s.grpc_port = s.start_grpc();
-  if (s.options.enable_batching) s.batcher = std::thread([&s] { s.run_batches(); });
-  s.loader = std::thread([&s] {
-    try {
-      auto first = s.load_version(s.export_dir);
-      first->apply_runtime();
-      s.set_predictor(first);
-      log_info() << "serving version " << first->version() << " of '" << s.export_dir << "' as '"
-                 << s.options.model_name << "'";
-    } catch (const std::exception& e) {
-      s.fail_load(e.what());  // run() stops listening and throws it
-      return;
-    }
-    std::error_code ec;
-    const bool single_version = fs::exists(fs::path(s.export_dir) / kSignatureFile, ec);
-    if (s.options.file_system_poll_wait_seconds > 0 && !single_version)
-      s.poller = std::thread([&s] { s.poll_versions(); });
-  });
+  if (s.options.grpc_port >= 0) {
+    s.grpc = std::make_unique<GrpcFrontEnd>(s);
+    s.grpc_port = s.grpc->port();
+  }
+  s.batching.start();
+  s.versions.start();
   return s.port;
 }
 
@@ -199,11 +195,7 @@ int ModelServer::port() const { return state_->port; }
 
 int ModelServer::grpc_port() const { return state_->grpc_port; }
 
-bool ModelServer::wait_until_loaded() const {
-  std::unique_lock<std::mutex> lock(state_->model_mutex);
-  state_->loaded.wait(lock, [this] { return state_->load != State::Load::kLoading; });
-  return state_->load == State::Load::kAvailable;
-}
+bool ModelServer::wait_until_loaded() const { return state_->versions.wait_until_loaded(); }
 
 void ModelServer::run() {
   State& s = *state_;
@@ -213,15 +205,8 @@ void ModelServer::run() {
   std::atomic<bool> listening_done{false};
   std::thread guard([&s, &listening_done] {
     while (!listening_done) {
-      bool stop_now = false;
-      {
-        std::lock_guard<std::mutex> lock(s.model_mutex);
-        stop_now = s.load == State::Load::kFailed;
-      }
-      {
-        std::lock_guard<std::mutex> lock(s.stop_mutex);
-        stop_now = stop_now || s.stopping;
-      }
+      const bool stop_now =
+          s.versions.status().load == ModelVersions::Load::kFailed || s.gate.stopping();
       if (stop_now && s.http.is_running()) {
         s.http.stop();
         return;
@@ -232,26 +217,15 @@ void ModelServer::run() {
   s.http.listen_after_bind();
   listening_done = true;
   guard.join();
-  std::lock_guard<std::mutex> lock(s.model_mutex);
-  if (s.load == State::Load::kFailed) throw Error(s.load_error);
+  const ModelVersions::Status status = s.versions.status();
+  if (status.load == ModelVersions::Load::kFailed) throw Error(status.error);
 }
 
 void ModelServer::shutdown(double grace_seconds) {
   State& s = *state_;
-  s.draining = true;
-  {
-    std::unique_lock<std::mutex> lock(s.stop_mutex);
-    s.stop_cv.wait_for(lock, std::chrono::duration<double>(grace_seconds),
-                       [&s] { return s.in_flight == 0; });
-    s.stopping = true;
-  }
-  s.stop_cv.notify_all();
-  {
-    std::lock_guard<std::mutex> lock(s.queue_mutex);
-    s.queue_closed = true;
-  }
-  s.queue_cv.notify_all();
-  s.stop_grpc();
+  s.gate.drain(grace_seconds);
+  s.batching.close();
+  if (s.grpc) s.grpc->stop();
   s.http.stop();
 }
 

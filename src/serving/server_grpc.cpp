@@ -1,9 +1,11 @@
 // TF Serving's gRPC API (PredictionService/Predict and GetModelMetadata,
-// ModelService/GetModelStatus) beside the REST routes: the same serving
-// version, the same batching queue, the same shutdown. Compiled where the
-// build found gRPC (GARDEN_WITH_GRPC); proto/tensorflow_serving/README.md
-// says which methods are served.
+// ModelService/GetModelStatus) beside the REST routes, a front end over the
+// same units: the same serving version, batching queue, metrics and
+// shutdown. Compiled where the build found gRPC (GARDEN_WITH_GRPC);
+// proto/tensorflow_serving/README.md says which methods are served.
 #include "server_state.h"
+
+#include "garden/base/error.h"
 
 #ifdef GARDEN_WITH_GRPC
 
@@ -11,10 +13,15 @@
 #include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "garden/base/encoding.h"
 #include "tensorflow_serving/apis/model_service.grpc.pb.h"
@@ -51,7 +58,7 @@ std::shared_ptr<const Predictor> requested_model(ModelServer::State& s,
                     "Servable not found for request: Latest(" + spec.name() + ")");
   std::shared_ptr<const Predictor> model;
   try {
-    model = s.serving_model(spec.name());
+    model = s.versions.available();
   } catch (const HttpError& e) {
     throw GrpcError(grpc::StatusCode::UNAVAILABLE, e.what());
   }
@@ -275,10 +282,10 @@ class Calls {
   template <class F>
   grpc::Status run(const char* method, F&& body) {
     const auto start = Clock::now();
-    ++s_.in_flight;
+    const InFlight call(s_.gate);
     grpc::Status status = grpc::Status::OK;
     try {
-      if (s_.draining)
+      if (s_.gate.draining())
         throw GrpcError(grpc::StatusCode::UNAVAILABLE, "the server is shutting down");
       body();
     } catch (const GrpcError& e) {
@@ -294,11 +301,7 @@ class Calls {
     } catch (const std::exception& e) {
       status = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
     }
-    s_.record_grpc(method, status.error_code(), start);
-    if (--s_.in_flight == 0) {
-      std::lock_guard<std::mutex> lock(s_.stop_mutex);
-      s_.stop_cv.notify_all();
-    }
+    s_.metrics.record_grpc(method, status.error_code(), start);
     return status;
   }
 
@@ -350,10 +353,10 @@ class PredictionService final : public tfs::PredictionService::Service, Calls {
       for (std::size_t i = 0; i < instances.size(); ++i)
         instances[i] = model->normalize_instance(instances[i], i);
       if (context->IsCancelled()) {
-        ++s_.abandoned_total;
+        s_.metrics.add_abandoned();
         throw GrpcError(grpc::StatusCode::CANCELLED, "the client cancelled the call");
       }
-      const std::vector<json> rows = s_.predict(*model, std::move(instances), -1);
+      const std::vector<json> rows = s_.batching.predict(*model, std::move(instances), -1);
       auto& out = *response->mutable_outputs();
       for (const auto& [name, spec] : outputs) out[name] = output_tensor(rows, name, spec);
       fill_spec(*model, s_.options.model_name, response->mutable_model_spec());
@@ -393,34 +396,34 @@ class ModelService final : public tfs::ModelService::Service, Calls {
       if (spec.name() != s_.options.model_name)
         throw GrpcError(grpc::StatusCode::NOT_FOUND,
                         "Servable not found for request: Latest(" + spec.name() + ")");
-      std::lock_guard<std::mutex> lock(s_.model_mutex);
-      const int64_t version = s_.predictor ? s_.predictor->version() : 0;
+      const ModelVersions::Status current = s_.versions.status();
+      const int64_t version = current.version;
       if (spec.has_version() && spec.version().value() != version)
         throw GrpcError(grpc::StatusCode::NOT_FOUND,
                         "Servable not found for request: Specific(" + spec.name() + ", " +
                             std::to_string(spec.version().value()) + ")");
       auto* status = response->add_model_version_status();
       status->set_version(version);
-      using State = ModelServer::State;
-      status->set_state(s_.load == State::Load::kAvailable ? tfs::ModelVersionStatus::AVAILABLE
-                        : s_.load == State::Load::kFailed  ? tfs::ModelVersionStatus::END
-                                                           : tfs::ModelVersionStatus::LOADING);
-      status->mutable_status()->set_error_code(s_.load == State::Load::kFailed ? 2 : 0);
-      status->mutable_status()->set_error_message(s_.load == State::Load::kFailed ? s_.load_error
-                                                                                  : "");
+      using Load = ModelVersions::Load;
+      status->set_state(current.load == Load::kAvailable ? tfs::ModelVersionStatus::AVAILABLE
+                        : current.load == Load::kFailed  ? tfs::ModelVersionStatus::END
+                                                         : tfs::ModelVersionStatus::LOADING);
+      status->mutable_status()->set_error_code(current.load == Load::kFailed ? 2 : 0);
+      status->mutable_status()->set_error_message(current.load == Load::kFailed ? current.error
+                                                                                : "");
     });
   }
 };
 
 }  // namespace
 
-struct ModelServer::State::Grpc {
+struct GrpcFrontEnd::Services {
   std::unique_ptr<PredictionService> prediction;
   std::unique_ptr<ModelService> models;
-  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<grpc::Server> server;  // stops before the services go
 };
 
-int ModelServer::State::start_grpc() {
+GrpcFrontEnd::GrpcFrontEnd(ModelServer::State& state) : services_(std::make_unique<Services>()) {
   // gRPC logs its own failures (a port in use) to stderr beside the one line
   // Garden prints; they are shown only when the user asks gRPC for its log.
   static std::once_flag quiet;
@@ -428,9 +431,9 @@ int ModelServer::State::start_grpc() {
     if (!std::getenv("GRPC_VERBOSITY") && !std::getenv("GRPC_TRACE"))
       gpr_set_log_function([](gpr_log_func_args*) {});
   });
-  grpc_ = std::make_shared<Grpc>();
-  grpc_->prediction = std::make_unique<PredictionService>(*this);
-  grpc_->models = std::make_unique<ModelService>(*this);
+  const ServerOptions& options = state.options;
+  services_->prediction = std::make_unique<PredictionService>(state);
+  services_->models = std::make_unique<ModelService>(state);
   grpc::ServerBuilder builder;
   int selected = 0;
   const std::string address = options.host + ":" + std::to_string(options.grpc_port);
@@ -438,20 +441,22 @@ int ModelServer::State::start_grpc() {
   // gRPC sets SO_REUSEPORT by default: a second server on the same port
   // would start and take half the connections instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.RegisterService(grpc_->prediction.get());
-  builder.RegisterService(grpc_->models.get());
+  builder.RegisterService(services_->prediction.get());
+  builder.RegisterService(services_->models.get());
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(std::min<int64_t>(options.max_body_bytes, std::numeric_limits<int>::max())));
   builder.SetMaxSendMessageSize(std::numeric_limits<int>::max());
-  grpc_->server = builder.BuildAndStart();
-  if (!grpc_->server || selected == 0)
+  services_->server = builder.BuildAndStart();
+  if (!services_->server || selected == 0)
     throw Error("cannot listen on " + address +
                 " for gRPC (in use, or not an address of this machine)");
-  return selected;
+  port_ = selected;
 }
 
-void ModelServer::State::stop_grpc() {
-  if (grpc_ && grpc_->server) grpc_->server->Shutdown(std::chrono::system_clock::now());
+GrpcFrontEnd::~GrpcFrontEnd() = default;
+
+void GrpcFrontEnd::stop() {
+  if (services_->server) services_->server->Shutdown(std::chrono::system_clock::now());
 }
 
 bool grpc_compiled_in() { return true; }
@@ -462,13 +467,15 @@ bool grpc_compiled_in() { return true; }
 
 namespace garden::serving {
 
-struct ModelServer::State::Grpc {};
+struct GrpcFrontEnd::Services {};
 
-int ModelServer::State::start_grpc() {
+GrpcFrontEnd::GrpcFrontEnd(ModelServer::State&) {
   throw Error("--grpc_port: this garden was built without gRPC (libgrpc++-dev)");
 }
 
-void ModelServer::State::stop_grpc() {}
+GrpcFrontEnd::~GrpcFrontEnd() = default;
+
+void GrpcFrontEnd::stop() {}
 
 bool grpc_compiled_in() { return false; }
 

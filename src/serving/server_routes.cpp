@@ -1,36 +1,51 @@
 // TF Serving's REST routes: status, metadata, predict, metrics.
 #include "server_state.h"
 
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "garden/base/error.h"
+
 namespace garden::serving {
 
-std::shared_ptr<const Predictor> ModelServer::State::serving_model(const std::string& name) {
-  if (name != options.model_name)
+namespace {
+
+void check_model_name(const ModelServer::State& s, const std::string& name) {
+  if (name != s.options.model_name)
     throw HttpError(404, "Servable not found for request: Latest(" + name + ")");
-  std::lock_guard<std::mutex> lock(model_mutex);
-  if (load == Load::kFailed) throw HttpError(503, "the model failed to load: " + load_error);
-  if (!predictor) throw HttpError(503, "the model is loading");
-  return predictor;
 }
 
-json ModelServer::State::status_body(const std::string& name) {
-  if (name != options.model_name)
-    throw HttpError(404, "Servable not found for request: Latest(" + name + ")");
-  std::lock_guard<std::mutex> lock(model_mutex);
-  const char* state = load == Load::kAvailable ? "AVAILABLE"
-                      : load == Load::kFailed  ? "END"
-                                               : "LOADING";
+json status_body(const ModelServer::State& s, const std::string& name) {
+  check_model_name(s, name);
+  using Load = ModelVersions::Load;
+  const ModelVersions::Status status = s.versions.status();
+  const char* state = status.load == Load::kAvailable ? "AVAILABLE"
+                      : status.load == Load::kFailed  ? "END"
+                                                      : "LOADING";
   return {{"model_version_status",
-           {{{"version", predictor ? std::to_string(predictor->version()) : std::string("0")},
+           {{{"version", std::to_string(status.version)},
              {"state", state},
              {"status",
-              {{"error_code", load == Load::kFailed ? "UNKNOWN" : "OK"},
-               {"error_message", load == Load::kFailed ? load_error : ""}}}}}}};
+              {{"error_code", status.load == Load::kFailed ? "UNKNOWN" : "OK"},
+               {"error_message", status.load == Load::kFailed ? status.error : ""}}}}}}};
 }
 
-json ModelServer::State::predict_body(const std::string& name, const std::string& version,
-                                      const std::string& body, int socket) {
-  if (draining) throw HttpError(503, "the server is shutting down");
-  const auto model = serving_model(name);
+json metadata_body(const ModelServer::State& s, const std::string& name) {
+  check_model_name(s, name);
+  const auto model = s.versions.available();
+  return json{{"model_spec",
+               {{"name", s.options.model_name},
+                {"signature_name", ""},
+                {"version", std::to_string(model->version())}}},
+              {"metadata", {{"signature_def", model->signature_def()}}}};
+}
+
+json predict_body(ModelServer::State& s, const std::string& name, const std::string& version,
+                  const std::string& body, int socket) {
+  if (s.gate.draining()) throw HttpError(503, "the server is shutting down");
+  check_model_name(s, name);
+  const auto model = s.versions.available();
   if (!version.empty() && version != std::to_string(model->version()))
     throw HttpError(404, "Servable not found for request: Specific(" + name + ", " + version +
                              "); serving version " + std::to_string(model->version()));
@@ -42,7 +57,7 @@ json ModelServer::State::predict_body(const std::string& name, const std::string
   std::vector<json> instances = std::move(request.instances);
   for (std::size_t i = 0; i < instances.size(); ++i)
     instances[i] = model->normalize_instance(instances[i], i);
-  const std::vector<json> results = predict(*model, std::move(instances), socket);
+  const std::vector<json> results = s.batching.predict(*model, std::move(instances), socket);
   if (rows) {
     json predictions = json::array();
     for (const auto& row : results)
@@ -63,10 +78,11 @@ json ModelServer::State::predict_body(const std::string& name, const std::string
   return {{"outputs", std::move(columns_out)}};
 }
 
+// Runs `make_body`, answering its JSON, or {"error": ...} with a status.
 template <class F>
-void ModelServer::State::answer(httplib::Response& response, F&& make_body) {
+void answer(ModelServer::State& s, httplib::Response& response, F&& make_body) {
   const auto start = Clock::now();
-  ++in_flight;
+  const InFlight request(s.gate);
   int status = 200;
   json body;
   try {
@@ -86,47 +102,39 @@ void ModelServer::State::answer(httplib::Response& response, F&& make_body) {
   if (status == 503) response.set_header("Retry-After", "1");
   response.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace),
                        "application/json");
-  record(status, start);
-  if (--in_flight == 0) {
-    std::lock_guard<std::mutex> lock(stop_mutex);  // no lost wake-up for shutdown()
-    stop_cv.notify_all();
-  }
+  s.metrics.record(status, start);
 }
 
-void ModelServer::State::add_routes() {
+}  // namespace
+
+void add_rest_routes(ModelServer::State& s) {
   // Regular expressions. cpp-httplib 0.14 and later read a pattern holding
   // "/:" as one with path parameters ("/users/:id"), so the model name's
   // class is written [^:/], never [^/:].
-  http.Get("/v1/models/([^:/]+)",
-           [this](const httplib::Request& request, httplib::Response& response) {
-             answer(response, [&] { return status_body(request.matches[1]); });
-           });
-  http.Get("/v1/models/([^:/]+)/metadata",
-           [this](const httplib::Request& request, httplib::Response& response) {
-             answer(response, [&] {
-               const auto model = serving_model(request.matches[1]);
-               return json{{"model_spec",
-                            {{"name", options.model_name},
-                             {"signature_name", ""},
-                             {"version", std::to_string(model->version())}}},
-                           {"metadata", {{"signature_def", model->signature_def()}}}};
+  s.http.Get("/v1/models/([^:/]+)",
+             [&s](const httplib::Request& request, httplib::Response& response) {
+               answer(s, response, [&] { return status_body(s, request.matches[1]); });
              });
-           });
-  http.Post("/v1/models/([^:/]+)(?:/versions/([0-9]+))?:predict",
-            [this](const httplib::Request& request, httplib::Response& response) {
-              answer(response, [&] {
-                // Only a request that waits in the batching queue may
-                // outlive its client.
-                return predict_body(request.matches[1], request.matches[2], request.body,
-                                    options.enable_batching ? client_socket(request) : -1);
+  s.http.Get("/v1/models/([^:/]+)/metadata",
+             [&s](const httplib::Request& request, httplib::Response& response) {
+               answer(s, response, [&] { return metadata_body(s, request.matches[1]); });
+             });
+  s.http.Post("/v1/models/([^:/]+)(?:/versions/([0-9]+))?:predict",
+              [&s](const httplib::Request& request, httplib::Response& response) {
+                answer(s, response, [&] {
+                  // Only a request that waits in the batching queue may
+                  // outlive its client.
+                  return predict_body(s, request.matches[1], request.matches[2], request.body,
+                                      s.options.enable_batching ? client_socket(request) : -1);
+                });
               });
-            });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(metrics_text(), "text/plain; version=0.0.4");
+  s.http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& response) {
+    const auto model = s.versions.current();
+    response.set_content(s.metrics.text(model ? model->version() : 0), "text/plain; version=0.0.4");
   });
   // Anything else that fails (no route: 404; a body over the limit: 413)
   // still answers JSON.
-  http.set_error_handler([this](const httplib::Request&, httplib::Response& response) {
+  s.http.set_error_handler([&s](const httplib::Request&, httplib::Response& response) {
     if (!response.body.empty()) return;
     std::string message = "no such route";
     if (response.status == 413)
@@ -134,8 +142,7 @@ void ModelServer::State::add_routes() {
     else if (response.status != 404)
       message = "HTTP status " + std::to_string(response.status);
     response.set_content(json{{"error", message}}.dump(), "application/json");
-    std::lock_guard<std::mutex> lock(counts_mutex);
-    ++responses[response.status];
+    s.metrics.count(response.status);
   });
 }
 

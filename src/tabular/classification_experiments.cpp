@@ -7,6 +7,7 @@
 #include "garden/base/paths.h"
 #include "garden/config/registry.h"
 #include "garden/tabular/classification.h"
+#include "garden/tabular/classification_serving.h"
 
 namespace garden::tabular {
 
@@ -60,6 +61,8 @@ std::shared_ptr<config::ExperimentConfig> classification_experiment() {
 
 void register_tabular() {
   register_task<TabularClassificationConfig, TabularClassificationTask>("tabular/classification");
+  register_serving_module<TabularClassificationConfig, TabularClassificationTask,
+                          TabularClassificationServing>("tabular/classification");
   config::register_experiment("tabular/classification",
                               "feed-forward classifier for any numeric CSV (set input paths)",
                               classification_experiment);

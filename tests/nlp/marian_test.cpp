@@ -21,6 +21,7 @@
 #include "garden/config/registry.h"
 #include "garden/config/yaml_io.h"
 #include "garden/core/safetensors.h"
+#include "garden/core/serving_module.h"
 #include "garden/core/task.h"
 #include "garden/data/sentencepiece.h"
 #include "garden/nlp/data/marian_tokenizer.h"
@@ -256,7 +257,8 @@ TEST_F(MarianTest, ExportWritesTheFilesTensorsAndTokenizer) {
   const auto generation = json::parse(exported.files.at("generation_config.json"));
   EXPECT_EQ(generation.at("decoder_start_token_id"), original.config.at("pad_token_id"));
   const fs::path out = dir_ / "export";
-  garden::nlp::write_huggingface_dir(exported, l.task->serving_assets(), out.string());
+  garden::nlp::write_huggingface_dir(exported, garden::get_serving_module(*l.task)->assets(),
+                                     out.string());
   EXPECT_TRUE(MarianTokenizer::is_marian_dir(out.string()));
   EXPECT_FALSE(fs::exists(out / "sentencepiece.model"));
   EXPECT_EQ(garden::nlp::read_huggingface_dir(out.string()).tensors.size(), compared);

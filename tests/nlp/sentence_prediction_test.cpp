@@ -23,6 +23,7 @@
 #include "garden/config/yaml_io.h"
 #include "garden/core/checkpoint.h"
 #include "garden/core/runtime.h"
+#include "garden/core/serving_module.h"
 #include "garden/core/train_lib.h"
 #include "garden/nlp/data/classifier_data.h"
 #include "garden/nlp/data/sentence_prediction_data.h"
@@ -403,7 +404,8 @@ TEST_F(SentencePredictionTest, ATinyModelLearnsASeparableSetAndItsExportServesRa
   auto model = task->build_model();
   garden::load_model_state(*model, garden::read_checkpoint_file(exported.checkpoint).tensors,
                            "model/", true);
-  const auto outputs = task->inference_step(task->serving_inputs(instances), *model);
+  const auto outputs =
+      task->inference_step(garden::get_serving_module(*task)->inputs(instances), *model);
   for (int b = 0; b < 2; ++b)
     for (int c = 0; c < 2; ++c)
       EXPECT_NEAR(rows[b].at("probabilities")[c].get<double>(),

@@ -34,18 +34,6 @@ class Optimizer;
 using Model = torch::nn::Module;
 using ModelPtr = std::shared_ptr<torch::nn::Module>;
 
-// One named input or output of a serving signature, as SavedModel's
-// serving_default describes it: a TensorFlow dtype name (DT_FLOAT, DT_INT64,
-// DT_STRING) and a shape per instance, -1 for any size.
-struct TensorSpec {
-  std::string dtype;
-  std::vector<int64_t> shape;
-};
-struct ServingSignature {
-  std::vector<std::pair<std::string, TensorSpec>> inputs;  // in positional order
-  std::vector<std::pair<std::string, TensorSpec>> outputs;
-};
-
 class Task {
  public:
   // Model Garden's `loss` name: the key of the loss in the step logs.
@@ -154,30 +142,6 @@ class Task {
   // statistics): saved in every checkpoint and given back on restore.
   virtual nlohmann::json checkpoint_metadata() const;
   virtual void restore_checkpoint_metadata(const nlohmann::json& metadata);
-
-  // ---- Serving (garden export, predict and serve; see garden/serving).
-  // What an instance carries in and gets back. The default throws
-  // garden::Error: the task cannot be served.
-  virtual ServingSignature serving_signature();
-  // Files besides the weights that serving needs (a tokenizer model): asset
-  // name -> where it is now. Export copies them into the export's assets/.
-  virtual std::map<std::string, std::string> serving_assets() { return {}; }
-  // Readies the task to build its model and serve with nothing but an
-  // export: the checkpoint's task metadata and the export's assets (name ->
-  // path). No training data is read after it.
-  virtual void prepare_serving(const nlohmann::json& task_metadata,
-                               const std::map<std::string, std::string>& assets);
-  // Instances (JSON objects holding every signature input by name) -> the
-  // batch inference_step takes. A wrong instance throws InputError naming
-  // its index and the input.
-  virtual Batch serving_inputs(const std::vector<nlohmann::json>& instances);
-  // inference_step's outputs for `count` instances -> one JSON object of the
-  // signature's outputs per instance.
-  virtual std::vector<nlohmann::json> serving_outputs(const Batch& outputs, std::size_t count);
-  // int8 inference (garden translate, predict and serve --int8): readies
-  // `model`, already holding its weights, to run inference_step in int8. The
-  // default throws garden::Error: the task has none.
-  virtual void use_int8_inference(Model& model);
 
   // Examples in a batch, for examples/s: the first dimension of its first
   // tensor unless a task says otherwise.

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "garden/config/definitions.h"
+#include "garden/core/serving_module.h"
 #include "garden/core/task.h"
 
 namespace garden::serving {
@@ -64,12 +65,14 @@ struct ExportResult {
   bool ema = false;         // the weights are the moving averages
 };
 
-// A run's model as export writes it: the config, the task (readied for
-// serving), the model holding the checkpoint's weights (the moving averages
-// where the run kept them), and what they came from.
+// A run's model as export writes it: the config, the task and its serving
+// module (the task readied for serving), the model holding the checkpoint's
+// weights (the moving averages where the run kept them), and what they came
+// from.
 struct LoadedRun {
   std::shared_ptr<config::ExperimentConfig> params;
   TaskPtr task;
+  ServingModulePtr serving;  // of `task`
   ModelPtr model;
   std::string checkpoint;
   int64_t global_step = 0;

@@ -21,6 +21,7 @@
 
 #include "garden/base/types.h"
 #include "garden/core/checkpoint.h"
+#include "garden/core/serving_module.h"
 #include "garden/core/task.h"
 
 namespace garden::fx {
@@ -58,7 +59,7 @@ class Predictor {
   Task& task() const;
   // Whether this is a TensorFX model's export.
   bool tensorfx() const { return fx_model_ != nullptr; }
-  // int8 inference from now on (Task::use_int8_inference; the CPU only). A
+  // int8 inference from now on (ServingModule::use_int8; the CPU only). A
   // task without it, a TensorFX export or another device throws
   // garden::Error, one line.
   void use_int8();
@@ -103,6 +104,7 @@ class Predictor {
   nlohmann::json signature_def_;
   std::shared_ptr<config::ExperimentConfig> params_;
   TaskPtr task_;
+  ServingModulePtr serving_;  // of task_
   ModelPtr model_;
   std::shared_ptr<fx::Model> fx_model_;
   c10::Device device_{c10::kCPU};

@@ -39,18 +39,11 @@ class TabularClassificationTask : public Task {
   nlohmann::json checkpoint_metadata() const override;
   void restore_checkpoint_metadata(const nlohmann::json& metadata) override;
 
-  // Serving: one DT_FLOAT input per feature column; outputs as a TensorFlow
-  // classifier's predictions (logits, probabilities, class_ids, classes).
-  ServingSignature serving_signature() override;
-  // The columns and classes come from the metadata; the standardization is
-  // in the model's buffers.
-  void prepare_serving(const nlohmann::json& task_metadata,
-                       const std::map<std::string, std::string>& assets) override;
-  Batch serving_inputs(const std::vector<nlohmann::json>& instances) override;
-  std::vector<nlohmann::json> serving_outputs(const Batch& outputs, std::size_t count) override;
-
   // The schema learned from the training data (read on first use).
   const TableSchema& schema();
+  // `schema` from now on, no training data read (an export's: its columns
+  // and classes from the checkpoint's metadata).
+  void use_schema(TableSchema schema);
 
  private:
   struct Table {

@@ -4,6 +4,7 @@
 #include "garden/nlp/tasks/electra_experiments.h"
 
 #include "garden/config/registry.h"
+#include "garden/nlp/tasks/electra_serving.h"
 #include "garden/nlp/tasks/electra_task.h"
 #include "garden/nlp/tasks/huggingface_export.h"
 
@@ -129,6 +130,8 @@ void register_electra() {
   register_task<ElectraPretrainConfig, ElectraPretrainTask>("electra_pretrain");
   register_huggingface_exporter<ElectraPretrainConfig>("electra",
                                                        ElectraPretrainTask::to_huggingface);
+  register_serving_module<ElectraPretrainConfig, ElectraPretrainTask, ElectraServing>(
+      "electra_pretrain");
   config::register_experiment("electra/pretraining",
                               "Model Garden's ELECTRA pretraining (BERT-base sized encoders); set "
                               "the data paths",

@@ -5,7 +5,9 @@
 #include "garden/config/registry.h"
 #include "garden/nlp/tasks/huggingface_export.h"
 #include "garden/nlp/tasks/question_answering_task.h"
+#include "garden/nlp/tasks/sentence_prediction_serving.h"
 #include "garden/nlp/tasks/sentence_prediction_task.h"
+#include "garden/nlp/tasks/tagging_serving.h"
 #include "garden/nlp/tasks/tagging_task.h"
 
 namespace garden::nlp {
@@ -138,6 +140,8 @@ void register_finetuning() {
   register_task<SentencePredictionConfig, SentencePredictionTask>("sentence_prediction");
   register_huggingface_exporter<SentencePredictionConfig>("sentence_prediction",
                                                           SentencePredictionTask::to_huggingface);
+  register_serving_module<SentencePredictionConfig, SentencePredictionTask,
+                          SentencePredictionServing>("sentence_prediction");
   config::register_experiment(
       "bert/sentence_prediction",
       "Model Garden's sentence prediction (GLUE) fine-tuning of a BERT-base "
@@ -145,6 +149,7 @@ void register_finetuning() {
       sentence_prediction_experiment);
   register_task<TaggingConfig, TaggingTask>("tagging");
   register_huggingface_exporter<TaggingConfig>("tagging", TaggingTask::to_huggingface);
+  register_serving_module<TaggingConfig, TaggingTask, TaggingServing>("tagging");
   config::register_experiment(
       "bert/tagging",
       "Model Garden's tagging (a label per word: NER, POS) fine-tuning of a "

@@ -7,6 +7,7 @@
 #include "garden/base/paths.h"
 #include "garden/config/registry.h"
 #include "garden/nlp/tasks/huggingface_export.h"
+#include "garden/nlp/tasks/translation_serving.h"
 #include "garden/nlp/tasks/translation_task.h"
 
 namespace garden::nlp {
@@ -210,6 +211,7 @@ std::shared_ptr<config::ExperimentConfig> marian_demo_experiment() {
 void register_translation() {
   register_task<TranslationConfig, TranslationTask>("translation");
   register_huggingface_exporter<TranslationConfig>("translation", TranslationTask::to_huggingface);
+  register_serving_module<TranslationConfig, TranslationTask, TranslationServing>("translation");
   config::register_experiment("wmt_transformer/large",
                               "Model Garden's Transformer big for WMT (1024 wide, 6+6 layers); "
                               "set the data paths",

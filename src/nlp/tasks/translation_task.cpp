@@ -48,7 +48,7 @@ TranslationTask::TranslationTask(std::shared_ptr<const TranslationConfig> params
 TranslationTask::~TranslationTask() = default;
 
 std::string TranslationTask::tokenizer_path() const {
-  if (!serving_tokenizer_path_.empty()) return serving_tokenizer_path_;
+  if (!fixed_tokenizer_path_.empty()) return fixed_tokenizer_path_;
   if (!config_.sentencepiece_model_path.empty()) return config_.sentencepiece_model_path;
   if (MarianTokenizer::is_marian_dir(config_.init_checkpoint)) return config_.init_checkpoint;
   if (logging_dir().empty())
@@ -76,6 +76,12 @@ const data::Tokenizer& TranslationTask::tokenizer() {
   }
   tokenizer_ = std::make_unique<data::SentencePieceTokenizer>(load_translation_sentencepiece(path));
   return *tokenizer_;
+}
+
+void TranslationTask::use_tokenizer(const std::string& path) {
+  fixed_tokenizer_path_ = path;
+  tokenizer_training_ = false;
+  tokenizer_.reset();
 }
 
 std::vector<int64_t> TranslationTask::encode_source(const std::string& text, int64_t max_length,
@@ -187,13 +193,11 @@ ModelPtr TranslationTask::build_model() {
   return Seq2SeqTransformer(options).ptr();
 }
 
-namespace {
-Seq2SeqTransformerImpl& as_transformer(Model& model) {
+Seq2SeqTransformerImpl& TranslationTask::as_transformer(Model& model) {
   auto* transformer = model.as<Seq2SeqTransformerImpl>();
   if (!transformer) throw Error("the translation task needs its Seq2SeqTransformer model");
   return *transformer;
 }
-}  // namespace
 
 void TranslationTask::initialize(Model& model) {
   if (!is_huggingface_dir(config_.init_checkpoint)) return Task::initialize(model);
@@ -281,70 +285,6 @@ Batch TranslationTask::inference_step(const Batch& inputs, Model& model) {
     for (std::size_t t = 0; t < outputs[b].size(); ++t)
       padded[static_cast<int64_t>(b)][static_cast<int64_t>(t)] = outputs[b][t];
   return {{"outputs", padded}};
-}
-
-void TranslationTask::use_int8_inference(Model& model) { as_transformer(model).use_int8(true); }
-
-ServingSignature TranslationTask::serving_signature() {
-  return {{{"inputs", {"DT_STRING", {}}}}, {{"outputs", {"DT_STRING", {}}}}};
-}
-
-std::map<std::string, std::string> TranslationTask::serving_assets() {
-  const std::string path = tokenizer_path();
-  if (!MarianTokenizer::is_marian_dir(path)) return {{kSentencePieceFile, path}};
-  return MarianTokenizer::files(path);
-}
-
-void TranslationTask::prepare_serving(const nlohmann::json& task_metadata,
-                                      const std::map<std::string, std::string>& assets) {
-  const auto vocab = assets.find(MarianTokenizer::kVocabFile);
-  const auto it = vocab != assets.end() ? vocab : assets.find(kSentencePieceFile);
-  if (it == assets.end())
-    throw Error(std::string("the export has no asset '") + kSentencePieceFile + "'");
-  // A MarianMT tokenizer is the folder its three assets are in.
-  serving_tokenizer_path_ =
-      vocab != assets.end() ? fs::path(it->second).parent_path().string() : it->second;
-  tokenizer_training_ = false;
-  tokenizer_.reset();
-  restore_checkpoint_metadata(task_metadata);
-}
-
-Batch TranslationTask::serving_inputs(const std::vector<nlohmann::json>& instances) {
-  const int64_t max_length = config_.validation_data.max_seq_length;
-  std::vector<std::vector<int64_t>> rows;
-  rows.reserve(instances.size());
-  std::size_t longest = 1;
-  for (std::size_t i = 0; i < instances.size(); ++i) {
-    const auto it = instances[i].find("inputs");
-    if (it == instances[i].end())
-      throw InputError("instance " + std::to_string(i) + " has no input 'inputs'");
-    if (!it->is_string())
-      throw InputError("instance " + std::to_string(i) + ": input 'inputs' must be a string, not " +
-                       std::string(it->type_name()));
-    rows.push_back(encode_source(it->get<std::string>(), max_length));
-    longest = std::max(longest, rows.back().size());
-  }
-  at::Tensor source = torch::zeros(
-      {static_cast<int64_t>(rows.size()), static_cast<int64_t>(longest)}, torch::kLong);
-  for (std::size_t b = 0; b < rows.size(); ++b)
-    std::copy(rows[b].begin(), rows[b].end(),
-              source.data_ptr<int64_t>() + static_cast<int64_t>(b) * source.size(1));
-  return {{"inputs", source}};
-}
-
-std::vector<nlohmann::json> TranslationTask::serving_outputs(const Batch& outputs,
-                                                             std::size_t count) {
-  const at::Tensor ids = outputs.at("outputs").to(torch::kCPU).contiguous();
-  const auto& tok = tokenizer();
-  std::vector<nlohmann::json> rows;
-  rows.reserve(count);
-  for (std::size_t b = 0; b < count; ++b) {
-    const int64_t* row = ids.data_ptr<int64_t>() + static_cast<int64_t>(b) * ids.size(1);
-    std::vector<int64_t> tokens;
-    for (int64_t t = 0; t < ids.size(1) && row[t] != 0; ++t) tokens.push_back(row[t]);
-    rows.push_back({{"outputs", tok.decode(tokens)}});
-  }
-  return rows;
 }
 
 Logs TranslationTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t global_step) {

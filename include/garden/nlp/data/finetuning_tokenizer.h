@@ -52,7 +52,7 @@ FinetuningTokenizer::Kind tokenization_kind(const std::string& name);
 
 // The raw-text tokenizer of a fine-tuning task that serves text: its data
 // config's vocab_file (tokenization, lower_case) while training, the
-// export's asset once prepare_serving gave it. Opened on first use.
+// export's asset once its serving module's prepare gave it. Opened on first use.
 class TaskTextTokenizer {
  public:
   TaskTextTokenizer(std::string vocab_file, std::string tokenization, bool lower_case);

@@ -56,14 +56,10 @@ class ElectraPretrainTask : public Task {
     return {{"encoder", "discriminator"}};
   }
 
-  // Serving the discriminator, as Model Garden exports a BERT encoder:
-  // input_word_ids (required), input_mask and input_type_ids (default all 1
-  // and all 0), lists of up to sequence_length ints -> sequence_output
-  // [S, H] and the replaced-token probabilities disc_probabilities [S].
+  // The discriminator alone, as Model Garden exports a BERT encoder:
+  // sequence_output [B, S, H], disc_logits and disc_probabilities [B, S];
+  // "lengths" passes through when the inputs carry it (ElectraServing's).
   Batch inference_step(const Batch& inputs, Model& model) override;
-  ServingSignature serving_signature() override;
-  Batch serving_inputs(const std::vector<nlohmann::json>& instances) override;
-  std::vector<nlohmann::json> serving_outputs(const Batch& outputs, std::size_t count) override;
 
   const ElectraPretrainConfig& config() const { return config_; }
 

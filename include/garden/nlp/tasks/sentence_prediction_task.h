@@ -52,26 +52,15 @@ class SentencePredictionTask : public Task {
 
   // logits and probabilities (softmax), or predictions for regression.
   Batch inference_step(const Batch& inputs, Model& model) override;
-  // With train_data.vocab_file: raw text in each of train_data.text_fields
-  // (the tokenizer travels in the export's assets); without: input_word_ids
-  // (and input_mask, input_type_ids). Out: probabilities [num_classes] and
-  // label (its class name when class_names are given, else its index), or
-  // predictions for regression.
-  ServingSignature serving_signature() override;
-  std::map<std::string, std::string> serving_assets() override;
-  void prepare_serving(const nlohmann::json& task_metadata,
-                       const std::map<std::string, std::string>& assets) override;
-  Batch serving_inputs(const std::vector<nlohmann::json>& instances) override;
-  std::vector<nlohmann::json> serving_outputs(const Batch& outputs, std::size_t count) override;
 
   const SentencePredictionConfig& config() const { return config_; }
+  // One output, a number, instead of classes.
+  bool regression() const { return config_.model.num_classes == 1; }
   // The raw-text tokenizer (train_data's, or the export's asset).
   const FinetuningTokenizer& tokenizer();
+  TaskTextTokenizer& text_tokenizer() { return text_tokenizer_; }
 
  private:
-  bool regression() const { return config_.model.num_classes == 1; }
-  bool serves_text() const { return text_tokenizer_.configured(); }
-
   const SentencePredictionConfig& config_;
   TaskTextTokenizer text_tokenizer_;
 };

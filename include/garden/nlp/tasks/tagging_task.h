@@ -51,17 +51,13 @@ class TaggingTask : public Task {
     return {{"encoder", "encoder"}};
   }
 
-  // Serving (needs train_data.vocab_file): `sentence`, raw text split on
-  // whitespace into words -> `words` and `labels`, one class name per word.
-  ServingSignature serving_signature() override;
-  std::map<std::string, std::string> serving_assets() override;
-  void prepare_serving(const nlohmann::json& task_metadata,
-                       const std::map<std::string, std::string>& assets) override;
-  Batch serving_inputs(const std::vector<nlohmann::json>& instances) override;
-  std::vector<nlohmann::json> serving_outputs(const Batch& outputs, std::size_t count) override;
+  // Adds predictions [B, S] (class ids) and passes word_positions through.
   Batch inference_step(const Batch& inputs, Model& model) override;
 
+  const TaggingConfig& config() const { return config_; }
+  // The raw-text tokenizer (train_data's, or the export's asset).
   const FinetuningTokenizer& tokenizer();
+  TaskTextTokenizer& text_tokenizer() { return text_tokenizer_; }
 
  private:
   const TaggingConfig& config_;

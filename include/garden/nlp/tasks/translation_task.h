@@ -24,6 +24,7 @@ class Tokenizer;
 namespace garden::nlp {
 
 struct HuggingFaceExport;
+class Seq2SeqTransformerImpl;
 
 class TranslationTask : public Task {
  public:
@@ -71,19 +72,6 @@ class TranslationTask : public Task {
   // Sentences, not tokens.
   int64_t num_examples(const Batch& batch) const override;
 
-  // Serving: "inputs", a source sentence (DT_STRING) -> "outputs", its
-  // translation by beam search (DT_STRING). The SentencePiece model is the
-  // export's asset "sentencepiece.model" (a MarianMT tokenizer: the assets
-  // "vocab.json", "source.spm" and "target.spm").
-  ServingSignature serving_signature() override;
-  std::map<std::string, std::string> serving_assets() override;
-  void prepare_serving(const nlohmann::json& task_metadata,
-                       const std::map<std::string, std::string>& assets) override;
-  Batch serving_inputs(const std::vector<nlohmann::json>& instances) override;
-  std::vector<nlohmann::json> serving_outputs(const Batch& outputs, std::size_t count) override;
-  // Every dense layer and the output projection in int8 (garden/nlp/int8.h).
-  void use_int8_inference(Model& model) override;
-
   // The tokenizer: sentencepiece_model_path (a SentencePiece model, or a
   // MarianMT directory: garden/nlp/data/marian_tokenizer.h), else the
   // MarianMT directory task.init_checkpoint names, else model_dir's trained
@@ -92,6 +80,9 @@ class TranslationTask : public Task {
   const data::Tokenizer& tokenizer();
   void set_tokenizer_training(bool allowed) { tokenizer_training_ = allowed; }
   std::string tokenizer_path() const;
+  // The tokenizer from `path` from now on (a SentencePiece model, or a
+  // MarianMT tokenizer's folder), never trained: an export's asset.
+  void use_tokenizer(const std::string& path);
 
   // Source text -> ids ending in EOS, at most `max_length` of them (the
   // last kept one is EOS). `truncated` tells whether tokens were cut.
@@ -99,12 +90,15 @@ class TranslationTask : public Task {
                                      bool* truncated = nullptr);
   DecodeOptions decode_options() const;
   const TranslationConfig& config() const { return config_; }
+  // The model build_model makes, as its Seq2SeqTransformer; a garden::Error
+  // for any other.
+  static Seq2SeqTransformerImpl& as_transformer(Model& model);
 
  private:
   const TranslationConfig& config_;
   std::unique_ptr<data::Tokenizer> tokenizer_;
   bool tokenizer_training_ = true;
-  std::string serving_tokenizer_path_;  // set by prepare_serving
+  std::string fixed_tokenizer_path_;  // set by use_tokenizer
 };
 
 }  // namespace garden::nlp

@@ -1,0 +1,63 @@
+#include "garden/core/serving_module.h"
+
+#include "garden/config/registry.h"
+
+namespace garden {
+
+void ServingModule::prepare(const nlohmann::json& task_metadata,
+                            const std::map<std::string, std::string>&) {
+  task_.restore_checkpoint_metadata(task_metadata);
+}
+
+void ServingModule::use_int8(Model&) {
+  throw Error("--int8: task '" + task_.name() +
+              "' has no int8 inference (the translation task has)");
+}
+
+namespace {
+
+// The module of a task that registered none: export stops at its signature.
+class UnservedTask : public ServingModule {
+ public:
+  using ServingModule::ServingModule;
+
+  ServingSignature signature() override {
+    throw Error("task '" + task().name() +
+                "' cannot be served yet: it declares no serving signature");
+  }
+  Batch inputs(const std::vector<nlohmann::json>&) override {
+    throw Error("task '" + task().name() + "' cannot be served yet: it has no serving_inputs");
+  }
+  std::vector<nlohmann::json> outputs(const Batch&, std::size_t) override {
+    throw Error("task '" + task().name() + "' cannot be served yet: it has no serving_outputs");
+  }
+};
+
+// Serving modules by task name (the name register_task gave), each for its
+// config type.
+struct ServingModuleEntry {
+  std::type_index config_type;
+  ServingModuleFactory factory;
+};
+config::Registry<ServingModuleEntry>& serving_modules() {
+  static config::Registry<ServingModuleEntry> registry("serving_module");
+  return registry;
+}
+
+}  // namespace
+
+void register_serving_module_factory(std::type_index config_type, const std::string& task_name,
+                                     ServingModuleFactory factory) {
+  serving_modules().add(task_name, ServingModuleEntry{config_type, std::move(factory)});
+}
+
+ServingModulePtr get_serving_module(Task& task) {
+  const std::type_index config_type(typeid(task.task_config()));
+  for (const auto& name : serving_modules().names()) {
+    const ServingModuleEntry& entry = serving_modules().get(name);
+    if (entry.config_type == config_type) return entry.factory(task);
+  }
+  return std::make_unique<UnservedTask>(task);
+}
+
+}  // namespace garden
