@@ -14,6 +14,25 @@ void ServingModule::use_int8(Model&) {
               "' has no int8 inference (the translation task has)");
 }
 
+bool read_id_list(const nlohmann::json& instance, const char* name, int64_t bound,
+                  const std::string& where, std::vector<int64_t>& out) {
+  const auto it = instance.find(name);
+  if (it == instance.end()) return false;
+  if (!it->is_array())
+    throw InputError(where + ": input '" + name + "' must be a list of ints, not " +
+                     std::string(it->type_name()));
+  for (const auto& value : *it) {
+    if (!value.is_number_integer())
+      throw InputError(where + ": input '" + name + "' holds " + value.dump() + ", not an int");
+    const int64_t v = value.get<int64_t>();
+    if (v < 0 || v >= bound)
+      throw InputError(where + ": input '" + name + "' holds " + std::to_string(v) +
+                       ", outside [0, " + std::to_string(bound) + ")");
+    out.push_back(v);
+  }
+  return true;
+}
+
 namespace {
 
 // The module of a task that registered none: export stops at its signature.

@@ -76,6 +76,13 @@ class ServingModule {
   Task& task_;
 };
 
+// An instance's input `name` as token ids: a list of ints in [0, bound),
+// appended to `out`. False when the instance has no such input; a value of
+// another kind or out of range throws InputError naming `where` (the
+// instance) and the input.
+bool read_id_list(const nlohmann::json& instance, const char* name, int64_t bound,
+                  const std::string& where, std::vector<int64_t>& out);
+
 using ServingModulePtr = std::unique_ptr<ServingModule>;
 using ServingModuleFactory = std::function<ServingModulePtr(Task& task)>;
 

@@ -33,21 +33,7 @@ Batch ElectraServing::inputs(const std::vector<nlohmann::json>& instances) {
   for (std::size_t i = 0; i < instances.size(); ++i) {
     const std::string where = "instance " + std::to_string(i);
     auto read = [&](const char* name, int64_t bound, std::vector<int64_t>& out) {
-      const auto it = instances[i].find(name);
-      if (it == instances[i].end()) return false;
-      if (!it->is_array())
-        throw InputError(where + ": input '" + name + "' must be a list of ints, not " +
-                         std::string(it->type_name()));
-      for (const auto& value : *it) {
-        if (!value.is_number_integer())
-          throw InputError(where + ": input '" + name + "' holds " + value.dump() + ", not an int");
-        const int64_t v = value.get<int64_t>();
-        if (v < 0 || v >= bound)
-          throw InputError(where + ": input '" + name + "' holds " + std::to_string(v) +
-                           ", outside [0, " + std::to_string(bound) + ")");
-        out.push_back(v);
-      }
-      return true;
+      return read_id_list(instances[i], name, bound, where, out);
     };
     Row& row = rows[i];
     if (!read("input_word_ids", encoder.vocab_size, row.ids))

@@ -70,22 +70,7 @@ Batch SentencePredictionServing::inputs(const std::vector<nlohmann::json>& insta
       row = encode_classifier_input(prediction_.tokenizer(), texts[0], second, max_length);
     } else {
       auto read = [&](const char* name, int64_t bound, std::vector<int64_t>& out) {
-        const auto it = instances[i].find(name);
-        if (it == instances[i].end()) return false;
-        if (!it->is_array())
-          throw InputError(where + ": input '" + name + "' must be a list of ints, not " +
-                           std::string(it->type_name()));
-        for (const auto& value : *it) {
-          if (!value.is_number_integer())
-            throw InputError(where + ": input '" + name + "' holds " + value.dump() +
-                             ", not an int");
-          const int64_t v = value.get<int64_t>();
-          if (v < 0 || v >= bound)
-            throw InputError(where + ": input '" + name + "' holds " + std::to_string(v) +
-                             ", outside [0, " + std::to_string(bound) + ")");
-          out.push_back(v);
-        }
-        return true;
+        return read_id_list(instances[i], name, bound, where, out);
       };
       if (!read("input_word_ids", encoder.vocab_size, row.input_ids))
         throw InputError(where + " has no input 'input_word_ids'");
