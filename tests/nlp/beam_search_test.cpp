@@ -225,6 +225,44 @@ TEST(SequenceBeamSearch, EosFinishesASequence) {
   }
 }
 
+TEST(SequenceBeamSearch, ALongerHypothesisWinsByItsNormalizedScoreAsInModelGarden) {
+  // Hand-set probabilities, from initial id 0: EOS at once has 0.4; token 2
+  // has 0.5, then EOS after it 0.78. By log-probability the short one wins
+  // (log 0.4 = -0.916 > log 0.5 + log 0.78 = -0.942); Model Garden scores a
+  // finished hypothesis by its log-probability over ((5 + length) / 6)^alpha
+  // at its own length, so under alpha 0.6 the longer one wins (-0.942 /
+  // 1.097 = -0.858), and it must still be searched for after the short one
+  // finished (its alive log-probability over the largest normalization,
+  // -0.693 / 1.188, beats the finished -0.916).
+  const int64_t max_length = 3;
+  std::vector<double> probs(3 * kBeamVocab * kBeamVocab, 1.0 / kBeamVocab);
+  const auto set = [&](int64_t step, int64_t prev, std::vector<double> next) {
+    for (int64_t t = 0; t < kBeamVocab; ++t)
+      probs[static_cast<std::size_t>((step * kBeamVocab + prev) * kBeamVocab + t)] =
+          next[static_cast<std::size_t>(t)];
+  };
+  set(0, 0, {0.04, 0.4, 0.5, 0.03, 0.03});    // after the initial id
+  set(1, 2, {0.05, 0.78, 0.07, 0.05, 0.05});  // after token 2
+  const at::Tensor table =
+      torch::tensor(probs, torch::kDouble).log().view({1, max_length, kBeamVocab, kBeamVocab});
+  const auto best = [&](double alpha) {
+    const BeamSearchResult result =
+        sequence_beam_search(table_model(table), torch::tensor(std::vector<int64_t>{0}),
+                             example_cache({0}), kBeamVocab, 2, alpha, max_length, kEos);
+    const std::vector<int64_t> row = to_vector(result.sequences[0][0]);
+    return std::make_pair(std::vector<int64_t>(row.begin(), row.begin() + 3),
+                          result.scores[0][0].item<double>());
+  };
+  const auto [long_row, long_score] = best(0.6);
+  EXPECT_EQ(long_row, (std::vector<int64_t>{0, 2, kEos}));
+  EXPECT_NEAR(long_score, (std::log(0.5) + std::log(0.78)) / std::pow(7.0 / 6.0, 0.6), 1e-12);
+  EXPECT_GT(long_score, std::log(0.4));
+  // Without length normalization the short one wins.
+  const auto [short_row, short_score] = best(0.0);
+  EXPECT_EQ(short_row, (std::vector<int64_t>{0, kEos, 0}));
+  EXPECT_NEAR(short_score, std::log(0.4), 1e-12);
+}
+
 TEST(SequenceBeamSearch, BatchEqualsEachExampleAlone) {
   const int64_t max_length = 5;
   const int64_t beam = 3;
