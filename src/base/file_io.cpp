@@ -157,4 +157,35 @@ void refuse_same_file(const std::string& input, const std::string& input_flag,
                 "'; writing it would destroy the input: choose another output");
 }
 
+namespace {
+
+// The path with the links in its existing part resolved, for comparing
+// outputs that do not exist yet.
+std::string resolved_path(const std::string& path) {
+  std::error_code ec;
+  auto resolved = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  if (ec) return std::filesystem::absolute(path).lexically_normal().string();
+  return resolved.string();
+}
+
+}  // namespace
+
+void refuse_outputs_over_inputs(const std::vector<NamedPath>& inputs,
+                                const std::vector<NamedPath>& outputs) {
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const auto& output = outputs[i];
+    if (output.path.empty()) continue;
+    for (const auto& input : inputs)
+      if (!input.path.empty()) refuse_same_file(input.path, input.flag, output.path, output.flag);
+    for (std::size_t j = 0; j < i; ++j) {
+      const auto& earlier = outputs[j];
+      if (earlier.path.empty()) continue;
+      if (same_file(earlier.path, output.path) ||
+          resolved_path(earlier.path) == resolved_path(output.path))
+        throw Error(output.flag + " '" + output.path + "' is the same file as " + earlier.flag +
+                    " '" + earlier.path + "': give each output its own path");
+    }
+  }
+}
+
 }  // namespace garden

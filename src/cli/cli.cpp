@@ -162,6 +162,7 @@ int run_train(const ExperimentFlags& flags, const std::string& mode, const std::
   }
   finalize_config(*params, options.process_group.get());
   options.model_dir = model_dir;
+  options.experiment = flags.experiment;
   options.interactive = stderr_is_terminal() && cluster.is_chief();
   const Logs logs = run_experiment(params, options);
   if (!cluster.is_chief() && !cluster.is_evaluator()) return 0;  // the chief reports

@@ -82,7 +82,7 @@ void run_import(const ImportFlags& flags) {
     }
     data.meta["params"] = config::to_yaml_string(*params);
     CheckpointManager(staging.string(), 1).save(data, 0);
-    write_params_yaml(*params, staging.string());
+    write_params_yaml(*params, staging.string(), flags.experiment);
   });
   std::cout << "model_dir:   " << target.string() << "\n"
             << "checkpoint:  " << (target / "ckpt-0").string() << " (from " << source << ")\n"

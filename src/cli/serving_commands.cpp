@@ -37,10 +37,12 @@ using json = nlohmann::json;
 
 void run_export(const serving::ExportOptions& options, const std::string& format) {
   if (format == "huggingface") {
-    if (options.experiment.empty())
-      throw Error(
-          "--format=huggingface needs --experiment (a TensorFX model has no Hugging Face "
-          "architecture)");
+    std::error_code ec;
+    if (options.experiment.empty() &&
+        !fs::exists(fs::path(options.model_dir) / "params.yaml", ec) &&
+        !serving::tensorfx_model_dir(options.model_dir).empty())
+      throw Error("--format=huggingface: '" + options.model_dir +
+                  "' is a TensorFX model, which has no Hugging Face architecture");
     serving::LoadedRun run = serving::load_run(options);
     nlp::write_huggingface_dir(nlp::huggingface_export(*run.task, *run.model), run.assets,
                                options.export_dir);
@@ -89,6 +91,13 @@ void run_predict(const PredictFlags& flags) {
     check_input_file(flags.input, "--input");
     refuse_same_file(flags.input, "--input", flags.output, "--output");
   }
+  // Nor may the output be a file of the export (its weights, its assets).
+  std::error_code ec;
+  if (!flags.output.empty() && fs::is_directory(flags.export_dir, ec))
+    for (auto it = fs::recursive_directory_iterator(flags.export_dir, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+      if (it->is_regular_file(ec))
+        refuse_same_file(it->path().string(), "--export_dir's file", flags.output, "--output");
   serving::Predictor predictor(flags.export_dir, flags.device);
   if (flags.int8) predictor.use_int8();
   predictor.apply_runtime();
@@ -214,7 +223,8 @@ void add_serving_commands(CLI::App& app) {
       "export", "Write a self-contained export (weights, config, tokenizer, signature) of a run");
   export_command->add_option(
       "--experiment", export_options->experiment,
-      "The registered experiment the run was trained with (not for a garden fx train job)");
+      "The registered experiment the run was trained with (default: the one its params.yaml "
+      "records; not for a garden fx train job)");
   export_command
       ->add_option("--model_dir", export_options->model_dir,
                    "model_dir of the run, or the --output of garden fx train")

@@ -335,11 +335,29 @@ void check_params_checksum(const std::string& text, const std::string& file) {
 
 }  // namespace
 
-std::string params_file_text(Config& config) {
-  const std::string yaml = to_yaml_string(config);
+namespace {
+constexpr const char* kExperimentLine = "# experiment: ";
+}  // namespace
+
+std::string params_file_text(Config& config, const std::string& experiment) {
+  const std::string yaml =
+      (experiment.empty() ? std::string() : kExperimentLine + experiment + "\n") +
+      to_yaml_string(config);
   return std::string(kChecksumLine) + std::to_string(yaml.size()) + " bytes, crc32c " +
          hex32(crc32c(yaml.data(), yaml.size())) +
          " (checked when read back; delete this line after editing)\n" + yaml;
+}
+
+std::string params_file_experiment(const std::string& text) {
+  // The first line, or the second behind the checksum line.
+  std::size_t begin = 0;
+  if (text.rfind(kChecksumLine, 0) == 0) begin = std::min(text.find('\n'), text.size() - 1) + 1;
+  const std::size_t end = std::min(text.find('\n', begin), text.size());
+  const std::string line = text.substr(begin, end - begin);
+  if (line.rfind(kExperimentLine, 0) != 0) return "";
+  std::string name = line.substr(std::strlen(kExperimentLine));
+  while (!name.empty() && (name.back() == ' ' || name.back() == '\r')) name.pop_back();
+  return name;
 }
 
 void apply_file(Config& config, const std::string& file) {

@@ -30,12 +30,13 @@ const std::vector<std::string>& experiment_modes() {
   return modes;
 }
 
-void write_params_yaml(config::ExperimentConfig& params, const std::string& model_dir) {
+void write_params_yaml(config::ExperimentConfig& params, const std::string& model_dir,
+                       const std::string& experiment) {
   std::error_code ec;
   fs::create_directories(model_dir, ec);
   if (ec) throw Error("cannot create model_dir '" + model_dir + "': " + ec.message());
   write_file_atomically((fs::path(model_dir) / "params.yaml").string(),
-                        config::params_file_text(params));
+                        config::params_file_text(params, experiment));
 }
 
 namespace {
@@ -295,7 +296,7 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
     if (!restored || !trainer.random_state_restored())
       torch::manual_seed(static_cast<uint64_t>(*params->runtime.seed + group->rank()));
   }
-  if (trains && chief) write_params_yaml(*params, options.model_dir);
+  if (trains && chief) write_params_yaml(*params, options.model_dir, options.experiment);
 
   Logs logs;
   if (mode == "continuous_eval") {

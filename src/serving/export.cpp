@@ -43,6 +43,26 @@ std::string resolve_checkpoint(const std::string& model_dir, const std::string& 
   throw Error("no checkpoint in '" + model_dir + "' (train it first, or pass --checkpoint)");
 }
 
+std::string run_experiment_name(const std::string& flag, const std::string& model_dir) {
+  const std::string path = (fs::path(model_dir) / "params.yaml").string();
+  std::error_code ec;
+  std::string recorded;
+  if (fs::is_regular_file(path, ec))
+    recorded = config::params_file_experiment(read_file(path, "--model_dir's params.yaml"));
+  if (!flag.empty()) {
+    if (!recorded.empty() && recorded != flag)
+      throw Error("--experiment '" + flag + "' differs from '" + recorded + "', the experiment " +
+                  path + " records (leave --experiment out)");
+    return flag;
+  }
+  if (!recorded.empty()) return recorded;
+  if (fs::is_regular_file(path, ec))
+    throw Error("--experiment is needed: " + path +
+                " does not record its experiment (written by hand or before Garden recorded "
+                "it)");
+  throw Error("--experiment is needed: '" + model_dir + "' has no params.yaml");
+}
+
 std::shared_ptr<config::ExperimentConfig> read_run_params(const std::string& experiment,
                                                           const std::string& model_dir) {
   std::error_code ec;
@@ -178,7 +198,11 @@ ExportResult export_tensorfx(const ExportOptions& options, const std::string& so
 
 LoadedRun load_run(const ExportOptions& options) {
   LoadedRun run;
-  run.params = read_run_params(options.experiment, options.model_dir);
+  std::error_code ec;
+  run.experiment = fs::is_regular_file(fs::path(options.model_dir) / kParamsFile, ec)
+                       ? run_experiment_name(options.experiment, options.model_dir)
+                       : options.experiment;
+  run.params = read_run_params(run.experiment, options.model_dir);
   run.checkpoint = resolve_checkpoint(options.model_dir, options.checkpoint, *run.params);
   const CheckpointData data = read_checkpoint_file(run.checkpoint);
   run.task_metadata = data.meta.value("task", nlohmann::json::object());
@@ -210,7 +234,9 @@ LoadedRun load_run(const ExportOptions& options) {
 }
 
 ExportResult export_model(const ExportOptions& options) {
-  if (options.experiment.empty()) {
+  std::error_code ec;
+  if (options.experiment.empty() &&
+      !fs::is_regular_file(fs::path(options.model_dir) / kParamsFile, ec)) {
     const std::string source = tensorfx_model_dir(options.model_dir);
     if (source.empty())
       throw Error("--experiment is needed: '" + options.model_dir +
@@ -240,16 +266,17 @@ ExportResult export_model(const ExportOptions& options) {
       write_version(options.export_dir, options.model_dir, [&](const fs::path& staging) {
         std::error_code ec;
         fs::create_directories(staging / kAssetsDir, ec);
-        write_file_atomically((staging / kParamsFile).string(), config::params_file_text(*params));
+        write_file_atomically((staging / kParamsFile).string(),
+                              config::params_file_text(*params, run.experiment));
         write_checkpoint_file((staging / kWeightsFile).string(), weights);
         write_safetensors((staging / kSafetensorsFile).string(), named,
                           {{"format", "pt"},
-                           {"garden_experiment", options.experiment},
+                           {"garden_experiment", run.experiment},
                            {"global_step", std::to_string(step)}});
         for (const auto& [name, path] : assets)
           write_file_atomically((staging / kAssetsDir / name).string(),
                                 read_file(path, "the task's asset '" + name + "'"));
-        nlohmann::json info = {{"experiment", options.experiment},
+        nlohmann::json info = {{"experiment", run.experiment},
                                {"task", task->name()},
                                {"global_step", step},
                                {"ema", ema},

@@ -91,4 +91,64 @@ TEST_F(FinetuningDataCliTest, TheBundledSquadQuestionsBecomeWindowsAndBadJsonOne
   EXPECT_FALSE(fs::exists(path("squad.tfrecord")));
 }
 
+// An output path that names an input (itself, through a link, or another
+// output) is refused in one line before anything is read or written, for
+// every task type; the inputs are left as they were.
+TEST_F(FinetuningDataCliTest, AnOutputNamingAnInputIsRefusedAndTheInputKept) {
+  fs::create_directories(dir_ / "glue");
+  const std::string train = "sentence\tlabel\nfree the\t1\n";
+  spit(dir_ / "glue" / "train.tsv", train);
+  spit(dir_ / "glue" / "dev.tsv", "sentence\tlabel\nthe\t0\n");
+  fs::create_symlink(dir_ / "glue" / "dev.tsv", dir_ / "dev_link.tsv");
+  const std::string glue = " --classification_task_name=SST-2 --input_data_dir='" + path("glue") +
+                           "' --vocab_file='" + path("vocab.txt") + "' --max_seq_length=32";
+  const auto outputs = [&](const std::string& train_out, const std::string& eval_out,
+                           const std::string& meta) {
+    return " --train_data_output_path='" + train_out + "'" +
+           (eval_out.empty() ? "" : " --eval_data_output_path='" + eval_out + "'") +
+           " --meta_data_file_path='" + meta + "'";
+  };
+  expect_one_error_line(
+      garden("create_finetuning_data" + glue +
+             outputs(path("glue/train.tsv"), path("eval.tfrecord"), path("meta.json"))),
+      {"--train_data_output_path '" + path("glue/train.tsv") +
+       "' is the same file as --input_data_dir's train.tsv"});
+  expect_one_error_line(
+      garden("create_finetuning_data" + glue +
+             outputs(path("train.tfrecord"), path("dev_link.tsv"), path("meta.json"))),
+      {"--eval_data_output_path '" + path("dev_link.tsv") +
+       "' is the same file as --input_data_dir's dev.tsv"});
+  expect_one_error_line(
+      garden("create_finetuning_data" + glue +
+             outputs(path("train.tfrecord"), path("eval.tfrecord"), path("vocab.txt"))),
+      {"--meta_data_file_path '" + path("vocab.txt") + "' is the same file as --vocab_file"});
+  expect_one_error_line(
+      garden("create_finetuning_data" + glue +
+             outputs(path("train.tfrecord"), path("./train.tfrecord"), path("meta.json"))),
+      {"--eval_data_output_path '" + path("./train.tfrecord") +
+       "' is the same file as --train_data_output_path"});
+  EXPECT_EQ(slurp(dir_ / "glue" / "train.tsv"), train);
+  EXPECT_EQ(slurp(dir_ / "glue" / "dev.tsv"), "sentence\tlabel\nthe\t0\n");
+  EXPECT_FALSE(fs::exists(path("train.tfrecord")));
+  EXPECT_FALSE(fs::exists(path("meta.json")));
+
+  // Tagging and SQuAD name their own files.
+  fs::create_directories(dir_ / "panx");
+  spit(dir_ / "panx" / "train-en.tsv", "free\tO\n\n");
+  expect_one_error_line(
+      garden("create_finetuning_data --fine_tuning_task_type=tagging --input_data_dir='" +
+             path("panx") + "' --vocab_file='" + path("vocab.txt") + "'" +
+             outputs(path("panx/train-en.tsv"), "", path("meta.json"))),
+      {"--train_data_output_path '" + path("panx/train-en.tsv") +
+       "' is the same file as --input_data_dir's train-en.tsv"});
+  EXPECT_EQ(slurp(dir_ / "panx" / "train-en.tsv"), "free\tO\n\n");
+  spit(dir_ / "squad.json", "{\"data\": []}\n");
+  expect_one_error_line(
+      garden("create_finetuning_data --fine_tuning_task_type=squad --squad_data_file='" +
+             path("squad.json") + "' --vocab_file='" + path("vocab.txt") + "'" +
+             outputs(path("train.tfrecord"), "", path("squad.json"))),
+      {"--meta_data_file_path '" + path("squad.json") + "' is the same file as --squad_data_file"});
+  EXPECT_EQ(slurp(dir_ / "squad.json"), "{\"data\": []}\n");
+}
+
 }  // namespace

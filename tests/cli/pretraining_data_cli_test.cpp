@@ -65,6 +65,16 @@ TEST_F(PretrainingDataCliTest, ErrorsAreOneLineAndLeaveNoOutput) {
                                  "' --output_file='" + path("out.tfrecord") + "'");
   expect_one_error_line(no_vocab, {"--vocab_file", "--sp_model_file"});
 
+  // An output over an input: refused before anything is read, the input kept.
+  const std::string vocab = slurp(dir_ / "vocab.txt");
+  expect_one_error_line(
+      garden(flags(path("corpus.txt"), path("vocab.txt"))),
+      {"--output_file '" + path("vocab.txt") + "' is the same file as --vocab_file"});
+  expect_one_error_line(
+      garden(flags(path("corpus.txt"), path("corpus.txt"))),
+      {"--output_file '" + path("corpus.txt") + "' is the same file as --input_file"});
+  EXPECT_EQ(slurp(dir_ / "vocab.txt"), vocab);
+
   expect_one_error_line(
       garden(flags(path("corpus.txt"), path("out.tfrecord")) + " --masked_lm_prob=2"),
       {"--masked_lm_prob"});

@@ -314,6 +314,62 @@ TEST_F(ServingCliTest, ATensorFxJobExportsAndPredictsAsGardenFxPredictDoes) {
       {"--input line 2"});
 }
 
+// A run directory knows its experiment: params.yaml records it, export
+// takes it when --experiment is left out, and refuses another in one line.
+TEST_F(ServingCliTest, ExportReadsTheExperimentFromTheRunsParamsYaml) {
+  const std::string params = slurp(fs::path(run("iris")) / "params.yaml");
+  EXPECT_EQ(lines_of(params).at(1), "# experiment: tabular/iris") << params;
+  const CliRun exported =
+      garden("export --model_dir '" + run("iris") + "' --export_dir '" + path("out") + "'");
+  ASSERT_EQ(exported.status, 0) << exported.err;
+  const fs::path version = *fs::directory_iterator(dir_ / "out");
+  EXPECT_EQ(json::parse(slurp(version / "signature.json")).at("experiment"), "tabular/iris");
+  EXPECT_EQ(lines_of(slurp(version / "params.yaml")).at(1), "# experiment: tabular/iris");
+  // The same export as with the flag: the same answers.
+  spit(dir_ / "in.jsonl", "[5.1, 3.5, 1.4, 0.2]\n[7.7, 3.0, 6.1, 2.3]\n");
+  const CliRun predicted =
+      garden("predict --export_dir '" + path("out") + "' --input '" + path("in.jsonl") + "'");
+  ASSERT_EQ(predicted.status, 0) << predicted.err;
+  ASSERT_EQ(garden("export --experiment tabular/iris --model_dir '" + run("iris") +
+                   "' --export_dir '" + path("flagged") + "'")
+                .status,
+            0);
+  EXPECT_EQ(
+      garden("predict --export_dir '" + path("flagged") + "' --input '" + path("in.jsonl") + "'")
+          .out,
+      predicted.out);
+
+  expect_one_error_line(
+      garden("export --experiment wmt_transformer/demo --model_dir '" + run("iris") +
+             "' --export_dir '" + path("other") + "'"),
+      {"--experiment 'wmt_transformer/demo' differs from 'tabular/iris', the experiment " +
+       run("iris") + "/params.yaml records"});
+  // A params.yaml that records none (edited by hand: its two comment lines
+  // deleted) needs the flag.
+  fs::create_directories(dir_ / "copy");
+  for (const auto& entry : fs::directory_iterator(run("iris")))
+    if (entry.is_regular_file())
+      fs::copy_file(entry.path(), dir_ / "copy" / entry.path().filename());
+  spit(dir_ / "copy" / "params.yaml", params.substr(params.find('\n', params.find('\n') + 1) + 1));
+  expect_one_error_line(
+      garden("export --model_dir '" + path("copy") + "' --export_dir '" + path("other") + "'"),
+      {"--experiment is needed: " + path("copy") + "/params.yaml does not record its experiment"});
+  ASSERT_EQ(garden("export --experiment tabular/iris --model_dir '" + path("copy") +
+                   "' --export_dir '" + path("other") + "'")
+                .status,
+            0);
+  // predict's output may not be any of the export's files.
+  for (const auto& entry : fs::recursive_directory_iterator(version)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string before = slurp(entry.path());
+    expect_one_error_line(
+        garden("predict --export_dir '" + path("out") + "' --input '" + path("in.jsonl") +
+               "' --output '" + entry.path().string() + "'"),
+        {"--output '" + entry.path().string() + "' is the same file as --export_dir's file"});
+    EXPECT_EQ(slurp(entry.path()), before) << entry.path();
+  }
+}
+
 TEST_F(ServingCliTest, AnExportThatDoesNotLoadIsOneErrorLine) {
   std::filesystem::create_directories(dir_ / "bad" / "7");
   spit(dir_ / "bad" / "7" / "signature.json", "{\"experiment\": \"tabular/iris\"}");

@@ -402,6 +402,28 @@ TEST(ConfigValidationTest, AKeyThatIsAMappingOrAListIsRefused) {
             "a config key under 'trainer' at line 1 is a list, not a name (in --params_override)");
 }
 
+// ---- the experiment params.yaml records ---------------------------------------
+
+TEST(ConfigValidationTest, AParamsFileRecordsItsExperimentInsideItsChecksum) {
+  auto written = gc::get_experiment_config("tabular/iris");
+  const std::string text = gc::params_file_text(*written, "tabular/iris");
+  const auto newline = text.find('\n');
+  const std::string body = text.substr(newline + 1);
+  EXPECT_EQ(body, "# experiment: tabular/iris\n" + gc::to_yaml_string(*written));
+  EXPECT_EQ(gc::params_file_experiment(text), "tabular/iris");
+  // Read back as a config file: the line is a comment, the checksum holds.
+  const auto file = (fs::path(::testing::TempDir()) / "garden_recorded_params.yaml").string();
+  std::ofstream(file, std::ios::binary) << text;
+  auto read = gc::get_experiment_config("tabular/iris");
+  gc::apply_file(*read, file);
+  EXPECT_EQ(gc::to_yaml_string(*read), gc::to_yaml_string(*written));
+  // With the checksum line deleted (an edited file), still read.
+  EXPECT_EQ(gc::params_file_experiment(body), "tabular/iris");
+  EXPECT_EQ(gc::params_file_experiment(gc::params_file_text(*written)), "");
+  EXPECT_EQ(gc::params_file_experiment("task:\n# experiment: x\n"), "");
+  EXPECT_EQ(gc::params_file_experiment(""), "");
+}
+
 // ---- params.yaml's checksum line ------------------------------------------------
 
 TEST(ConfigValidationTest, AParamsFileCutShortOrChangedOnDiskIsRefusedNamingIt) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace garden {
 
@@ -83,5 +84,19 @@ bool same_file(const std::string& a, const std::string& b);
 // file `input` (writing it would destroy the input before it is read).
 void refuse_same_file(const std::string& input, const std::string& input_flag,
                       const std::string& output, const std::string& output_flag);
+
+// A path and the flag (or words) that named it, for messages.
+struct NamedPath {
+  std::string flag;
+  std::string path;
+};
+
+// For a command about to read `inputs` and write `outputs`, before it reads
+// anything: throws garden::Error naming both flags when an output is one of
+// the inputs (the same existing file, links resolved) or when two outputs
+// name the same file (the same path once links in it are resolved, or the
+// same existing file). Empty paths are skipped (an output not asked for).
+void refuse_outputs_over_inputs(const std::vector<NamedPath>& inputs,
+                                const std::vector<NamedPath>& outputs);
 
 }  // namespace garden

@@ -27,8 +27,14 @@ std::string to_yaml_string(Config& config);
 void apply_file(Config& config, const std::string& file);
 
 // params.yaml as Garden writes it (model_dir, exports): the whole config
-// behind one comment line with its size and CRC-32C.
-std::string params_file_text(Config& config);
+// behind one comment line with its size and CRC-32C. A non-empty
+// `experiment` is recorded in a second comment line, `# experiment: NAME`,
+// which params_file_experiment reads back (the tools that read a run
+// directory take it when --experiment is not given).
+std::string params_file_text(Config& config, const std::string& experiment = "");
+
+// The experiment a params.yaml's text records ("" when it records none).
+std::string params_file_experiment(const std::string& text);
 
 // Model Garden's --params_override: either `a.b=1,c.d='x',e=[1,2]` or a YAML
 // / JSON mapping such as `{a: {b: 1}}`. A key set twice (or set both as a

@@ -18,7 +18,8 @@ const std::vector<std::string>& experiment_modes();
 struct RunOptions {
   std::string mode = "train_and_eval";
   std::string model_dir;
-  bool interactive = false;          // progress bar on stderr
+  std::string experiment;    // recorded in params.yaml (empty: not recorded)
+  bool interactive = false;  // progress bar on stderr
   double continuous_eval_poll_seconds = 1.0;
   // The workers to train with (multi_worker_mirrored); null: one process.
   // Only the chief writes model_dir (checkpoints, summaries, params.yaml,
@@ -32,11 +33,11 @@ struct RunOptions {
 // from the first line, rolled back on a failure before the first
 // checkpoint), writes params.yaml once everything is built, and resumes from
 // the latest checkpoint, refusing config changes it cannot honour.
-Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params,
-                    const RunOptions& options);
+Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& options);
 
 // Writes params.yaml into model_dir atomically (Model Garden's
-// serialize_config).
-void write_params_yaml(config::ExperimentConfig& params, const std::string& model_dir);
+// serialize_config), recording `experiment` when it is not empty.
+void write_params_yaml(config::ExperimentConfig& params, const std::string& model_dir,
+                       const std::string& experiment = "");
 
 }  // namespace garden

@@ -69,7 +69,14 @@ struct ExportResult {
 // module (the task readied for serving), the model holding the checkpoint's
 // weights (the moving averages where the run kept them), and what they came
 // from.
+// The experiment to read the run directory `model_dir` with: `flag`
+// (--experiment) when given, else the one its params.yaml records. Throws
+// garden::Error, in one line, when both are given and differ (naming both),
+// or when neither is (params.yaml missing or recording none).
+std::string run_experiment_name(const std::string& flag, const std::string& model_dir);
+
 struct LoadedRun {
+  std::string experiment;  // as run_experiment_name resolved it
   std::shared_ptr<config::ExperimentConfig> params;
   TaskPtr task;
   ServingModulePtr serving;  // of `task`

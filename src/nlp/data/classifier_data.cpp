@@ -235,7 +235,7 @@ int64_t write_records(const ClassifierProcessor& processor, const FinetuningToke
 }  // namespace
 
 std::shared_ptr<const FinetuningTokenizer> open_finetuning_tokenizer(
-    const FinetuningDataOptions& o) {
+    const FinetuningDataOptions& o, const std::vector<NamedPath>& data_files) {
   if (o.fine_tuning_task_type != "squad") check_not_empty(o.input_data_dir, "--input_data_dir");
   check_not_empty(o.train_data_output_path, "--train_data_output_path");
   check_not_empty(o.meta_data_file_path, "--meta_data_file_path");
@@ -246,6 +246,12 @@ std::shared_ptr<const FinetuningTokenizer> open_finetuning_tokenizer(
   if (o.max_seq_length < 3 || o.max_seq_length > 1000000)
     throw Error("--max_seq_length must be in [3, 1000000], got " +
                 std::to_string(o.max_seq_length));
+  std::vector<NamedPath> inputs = data_files;
+  inputs.push_back({"--vocab_file", o.vocab_file});
+  inputs.push_back({"--sp_model_file", o.sp_model_file});
+  refuse_outputs_over_inputs(inputs, {{"--train_data_output_path", o.train_data_output_path},
+                                      {"--eval_data_output_path", o.eval_data_output_path},
+                                      {"--meta_data_file_path", o.meta_data_file_path}});
   const bool wordpiece = !o.vocab_file.empty();
   return FinetuningTokenizer::open(
       wordpiece ? FinetuningTokenizer::Kind::kWordPiece : FinetuningTokenizer::Kind::kSentencePiece,
@@ -270,15 +276,19 @@ FinetuningDataReport create_finetuning_data(const FinetuningDataOptions& o) {
                 (processor.regression() ? "regression" : "classification") +
                 " task; pass --fine_tuning_task_type=" +
                 (processor.regression() ? "regression" : "classification"));
-  const auto tokenizer = open_finetuning_tokenizer(o);
+  const std::string train_file =
+      (std::filesystem::path(o.input_data_dir) / processor.train_file).string();
+  const std::string dev_file =
+      (std::filesystem::path(o.input_data_dir) / processor.dev_file).string();
+  const auto tokenizer =
+      open_finetuning_tokenizer(o, {{"--input_data_dir's " + processor.train_file, train_file},
+                                    {"--input_data_dir's " + processor.dev_file,
+                                     o.eval_data_output_path.empty() ? "" : dev_file}});
 
   // Everything is read and checked before anything is written.
-  const auto train = read_classifier_examples(
-      processor, (std::filesystem::path(o.input_data_dir) / processor.train_file).string());
+  const auto train = read_classifier_examples(processor, train_file);
   std::vector<ClassifierExample> eval;
-  if (!o.eval_data_output_path.empty())
-    eval = read_classifier_examples(
-        processor, (std::filesystem::path(o.input_data_dir) / processor.dev_file).string());
+  if (!o.eval_data_output_path.empty()) eval = read_classifier_examples(processor, dev_file);
 
   FinetuningDataReport report;
   report.train_examples =

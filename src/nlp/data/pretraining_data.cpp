@@ -269,11 +269,15 @@ PretrainingDataReport create_pretraining_data(const PretrainingDataOptions& opti
       throw Error("--output_file '" + options.output_file + "' names an empty file");
     if (!seen.insert(output).second) throw Error("--output_file names '" + output + "' twice");
   }
+  std::vector<NamedPath> read{{"--vocab_file", options.vocab_file},
+                              {"--sp_model_file", options.sp_model_file}};
   for (const auto& input : inputs) {
     check_input_file(input, "--input_file");
-    for (const auto& output : outputs)
-      refuse_same_file(input, "--input_file", output, "--output_file");
+    read.push_back({"--input_file", input});
   }
+  std::vector<NamedPath> written;
+  for (const auto& output : outputs) written.push_back({"--output_file", output});
+  refuse_outputs_over_inputs(read, written);
   const Vocabulary vocabulary = load_vocabulary(options);
   // Created now, so an unwritable output fails before the work; removed
   // unless everything is written.

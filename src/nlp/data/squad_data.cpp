@@ -523,7 +523,7 @@ FinetuningDataReport create_squad_data(const FinetuningDataOptions& o) {
     throw Error(
         "--eval_data_output_path is not used for squad: the evaluation reads the SQuAD JSON "
         "itself (task.validation_data.input_path)");
-  const auto tokenizer = open_finetuning_tokenizer(o);
+  const auto tokenizer = open_finetuning_tokenizer(o, {{"--squad_data_file", o.squad_data_file}});
   const SquadReadReport read = read_squad_examples(squad.squad_data_file, /*is_training=*/true,
                                                    squad.version_2_with_negative);
   SquadConversionOptions conversion;

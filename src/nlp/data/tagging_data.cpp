@@ -155,13 +155,15 @@ int64_t write_tagging_records(const FinetuningTokenizer& tokenizer,
 FinetuningDataReport create_tagging_data(const FinetuningDataOptions& o,
                                          const std::string& tagging_task_name) {
   const auto& labels = tagging_labels(tagging_task_name);
-  const auto tokenizer = open_finetuning_tokenizer(o);
-  const auto train = read_tagging_examples(
-      (std::filesystem::path(o.input_data_dir) / "train-en.tsv").string(), labels);
+  const std::string train_file =
+      (std::filesystem::path(o.input_data_dir) / "train-en.tsv").string();
+  const std::string dev_file = (std::filesystem::path(o.input_data_dir) / "dev-en.tsv").string();
+  const auto tokenizer = open_finetuning_tokenizer(
+      o, {{"--input_data_dir's train-en.tsv", train_file},
+          {"--input_data_dir's dev-en.tsv", o.eval_data_output_path.empty() ? "" : dev_file}});
+  const auto train = read_tagging_examples(train_file, labels);
   std::vector<TaggingExample> eval;
-  if (!o.eval_data_output_path.empty())
-    eval = read_tagging_examples((std::filesystem::path(o.input_data_dir) / "dev-en.tsv").string(),
-                                 labels);
+  if (!o.eval_data_output_path.empty()) eval = read_tagging_examples(dev_file, labels);
   FinetuningDataReport report;
   report.train_examples =
       write_tagging_records(*tokenizer, train, o.max_seq_length, o.train_data_output_path);

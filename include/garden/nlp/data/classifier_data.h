@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "garden/base/file_io.h"
 #include "garden/nlp/data/finetuning_tokenizer.h"
 
 namespace garden::nlp {
@@ -96,10 +97,11 @@ struct FinetuningDataReport {
 };
 
 // The flags every task type needs checked (input_data_dir, the outputs,
-// exactly one of vocab_file and sp_model_file, max_seq_length), then the
+// exactly one of vocab_file and sp_model_file, max_seq_length; no output
+// naming one of `data_files`, the vocabulary or another output), then the
 // tokenizer they name.
 std::shared_ptr<const FinetuningTokenizer> open_finetuning_tokenizer(
-    const FinetuningDataOptions& options);
+    const FinetuningDataOptions& options, const std::vector<NamedPath>& data_files);
 
 // Reads the task's train and dev files from input_data_dir and writes the
 // records (input_ids, input_mask, segment_ids [max_seq_length] int64;
