@@ -43,10 +43,14 @@ printf '%s\n' '{"sentence": "Re: patch for the build scripts"}' \
 "$garden" serve --export_dir=export --port="$port" --grpc_port=-1 &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-  curl -sf "localhost:$port/v1/models/default" > /dev/null && break
+# Ready means AVAILABLE: the status route answers while the model is still
+# LOADING too (as TF Serving's does). A busy machine can take a while.
+ready=
+for _ in $(seq 1200); do
+  if curl -sf "localhost:$port/v1/models/default" | grep -q '"AVAILABLE"'; then ready=1; break; fi
   sleep 0.1
 done
+[ -n "$ready" ] || { echo "finetune_demo: the server did not report AVAILABLE within 120 s" >&2; exit 1; }
 curl -s "localhost:$port/v1/models/default:predict" \
   -d '{"instances": [{"sentence": "Meeting notes for Tuesday"}, {"sentence": "Lose 30 pounds in 30 days"}]}'
 echo

@@ -22,11 +22,11 @@
 #include "garden/config/yaml_io.h"
 #include "garden/core/checkpoint.h"
 #include "garden/core/runtime.h"
-#include "garden/platform/blas.h"
-#include "garden/platform/threads.h"
 #include "garden/data/sentencepiece.h"
 #include "garden/kernels/int8.h"
 #include "garden/nlp/tasks/translation_task.h"
+#include "garden/platform/blas.h"
+#include "garden/platform/threads.h"
 #include "garden/serving/export.h"
 #include "garden/serving/predictor.h"
 
@@ -201,7 +201,8 @@ void run_translate(const TranslateFlags& flags) {
             << " sentences/s, beam " << decode.beam_size
             << (flags.int8 ? ", int8 (" + kernels::int8_kernel() + ")" : std::string()) << ", "
             << parallel << (parallel == 1 ? " batch" : " batches") << " at once"
-            << ", checkpoint " << checkpoint << "\n";
+            << ", checkpoint " << checkpoint
+            << (predictor.moving_averages() ? " (moving averages)" : "") << "\n";
 }
 
 }  // namespace

@@ -101,8 +101,16 @@ Predictor::Predictor(std::shared_ptr<config::ExperimentConfig> params, const std
                      const std::string& checkpoint, const std::string& device)
     : directory_(model_dir), experiment_(""), params_(std::move(params)) {
   device_ = parse_device(device);
-  const CheckpointData weights = read_checkpoint_file(checkpoint);
+  CheckpointData weights = read_checkpoint_file(checkpoint);
   global_step_ = weights.meta.value("global_step", int64_t{0});
+  // The moving averages where the run kept them, as evaluation and export
+  // use them (an export's weights already are).
+  const std::string average = "optimizer/ema/";
+  for (const auto& [name, tensor] : weights.tensors)
+    if (name.rfind(average, 0) == 0) {
+      weights.tensors["model/" + name.substr(average.size())] = tensor;
+      moving_averages_ = true;
+    }
   task_ = get_task(params_->task, model_dir);
   serving_ = get_serving_module(*task_);
   load_task(weights, serving_->assets());

@@ -37,7 +37,7 @@ class Predictor {
   explicit Predictor(const std::string& path, const std::string& device = "cpu");
   // A run's checkpoint, served as it is (garden translate): `params` as the
   // run resolved them (its params.yaml), the task's files from model_dir,
-  // the checkpoint's live weights. version() is 0.
+  // the checkpoint's weights (its moving averages where it has them). version() is 0.
   Predictor(std::shared_ptr<config::ExperimentConfig> params, const std::string& model_dir,
             const std::string& checkpoint, const std::string& device = "cpu");
   ~Predictor();
@@ -49,6 +49,9 @@ class Predictor {
   int64_t version() const { return version_; }
   const std::string& experiment() const { return experiment_; }
   int64_t global_step() const { return global_step_; }  // -1: not recorded
+  // A run's checkpoint with moving averages (trainer.optimizer_config.ema):
+  // they are the weights, as evaluation and export use them.
+  bool moving_averages() const { return moving_averages_; }
   const ServingSignature& signature() const { return signature_; }
   // TF Serving's signature_def JSON (GET /v1/models/NAME/metadata).
   const nlohmann::json& signature_def() const { return signature_def_; }
@@ -100,6 +103,7 @@ class Predictor {
   int64_t version_ = 0;
   std::string experiment_;
   int64_t global_step_ = 0;
+  bool moving_averages_ = false;
   ServingSignature signature_;
   nlohmann::json signature_def_;
   std::shared_ptr<config::ExperimentConfig> params_;
