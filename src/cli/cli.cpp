@@ -40,6 +40,7 @@
 #include "garden/optim/lr_schedule.h"
 #include "garden/platform/allocator.h"
 #include "garden/platform/blas.h"
+#include "garden/platform/cpu_share.h"
 #include "garden/platform/threads.h"
 
 namespace garden {
@@ -210,7 +211,10 @@ void print_environment() {
             << static_cast<int>(torch::cuda::device_count()) << "\n# Garden's kernels: on "
             << parallel_for_threads()
             << " of them\n# matrix products of Garden's layers: " << gemm_library()
-            << " (GARDEN_GEMM=onednn|blas)\n# malloc: " << malloc_setting() << "\n";
+            << " (GARDEN_GEMM=onednn|blas)\n# malloc: " << malloc_setting()
+            << "\n# cpu share: " << cpu_share_setting()
+            << " (fewer threads while other processes keep cores busy; GARDEN_CPU_SHARE=0 "
+               "turns it off)\n";
 }
 
 // At most this many lines from `garden lr`: a range that would print more is

@@ -13,6 +13,7 @@
 #include "garden/config/yaml_io.h"
 #include "garden/platform/allocator.h"
 #include "garden/platform/blas.h"
+#include "garden/platform/cpu_share.h"
 #include "garden/platform/process.h"
 #include "garden/platform/threads.h"
 
@@ -58,9 +59,11 @@ void apply_runtime(const config::RuntimeConfig& runtime) {
     // the user's that did not gets one thread.
     std::string upper = policy;
     for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    const int cores = usable_cores();
+    const int cores = available_cores();  // the affinity, within the cgroup's CPU limit
     spinning = cores > 1 && upper != "PASSIVE";
     at::set_num_threads(spinning ? 1 : cores);
+    // Garden chose the count: it follows what other processes leave free.
+    if (!spinning) enable_cpu_share(cores);
   }
   // For train.log (the file alone: on stderr it would come before a one-line
   // error), once per process.
@@ -83,7 +86,8 @@ void apply_runtime(const config::RuntimeConfig& runtime) {
     line << ", OPENBLAS_THREAD_TIMEOUT="
          << (std::getenv("OPENBLAS_THREAD_TIMEOUT") ? std::getenv("OPENBLAS_THREAD_TIMEOUT")
                                                     : "unset")
-         << ", matrix products of Garden's layers: " << gemm << ", malloc: " << malloc_setting();
+         << ", matrix products of Garden's layers: " << gemm << ", malloc: " << malloc_setting()
+         << ", cpu share: " << cpu_share_setting();
     if (const std::string blas = openblas_setting(); !blas.empty()) line << ", OpenBLAS: " << blas;
     log_to_file(LogLevel::kInfo, line.str());
   }

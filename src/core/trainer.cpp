@@ -8,14 +8,15 @@
 #include "garden/core/cuda_graph.h"
 #include "garden/core/strategy.h"
 #include "garden/optim/optimizer.h"
+#include "garden/platform/cpu_share.h"
 
 namespace garden {
 
 Trainer::Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr task,
                  ModelPtr model, std::shared_ptr<optim::Optimizer> optimizer, TrainerMode mode,
                  std::shared_ptr<DistributionStrategy> strategy,
-                 std::shared_ptr<CheckpointExporter> checkpoint_exporter,
-                 DatasetPtr train_dataset, DatasetPtr validation_dataset)
+                 std::shared_ptr<CheckpointExporter> checkpoint_exporter, DatasetPtr train_dataset,
+                 DatasetPtr validation_dataset)
     : config_(std::move(config)),
       task_(std::move(task)),
       model_(std::move(model)),
@@ -119,7 +120,8 @@ Batch Trainer::next_train_inputs() {
   if (!train_dataset_) throw Error("this Trainer has no training data");
   auto batch = train_dataset_->next();
   strategy_->agree_on_step(batch.has_value(), global_step_ + 1);
-  if (!batch) throw Error("the training data ended; set task.train_data.is_training: true so it repeats");
+  if (!batch)
+    throw Error("the training data ended; set task.train_data.is_training: true so it repeats");
   return to_device(*batch);
 }
 
@@ -169,6 +171,7 @@ void Trainer::train_step(const Batch& inputs) {
   pending_scalars_.keep(logs);
   strategy_->count_examples(task_->num_examples(inputs), examples_seen_);
   ++global_step_;
+  share_cpus();  // fewer threads while other processes keep cores busy
   if (step_observer_) step_observer_(global_step_);
 }
 
@@ -274,6 +277,7 @@ Trainer::EvalLoopFn Trainer::create_eval_loop_fn() {
       auto next = next_eval_inputs();
       if (!next) break;
       eval_reduce(state, eval_step(next->first, next->second));
+      share_cpus();
       if (eval_batch_observer_) eval_batch_observer_();
     }
     return state;

@@ -426,3 +426,26 @@ TEST_F(DistributedCliTest, LaunchRefusesWhatItCannotDo) {
   EXPECT_NE(run.status, 0);
   EXPECT_NE(run.err.find("runtime.distribution_strategy"), std::string::npos) << run.err;
 }
+
+// CpuShare (docs/runtime.md, Threads) changes a run's thread count while
+// other processes keep cores busy: safe because the count does not change
+// the results. A small translation model (attention, layer norm, the
+// products, label-smoothed cross-entropy, Adam) on one thread and on two
+// ends with bitwise equal weights.
+TEST_F(DistributedCliTest, TheThreadCountDoesNotChangeTheWeights) {
+  const std::string data = std::string(GARDEN_SOURCE_DIR) + "/data/testdata/en_de_sample.tsv";
+  for (const char* threads : {"1", "2"}) {
+    const CliRun run = garden(
+        "train --experiment wmt_transformer/demo --mode train --model_dir '" +
+        path(std::string("threads") + threads) +
+        "' --params_override task.sentencepiece_vocab_size=300,task.model.embedding_width=32,"
+        "task.model.encoder.num_layers=1,task.model.decoder.num_layers=1,"
+        "task.train_data.input_path=" +
+        data + ",task.validation_data.input_path=" + data +
+        ",task.train_data.global_batch_size=256,trainer.train_steps=20,trainer.steps_per_loop=10,"
+        "trainer.checkpoint_interval=20,runtime.intra_op_parallelism_threads=" +
+        threads);
+    ASSERT_EQ(run.status, 0) << run.err;
+  }
+  expect_same_weights(path("threads1"), path("threads2"), 0.0);
+}

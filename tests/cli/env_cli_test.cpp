@@ -15,6 +15,7 @@
 #include "cli/cli_run.h"
 #include "garden/kernels/gemm.h"
 #include "garden/platform/blas.h"
+#include "garden/platform/cpu_share.h"
 #include "garden/platform/threads.h"
 
 namespace {
@@ -177,6 +178,29 @@ TEST(CliEnv, NamesTheLibraryOfGardensProductsAndRefusesAnUnknownOne) {
     EXPECT_NE(failed->status, 0) << *failed;
     EXPECT_TRUE(contains(failed->err, "GARDEN_GEMM=mkl: must be onednn or blas")) << *failed;
   }
+}
+
+// `garden env` says whether the thread count follows what other processes
+// leave free, and on how many cores (docs/runtime.md, Threads).
+TEST(CliEnv, SaysWhetherTheThreadsShareTheCores) {
+  TempDir dir;
+  const int cores = garden::available_cores();
+  const Result r = run_garden({"env"}, dir.path());
+  ASSERT_EQ(r.status, 0) << r;
+  const int affinity = garden::usable_cores();
+  const int cgroup = garden::process_cgroup_cpu_limit();
+  const std::string where = std::to_string(cores) + " cores: affinity " + std::to_string(affinity) +
+                            ", cgroup " +
+                            (cgroup > 0 ? std::to_string(cgroup) : std::string("none"));
+  EXPECT_TRUE(
+      contains(r.out, std::string("# cpu share: ") + (cores > 1 ? "on (" : "off (") + where + ")"))
+      << r;
+  setenv("GARDEN_CPU_SHARE", "0", 1);
+  const Result off = run_garden({"env"}, dir.path());
+  unsetenv("GARDEN_CPU_SHARE");
+  ASSERT_EQ(off.status, 0) << off;
+  if (cores > 1)
+    EXPECT_TRUE(contains(off.out, "# cpu share: off (GARDEN_CPU_SHARE=0; " + where + ")")) << off;
 }
 
 }  // namespace
