@@ -26,11 +26,17 @@ CLI::App* add_create_finetuning_data_command(CLI::App& app) {
       ->capture_default_str();
   command
       ->add_option("--tagging_task_name", o.tagging_task_name,
-                   "The label set of tagging data: panx (named entities, BIO) or udpos")
+                   "Tagging data: panx (named entities, BIO) or udpos in word<TAB>label files; "
+                   "conll2003 (word POS chunk NER, IOB1 or IOB2, read as IOB2); conll (columns, "
+                   "the tag last, any tag set)")
       ->capture_default_str();
+  command->add_option("--label_list", o.label_list,
+                      "tagging, conll: the labels, comma-separated (default: the training "
+                      "file's, sorted, O first)");
   command->add_option("--input_data_dir", o.input_data_dir,
-                      "Folder of train.tsv and dev.tsv (tagging: train-en.tsv and dev-en.tsv); not "
-                      "for squad");
+                      "Folder of train.tsv and dev.tsv (tagging: train-en.tsv, dev-en.tsv, "
+                      "test-en.tsv; conll2003 and conll: train.txt, valid.txt, test.txt or "
+                      "eng.train, eng.testa, eng.testb); not for squad");
   command->add_option("--squad_data_file", o.squad_data_file,
                       "squad: the SQuAD JSON file of the training questions");
   command->add_flag("--version_2_with_negative,!--noversion_2_with_negative",
@@ -48,6 +54,8 @@ CLI::App* add_create_finetuning_data_command(CLI::App& app) {
       ->required();
   command->add_option("--eval_data_output_path", o.eval_data_output_path,
                       "Evaluation TFRecord (from dev.tsv; dev_matched.tsv for MNLI)");
+  command->add_option("--test_data_output_path", o.test_data_output_path,
+                      "tagging: test TFRecord (from the test file)");
   command->add_option("--meta_data_file_path", o.meta_data_file_path, "Meta data JSON")->required();
   command->add_option("--vocab_file", o.vocab_file, "WordPiece vocabulary (one token a line)");
   command->add_option("--sp_model_file", o.sp_model_file,
@@ -61,6 +69,8 @@ CLI::App* add_create_finetuning_data_command(CLI::App& app) {
     std::cout << "train records: " << report.train_examples << "\n";
     if (!options->eval_data_output_path.empty())
       std::cout << "eval records:  " << report.eval_examples << "\n";
+    if (!options->test_data_output_path.empty())
+      std::cout << "test records:  " << report.test_examples << "\n";
     std::cout << "meta data:     " << options->meta_data_file_path << "\n" << report.meta_data;
   });
   return command;

@@ -33,6 +33,7 @@ void finalize_config(config::ExperimentConfig& params, distribute::ProcessGroup*
     params.runtime.seed = static_cast<int64_t>(device() & 0x7fffffff);
   }
   if (params.task) {
+    params.task->resolve_from_files();
     auto& train = params.task->train_data_config();
     auto& validation = params.task->validation_data_config();
     if (!train.seed) train.seed = *params.runtime.seed;

@@ -151,4 +151,53 @@ TEST_F(FinetuningDataCliTest, AnOutputNamingAnInputIsRefusedAndTheInputKept) {
   EXPECT_EQ(slurp(dir_ / "squad.json"), "{\"data\": []}\n");
 }
 
+TEST_F(FinetuningDataCliTest, Conll2003FilesWithTestRecordsAndAnyTagSetWithLabelList) {
+  fs::create_directories(dir_ / "conll");
+  // IOB1 as distributed: "re" starts a MISC entity, so it becomes B-MISC.
+  spit(dir_ / "conll" / "eng.train", "-DOCSTART- -X- -X- O\n\nre NN I-NP I-MISC\n: : O O\n\n");
+  spit(dir_ / "conll" / "eng.testa", "free JJ I-NP O\n");
+  spit(dir_ / "conll" / "eng.testb", "the DT I-NP I-ORG\nthe DT I-NP B-ORG\n");
+  const std::string common =
+      " --input_data_dir='" + path("conll") + "' --train_data_output_path='" +
+      path("train.tfrecord") + "' --eval_data_output_path='" + path("eval.tfrecord") +
+      "' --test_data_output_path='" + path("test.tfrecord") + "' --meta_data_file_path='" +
+      path("meta.json") + "' --vocab_file='" + path("vocab.txt") + "' --max_seq_length=8";
+  const CliRun run = garden(
+      "create_finetuning_data --fine_tuning_task_type=tagging --tagging_task_name=conll2003" +
+      common);
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.out.find("test records:  1"), std::string::npos) << run.out;
+  const auto meta = nlohmann::json::parse(slurp(dir_ / "meta.json"));
+  EXPECT_EQ(meta.at("label_list").size(), 9u);
+  EXPECT_EQ(meta.at("test_data_size"), 1);
+  // B-ORG 3 twice: the second ORG right after the first.
+  EXPECT_EQ(garden_test::reference::ref_parse_example(
+                garden_test::reference::read_records(path("test.tfrecord"))[0])["label_ids"]
+                .ints,
+            (std::vector<int64_t>{-1, 3, 3, -1, -1, -1, -1, -1}));
+
+  // Any tag set: --label_list orders the labels; one outside it is one line.
+  const CliRun listed = garden(
+      "create_finetuning_data --fine_tuning_task_type=tagging --tagging_task_name=conll "
+      "--label_list=O,I-MISC,B-ORG,I-ORG" +
+      common);
+  ASSERT_EQ(listed.status, 0) << listed.err;
+  EXPECT_EQ(nlohmann::json::parse(slurp(dir_ / "meta.json")).at("label_list"),
+            nlohmann::json({"O", "I-MISC", "B-ORG", "I-ORG"}));
+  fs::remove(path("train.tfrecord"));
+  fs::remove(path("meta.json"));
+  expect_one_error_line(
+      garden("create_finetuning_data --fine_tuning_task_type=tagging --tagging_task_name=conll "
+             "--label_list=O,I-MISC" +
+             common),
+      {path("conll") + "/eng.testb:1, column 4: label 'I-ORG' is not in the label list "
+                       "(--label_list: O, I-MISC)"});
+  EXPECT_FALSE(fs::exists(path("train.tfrecord")));
+  EXPECT_FALSE(fs::exists(path("meta.json")));
+  expect_one_error_line(
+      garden("create_finetuning_data --fine_tuning_task_type=tagging --tagging_task_name=ner" +
+             common),
+      {"--tagging_task_name 'ner' is not one of panx, udpos, conll2003, conll"});
+}
+
 }  // namespace

@@ -153,6 +153,12 @@ struct TaskConfig : Config {
 
   void visit(Visitor& v) final;
 
+  // Fills keys the user left unset from the files the task names (tagging:
+  // class_names from the meta data beside its records). finalize_config
+  // calls it before validation; a key the user set that the files
+  // contradict is a garden::Error naming both values.
+  virtual void resolve_from_files() {}
+
  protected:
   // Task-specific keys, written after the common ones.
   virtual void visit_task_fields(Visitor&) {}

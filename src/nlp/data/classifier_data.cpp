@@ -251,6 +251,7 @@ std::shared_ptr<const FinetuningTokenizer> open_finetuning_tokenizer(
   inputs.push_back({"--sp_model_file", o.sp_model_file});
   refuse_outputs_over_inputs(inputs, {{"--train_data_output_path", o.train_data_output_path},
                                       {"--eval_data_output_path", o.eval_data_output_path},
+                                      {"--test_data_output_path", o.test_data_output_path},
                                       {"--meta_data_file_path", o.meta_data_file_path}});
   const bool wordpiece = !o.vocab_file.empty();
   return FinetuningTokenizer::open(

@@ -16,6 +16,7 @@
 #include "garden/data/parse_spec.h"
 #include "garden/data/pipeline.h"
 #include "garden/data/tfrecord.h"
+#include "garden/nlp/data/conll_data.h"
 #include "garden/nlp/data/sentence_prediction_data.h"
 
 namespace garden::nlp {
@@ -28,7 +29,13 @@ const std::vector<std::string>& tagging_labels(const std::string& tagging_task_n
                                                  "PUNCT", "SCONJ", "SYM", "VERB", "X"};
   if (tagging_task_name == "panx") return panx;
   if (tagging_task_name == "udpos") return udpos;
-  throw Error("--tagging_task_name '" + tagging_task_name + "' is not one of panx, udpos");
+  if (tagging_task_name == "conll2003") return conll2003_labels();
+  if (tagging_task_name == "conll")
+    throw Error(
+        "--tagging_task_name=conll has no fixed label list: its labels are the training file's "
+        "or --label_list");
+  throw Error("--tagging_task_name '" + tagging_task_name +
+              "' is not one of panx, udpos, conll2003, conll (any tag set)");
 }
 
 std::vector<TaggingExample> read_tagging_examples(const std::string& path,
@@ -150,34 +157,93 @@ int64_t write_tagging_records(const FinetuningTokenizer& tokenizer,
   return records;
 }
 
+// panx and udpos: Model Garden's file names and word<TAB>label lines.
+TaggingSplits read_xtreme_splits(const FinetuningDataOptions& o) {
+  TaggingSplits splits;
+  splits.labels = tagging_labels(o.tagging_task_name);
+  if (!o.label_list.empty())
+    throw Error("--label_list is for --tagging_task_name=conll (any tag set); " +
+                o.tagging_task_name + "'s labels are fixed");
+  const std::filesystem::path dir(o.input_data_dir);
+  splits.train = read_tagging_examples((dir / "train-en.tsv").string(), splits.labels);
+  if (!o.eval_data_output_path.empty())
+    splits.dev = read_tagging_examples((dir / "dev-en.tsv").string(), splits.labels);
+  if (!o.test_data_output_path.empty())
+    splits.test = read_tagging_examples((dir / "test-en.tsv").string(), splits.labels);
+  return splits;
+}
+
 }  // namespace
 
-FinetuningDataReport create_tagging_data(const FinetuningDataOptions& o,
+FinetuningDataReport create_tagging_data(const FinetuningDataOptions& options,
                                          const std::string& tagging_task_name) {
-  const auto& labels = tagging_labels(tagging_task_name);
-  const std::string train_file =
-      (std::filesystem::path(o.input_data_dir) / "train-en.tsv").string();
-  const std::string dev_file = (std::filesystem::path(o.input_data_dir) / "dev-en.tsv").string();
-  const auto tokenizer = open_finetuning_tokenizer(
-      o, {{"--input_data_dir's train-en.tsv", train_file},
-          {"--input_data_dir's dev-en.tsv", o.eval_data_output_path.empty() ? "" : dev_file}});
-  const auto train = read_tagging_examples(train_file, labels);
-  std::vector<TaggingExample> eval;
-  if (!o.eval_data_output_path.empty()) eval = read_tagging_examples(dev_file, labels);
+  FinetuningDataOptions o = options;
+  o.tagging_task_name = tagging_task_name;
+  if (tagging_task_name != "conll") tagging_labels(tagging_task_name);  // a known name
+  // Every file a tagging layout may read from input_data_dir: no output may
+  // be one of them.
+  std::vector<NamedPath> data_files;
+  for (const char* name : {"train-en.tsv", "dev-en.tsv", "test-en.tsv", "train.txt", "valid.txt",
+                           "dev.txt", "test.txt", "eng.train", "eng.testa", "eng.testb"})
+    data_files.push_back({std::string("--input_data_dir's ") + name,
+                          (std::filesystem::path(o.input_data_dir) / name).string()});
+  const auto tokenizer = open_finetuning_tokenizer(o, data_files);
+  // Everything is read and checked before anything is written.
+  const TaggingSplits splits = tagging_task_name == "conll2003" || tagging_task_name == "conll"
+                                   ? read_conll_splits(o)
+                                   : read_xtreme_splits(o);
   FinetuningDataReport report;
   report.train_examples =
-      write_tagging_records(*tokenizer, train, o.max_seq_length, o.train_data_output_path);
+      write_tagging_records(*tokenizer, splits.train, o.max_seq_length, o.train_data_output_path);
   if (!o.eval_data_output_path.empty())
     report.eval_examples =
-        write_tagging_records(*tokenizer, eval, o.max_seq_length, o.eval_data_output_path);
+        write_tagging_records(*tokenizer, splits.dev, o.max_seq_length, o.eval_data_output_path);
+  if (!o.test_data_output_path.empty())
+    report.test_examples =
+        write_tagging_records(*tokenizer, splits.test, o.max_seq_length, o.test_data_output_path);
   nlohmann::json meta = {{"task_type", "bert_tagging"},
-                         {"label_list", labels},
+                         {"label_list", splits.labels},
                          {"max_seq_length", o.max_seq_length},
                          {"train_data_size", report.train_examples}};
   if (!o.eval_data_output_path.empty()) meta["eval_data_size"] = report.eval_examples;
+  if (!o.test_data_output_path.empty()) meta["test_data_size"] = report.test_examples;
   report.meta_data = meta.dump(2) + "\n";
   write_file_atomically(o.meta_data_file_path, report.meta_data);
   return report;
+}
+
+std::optional<TaggingMetaData> find_tagging_meta_data(const std::string& input_path) {
+  namespace fs = std::filesystem;
+  const std::string first = input_path.substr(0, input_path.find(','));
+  if (first.empty()) return std::nullopt;
+  fs::path dir = fs::path(first).parent_path();
+  if (dir.empty()) dir = ".";
+  if (dir.string().find_first_of("*?[") != std::string::npos) return std::nullopt;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return std::nullopt;
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_regular_file(ec) && entry.file_size(ec) <= kMaxMetaDataBytes)
+      files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  std::vector<TaggingMetaData> found;
+  for (const auto& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    const auto meta = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!meta.is_object() || meta.value("task_type", nlohmann::json()) != "bert_tagging") continue;
+    const auto labels = meta.find("label_list");
+    if (labels == meta.end() || !labels->is_array()) continue;
+    TaggingMetaData m;
+    m.path = file.string();
+    for (const auto& label : *labels)
+      if (label.is_string()) m.label_list.push_back(label.get<std::string>());
+    if (m.label_list.size() == labels->size()) found.push_back(std::move(m));
+  }
+  if (found.empty()) return std::nullopt;
+  TaggingMetaData result = found.front();
+  for (const auto& other : found)
+    if (other.label_list != result.label_list) result.others.push_back(other);
+  return result;
 }
 
 void TaggingDataConfig::visit(config::Visitor& v) {

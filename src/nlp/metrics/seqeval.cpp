@@ -56,8 +56,60 @@ std::vector<Chunk> get_entities(const std::vector<std::vector<std::string>>& seq
   return chunks;
 }
 
+namespace {
+
+// seqeval.scheme.Token: the prefix is the first letter, the type the rest
+// with the dashes at either end stripped ('_' when nothing is left).
+struct StrictToken {
+  char prefix = 'O';
+  std::string type;
+};
+
+StrictToken strict_token(const std::string& tag) {
+  if (tag.empty() || (tag[0] != 'B' && tag[0] != 'I' && tag[0] != 'O'))
+    throw std::invalid_argument("seqeval strict mode (IOB2): tag '" + tag +
+                                "' does not start with B, I or O");
+  const auto begin = tag.find_first_not_of('-', 1);
+  const auto end = tag.find_last_not_of('-');
+  StrictToken t;
+  t.prefix = tag[0];
+  t.type = begin == std::string::npos || end < begin ? "_" : tag.substr(begin, end - begin + 1);
+  return t;
+}
+
+}  // namespace
+
+std::vector<Chunk> get_strict_iob2_entities(
+    const std::vector<std::vector<std::string>>& sequences) {
+  std::vector<Chunk> chunks;
+  int64_t offset = 0;
+  for (const auto& sequence : sequences) {
+    std::vector<StrictToken> tokens;
+    for (const auto& tag : sequence) tokens.push_back(strict_token(tag));
+    tokens.push_back(StrictToken{'O', "_"});
+    std::size_t i = 0;
+    while (i < tokens.size()) {
+      if (tokens[i].prefix != 'B') {
+        ++i;
+        continue;
+      }
+      // An I- of the same type continues the entity; whatever else follows
+      // (O, B-, an I- of another type) ends it, and under IOB2 every such
+      // end is a proper one, so the entity is kept.
+      std::size_t end = i + 1;
+      while (tokens[end].prefix == 'I' && tokens[end].type == tokens[i].type) ++end;
+      chunks.push_back({tokens[i].type, offset + static_cast<int64_t>(i),
+                        offset + static_cast<int64_t>(end) - 1});
+      i = end;
+    }
+    offset += static_cast<int64_t>(sequence.size()) + 1;
+  }
+  return chunks;
+}
+
 SeqevalScores seqeval_scores(const std::vector<std::vector<std::string>>& labels,
-                             const std::vector<std::vector<std::string>>& predictions) {
+                             const std::vector<std::vector<std::string>>& predictions,
+                             SeqevalMode mode) {
   if (labels.size() != predictions.size())
     throw std::invalid_argument("seqeval_scores: label and prediction sequences differ in number");
   int64_t tokens = 0, equal = 0;
@@ -68,8 +120,9 @@ SeqevalScores seqeval_scores(const std::vector<std::vector<std::string>>& labels
     for (std::size_t t = 0; t < labels[s].size(); ++t, ++tokens)
       equal += labels[s][t] == predictions[s][t];
   }
-  auto truth = get_entities(labels);
-  auto found = get_entities(predictions);
+  const bool strict = mode == SeqevalMode::kStrict;
+  auto truth = strict ? get_strict_iob2_entities(labels) : get_entities(labels);
+  auto found = strict ? get_strict_iob2_entities(predictions) : get_entities(predictions);
   std::sort(truth.begin(), truth.end());
   std::sort(found.begin(), found.end());
   truth.erase(std::unique(truth.begin(), truth.end()), truth.end());

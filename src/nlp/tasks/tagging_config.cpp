@@ -1,5 +1,6 @@
 #include "garden/nlp/tasks/tagging_config.h"
 
+#include "garden/base/error.h"
 #include "garden/config/validation.h"
 #include "garden/nlp/data/sentence_prediction_data.h"
 
@@ -25,7 +26,55 @@ TaggingConfig::TaggingConfig() {
 
 void TaggingConfig::visit_task_fields(config::Visitor& v) {
   v("hub_module_url", hub_module_url, "A TF Hub encoder (not supported: leave empty).");
-  v("class_names", class_names, "The label of each id, in order (e.g. O, B-PER, I-PER, ...).");
+  v("class_names", class_names,
+    "The label of each id, in order (e.g. O, B-PER, I-PER, ...); empty: the label_list of the "
+    "meta data beside train_data's records.");
+  v("seqeval_mode", seqeval_mode,
+    "Entities for precision, recall and f1, as seqeval finds them: default (conlleval's: an I- "
+    "after O starts one) or strict (IOB2: only B- starts one).");
+}
+
+namespace {
+
+std::string bracketed(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& name : names) out += (out.empty() ? "" : ", ") + name;
+  return "[" + out + "]";
+}
+
+}  // namespace
+
+void TaggingConfig::resolve_from_files() {
+  const bool from_train = !train_data.input_path.empty();
+  const std::string& input_path = from_train ? train_data.input_path : validation_data.input_path;
+  const std::string key =
+      from_train ? "task.train_data.input_path" : "task.validation_data.input_path";
+  if (input_path.empty()) return;
+  const auto meta = find_tagging_meta_data(input_path);
+  if (!meta) {
+    if (class_names.empty())
+      throw Error(
+          "task.class_names is empty and no tagging meta data (a JSON file with task_type "
+          "bert_tagging, as create_finetuning_data writes) is in the folder of " +
+          key + " '" + input_path + "': list the label of each id in task.class_names");
+    return;
+  }
+  std::vector<const TaggingMetaData*> all = {&*meta};
+  for (const auto& other : meta->others) all.push_back(&other);
+  if (class_names.empty()) {
+    if (!meta->others.empty())
+      throw Error("task.class_names is empty and the folder of " + key +
+                  " holds tagging meta data with different label lists: '" + meta->path + "' " +
+                  bracketed(meta->label_list) + " and '" + meta->others.front().path + "' " +
+                  bracketed(meta->others.front().label_list) + ": set task.class_names");
+    class_names = config::NameList(meta->label_list.begin(), meta->label_list.end());
+    return;
+  }
+  for (const auto* m : all)
+    if (m->label_list == static_cast<const std::vector<std::string>&>(class_names)) return;
+  throw Error("task.class_names " + bracketed(class_names) + " differ from the label_list " +
+              bracketed(meta->label_list) + " of the meta data '" + meta->path + "' beside " + key +
+              "; leave task.class_names unset to take the meta data's");
 }
 
 void TaggingConfig::validate() const {
@@ -37,6 +86,16 @@ void TaggingConfig::validate() const {
     config::refuse("hub_module_url", "TF Hub modules are not supported; use init_checkpoint");
   model.encoder.bert.check_fits("train_data", train_data.seq_length);
   model.encoder.bert.check_fits("validation_data", validation_data.seq_length);
+  if (seqeval_mode != "default" && seqeval_mode != "strict")
+    config::refuse("seqeval_mode", "'" + seqeval_mode + "' is not one of default, strict");
+  if (seqeval_mode == "strict")
+    for (std::size_t i = 0; i < class_names.size(); ++i) {
+      const std::string& name = class_names[i];
+      if (name.empty() || (name[0] != 'B' && name[0] != 'I' && name[0] != 'O'))
+        config::refuse("class_names", "seqeval_mode strict reads IOB2 tags: class " +
+                                          std::to_string(i) + " '" + name +
+                                          "' does not start with B, I or O");
+    }
 }
 
 BertTokenClassifierOptions TaggingConfig::model_options() const {

@@ -44,7 +44,8 @@ ModelPtr TaggingTask::build_model() {
   if (config_.class_names.empty())
     throw Error(
         "task.class_names is empty: list the label of each id (create_finetuning_data's "
-        "meta data holds them as label_list)");
+        "meta data holds them as label_list; a training run takes them from the meta data "
+        "beside task.train_data.input_path)");
   return BertTokenClassifier(config_.model_options()).ptr();
 }
 
@@ -121,9 +122,10 @@ Logs TaggingTask::reduce_aggregated_logs(const Logs& aggregated_logs, int64_t) {
     }
     return out;
   };
-  const SeqevalScores scores =
-      seqeval_scores(names(std::get<std::vector<std::vector<int64_t>>>(labels->second)),
-                     names(std::get<std::vector<std::vector<int64_t>>>(predictions->second)));
+  const SeqevalScores scores = seqeval_scores(
+      names(std::get<std::vector<std::vector<int64_t>>>(labels->second)),
+      names(std::get<std::vector<std::vector<int64_t>>>(predictions->second)),
+      config_.seqeval_mode == "strict" ? SeqevalMode::kStrict : SeqevalMode::kDefault);
   logs["precision"] = scores.precision;
   logs["recall"] = scores.recall;
   logs["f1"] = scores.f1;

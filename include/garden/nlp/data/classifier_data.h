@@ -74,10 +74,15 @@ struct FinetuningDataOptions {
   // classification, regression, tagging, squad
   std::string fine_tuning_task_type = "classification";
   std::string classification_task_name = "MNLI";
-  std::string tagging_task_name = "panx";  // panx, udpos
+  std::string tagging_task_name = "panx";  // panx, udpos, conll2003, conll
+  // tagging, conll: the labels, comma-separated, instead of those of the
+  // training file.
+  std::string label_list;
   std::string input_data_dir;
   std::string train_data_output_path;
   std::string eval_data_output_path;
+  // tagging: records of the test file too.
+  std::string test_data_output_path;
   std::string meta_data_file_path;
   std::string vocab_file;
   std::string sp_model_file;
@@ -92,7 +97,7 @@ struct FinetuningDataOptions {
 };
 
 struct FinetuningDataReport {
-  int64_t train_examples = 0, eval_examples = 0;
+  int64_t train_examples = 0, eval_examples = 0, test_examples = 0;
   std::string meta_data;  // the JSON written to meta_data_file_path
 };
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,10 @@ struct TaggingExample {
   std::string where;  // FILE:LINE of its first word
 };
 
-// Model Garden's label lists: panx (PAN-X named entities, BIO) and udpos
-// (Universal Dependencies part-of-speech tags); throws naming the known ones.
+// The fixed label lists: Model Garden's panx (PAN-X named entities, BIO)
+// and udpos (Universal Dependencies part-of-speech tags), and conll2003
+// (Hugging Face's order, conll_data.h); throws naming the known names (conll:
+// any tag set, so no fixed list).
 const std::vector<std::string>& tagging_labels(const std::string& tagging_task_name);
 
 // The sentences of `path`. A line that is not `word<TAB>label`, or whose
@@ -52,11 +55,31 @@ std::vector<TaggingFeatures> encode_tagging_example(const FinetuningTokenizer& t
                                                     const TaggingExample& example,
                                                     int64_t max_seq_length);
 
-// create_finetuning_data --fine_tuning_task_type=tagging: train-en.tsv and
-// dev-en.tsv of input_data_dir (Model Garden's file names) into the records
-// and the meta data (task_type bert_tagging, label_list, sizes).
+// create_finetuning_data --fine_tuning_task_type=tagging: the training,
+// dev and test files of input_data_dir into the records and the meta data
+// (task_type bert_tagging, label_list, sizes). panx and udpos read
+// train-en.tsv, dev-en.tsv, test-en.tsv (Model Garden's file names);
+// conll2003 and conll CoNLL's column files (conll_data.h).
 FinetuningDataReport create_tagging_data(const FinetuningDataOptions& options,
                                          const std::string& tagging_task_name);
+
+// The meta data create_finetuning_data wrote beside tagging records.
+struct TaggingMetaData {
+  std::string path;
+  std::vector<std::string> label_list;
+  // More tagging meta data in the same folder whose label_list differs.
+  std::vector<TaggingMetaData> others;
+};
+
+// Meta data files are small: larger files are not read when looking for one.
+constexpr std::uintmax_t kMaxMetaDataBytes = 1 << 20;
+
+// The tagging meta data in the folder of `input_path`'s first file (a
+// comma-separated list or a pattern in the file name): the first file, by
+// name, of at most kMaxMetaDataBytes that is a JSON object with task_type
+// bert_tagging and a label_list of strings; nullopt when there is none (or
+// the folder is a pattern).
+std::optional<TaggingMetaData> find_tagging_meta_data(const std::string& input_path);
 
 // Model Garden's TaggingDataConfig (data/tagging_dataloader.py).
 struct TaggingDataConfig : config::DataConfig {

@@ -21,10 +21,17 @@ struct TaggingConfig : config::TaskConfigWith<TaggingModelConfig, TaggingDataCon
   // init_checkpoint_modules starts as [encoder], as for sentence prediction.
   TaggingConfig();
   std::string hub_module_url;
-  // The label of each id, in order: BIO tags for entities. Required to
-  // build the model.
+  // The label of each id, in order: BIO tags for entities. Unset: the
+  // label_list of the meta data beside train_data's records.
   config::NameList class_names;
+  // Garden: how evaluation finds entities, as seqeval's mode: default
+  // (conlleval's chunks) or strict (IOB2: an entity starts at B-).
+  std::string seqeval_mode = "default";
   void validate() const override;
+  // class_names from the tagging meta data in the folder of
+  // train_data.input_path (validation_data's when that is empty): taken when
+  // unset, compared when set; unset with no meta data found is an error.
+  void resolve_from_files() override;
   BertTokenClassifierOptions model_options() const;
 
  protected:
