@@ -199,8 +199,9 @@ TEST(CliEnv, SaysWhetherTheThreadsShareTheCores) {
   const Result off = run_garden({"env"}, dir.path());
   unsetenv("GARDEN_CPU_SHARE");
   ASSERT_EQ(off.status, 0) << off;
-  if (cores > 1)
+  if (cores > 1) {
     EXPECT_TRUE(contains(off.out, "# cpu share: off (GARDEN_CPU_SHARE=0; " + where + ")")) << off;
+  }
 }
 
 }  // namespace
