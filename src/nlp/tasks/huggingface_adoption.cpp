@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -107,75 +108,67 @@ bool architecture_ends_with(const HuggingFaceModel& hf, const std::string& suffi
          a.compare(a.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// A BERT-family task from the directory its init_checkpoint names: the
+// head's keys (`head`), then the encoder, tokenizer and lengths of its
+// train_data and validation_data (`lower_case`: their lower-casing key).
+template <class Config, class Data, class Head>
+std::vector<std::string> adopt_bert_task(config::TaskConfig& base,
+                                         const config::SetKeys& set_by_user, bool Data::*lower_case,
+                                         const char* lower_case_key, Head head) {
+  auto& task = static_cast<Config&>(base);
+  const auto hf = huggingface_checkpoint(task);
+  if (!hf) return {};
+  ConfigAdoption adoption(hf->dir, set_by_user);
+  head(task, *hf, adoption);
+  std::vector<TextData> data;
+  for (Data* d : {&task.train_data, &task.validation_data})
+    data.push_back(TextData{d == &task.train_data ? "train_data" : "validation_data", d->seq_length,
+                            d->vocab_file, d->tokenization, d->*lower_case, lower_case_key});
+  adopt_encoder_task(*hf, task.model.encoder, std::move(data), adoption);
+  return adoption.log_lines();
+}
+
 }  // namespace
 
 std::vector<std::string> adopt_sentence_prediction_checkpoint(config::TaskConfig& base,
                                                               const config::SetKeys& set_by_user) {
-  auto& task = static_cast<SentencePredictionConfig&>(base);
-  const auto hf = huggingface_checkpoint(task);
-  if (!hf) return {};
-  ConfigAdoption adoption(hf->dir, set_by_user);
-  if (architecture_ends_with(*hf, "ForSequenceClassification")) {
-    const auto labels = huggingface_labels(*hf);
-    if (!labels.empty()) {
-      const auto count = static_cast<int64_t>(labels.size());
-      adoption.take("task.model.num_classes", task.model.num_classes, count,
-                    adoption.config_key("id2label") + "'s count:");
-      // One output is a regression (problem_type regression).
-      if (count == 1)
-        for (auto* d : {&task.train_data, &task.validation_data})
-          adoption.take(std::string("task.") + (d == &task.train_data ? "train" : "validation") +
-                            "_data.label_type",
-                        d->label_type, std::string("float"),
-                        adoption.config_key("id2label") + " has one label (regression):");
-    }
-  }
-  auto& t = task.train_data;
-  auto& v = task.validation_data;
-  adopt_encoder_task(
-      *hf, task.model.encoder,
-      {{"train_data", t.seq_length, t.vocab_file, t.tokenization, t.lower_case, "lower_case"},
-       {"validation_data", v.seq_length, v.vocab_file, v.tokenization, v.lower_case, "lower_case"}},
-      adoption);
-  return adoption.log_lines();
+  const auto head = [](SentencePredictionConfig& task, const HuggingFaceModel& hf,
+                       ConfigAdoption& adoption) {
+    if (!architecture_ends_with(hf, "ForSequenceClassification")) return;
+    const auto labels = huggingface_labels(hf);
+    if (labels.empty()) return;
+    const auto count = static_cast<int64_t>(labels.size());
+    adoption.take("task.model.num_classes", task.model.num_classes, count,
+                  adoption.config_key("id2label") + "'s count:");
+    // One output is a regression (problem_type regression).
+    if (count == 1)
+      for (auto* d : {&task.train_data, &task.validation_data})
+        adoption.take(std::string("task.") + (d == &task.train_data ? "train" : "validation") +
+                          "_data.label_type",
+                      d->label_type, std::string("float"),
+                      adoption.config_key("id2label") + " has one label (regression):");
+  };
+  return adopt_bert_task<SentencePredictionConfig>(
+      base, set_by_user, &SentencePredictionDataConfig::lower_case, "lower_case", head);
 }
 
 std::vector<std::string> adopt_tagging_checkpoint(config::TaskConfig& base,
                                                   const config::SetKeys& set_by_user) {
-  auto& task = static_cast<TaggingConfig&>(base);
-  const auto hf = huggingface_checkpoint(task);
-  if (!hf) return {};
-  ConfigAdoption adoption(hf->dir, set_by_user);
-  if (architecture_ends_with(*hf, "ForTokenClassification")) {
-    const auto labels = huggingface_labels(*hf);
+  const auto head = [](TaggingConfig& task, const HuggingFaceModel& hf, ConfigAdoption& adoption) {
+    if (!architecture_ends_with(hf, "ForTokenClassification")) return;
+    const auto labels = huggingface_labels(hf);
     if (!labels.empty())
       adoption.take("task.class_names", task.class_names, labels, adoption.config_key("id2label"));
-  }
-  auto& t = task.train_data;
-  auto& v = task.validation_data;
-  adopt_encoder_task(
-      *hf, task.model.encoder,
-      {{"train_data", t.seq_length, t.vocab_file, t.tokenization, t.lower_case, "lower_case"},
-       {"validation_data", v.seq_length, v.vocab_file, v.tokenization, v.lower_case, "lower_case"}},
-      adoption);
-  return adoption.log_lines();
+  };
+  return adopt_bert_task<TaggingConfig>(base, set_by_user, &TaggingDataConfig::lower_case,
+                                        "lower_case", head);
 }
 
 std::vector<std::string> adopt_question_answering_checkpoint(config::TaskConfig& base,
                                                              const config::SetKeys& set_by_user) {
-  auto& task = static_cast<QuestionAnsweringConfig&>(base);
-  const auto hf = huggingface_checkpoint(task);
-  if (!hf) return {};
-  ConfigAdoption adoption(hf->dir, set_by_user);
-  auto& t = task.train_data;
-  auto& v = task.validation_data;
-  adopt_encoder_task(
-      *hf, task.model.encoder,
-      {{"train_data", t.seq_length, t.vocab_file, t.tokenization, t.do_lower_case, "do_lower_case"},
-       {"validation_data", v.seq_length, v.vocab_file, v.tokenization, v.do_lower_case,
-        "do_lower_case"}},
-      adoption);
-  return adoption.log_lines();
+  const auto no_head = [](QuestionAnsweringConfig&, const HuggingFaceModel&, ConfigAdoption&) {};
+  return adopt_bert_task<QuestionAnsweringConfig>(base, set_by_user, &QADataConfig::do_lower_case,
+                                                  "do_lower_case", no_head);
 }
 
 std::vector<std::string> adopt_translation_checkpoint(config::TaskConfig& base,
