@@ -33,6 +33,7 @@
 #include "garden/config/yaml_io.h"
 #include "garden/core/actions.h"
 #include "garden/core/checkpoint.h"
+#include "garden/core/init_checkpoint_config.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
 #include "garden/distribute/cluster.h"
@@ -47,13 +48,30 @@ namespace garden {
 
 std::shared_ptr<config::ExperimentConfig> resolve_experiment(
     const std::string& name, const std::vector<std::string>& config_files,
-    const std::string& params_override) {
+    const std::string& params_override, const std::string& init_checkpoint) {
   // Every file checked before the first is applied.
   for (const auto& file : config_files) check_input_file(file, "--config_file");
   auto params = config::get_experiment_config(name);
-  for (const auto& file : config_files) config::apply_file(*params, file);
-  if (!params_override.empty()) config::apply_override(*params, params_override);
+  config::SetKeys set_by_user;
+  for (const auto& file : config_files) config::apply_file(*params, file, &set_by_user);
+  if (!params_override.empty()) config::apply_override(*params, params_override, &set_by_user);
+  if (!init_checkpoint.empty() && params->task) {
+    namespace fs = std::filesystem;
+    const std::string& set = params->task->init_checkpoint;
+    const auto normal = [](const std::string& path) {
+      return fs::absolute(path).lexically_normal().string();
+    };
+    if (!set.empty() && normal(set) != normal(init_checkpoint)) {
+      const auto where = set_by_user.find("task.init_checkpoint");
+      throw Error("task.init_checkpoint '" + set + "'" +
+                  (where == set_by_user.end() ? "" : " (set by " + where->second + ")") +
+                  " is not --huggingface_dir '" + init_checkpoint + "'");
+    }
+    params->task->init_checkpoint = init_checkpoint;
+  }
+  const auto adopted = adopt_from_init_checkpoint(*params, set_by_user);
   config::validate_config(*params);
+  for (const auto& line : adopted) log_info() << line;
   return params;
 }
 

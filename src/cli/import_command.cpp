@@ -44,14 +44,12 @@ void run_import(const ImportFlags& flags) {
       !(fs::is_directory(flags.model_dir, ec) && fs::is_empty(flags.model_dir, ec)))
     throw Error("--model_dir '" + flags.model_dir +
                 "' exists and is not empty; import writes a new run directory");
-  auto params = resolve_experiment(flags.experiment, flags.config_files, flags.params_override);
-  auto& task_config = *params->task;
+  // The directory's shapes are taken as init_checkpoint's: params.yaml
+  // holds them.
   const std::string source = fs::absolute(flags.huggingface_dir).lexically_normal().string();
-  if (!task_config.init_checkpoint.empty() &&
-      fs::absolute(task_config.init_checkpoint).lexically_normal() != source)
-    throw Error("task.init_checkpoint '" + task_config.init_checkpoint +
-                "' is set and is not --huggingface_dir '" + flags.huggingface_dir + "'");
-  task_config.init_checkpoint = source;
+  auto params =
+      resolve_experiment(flags.experiment, flags.config_files, flags.params_override, source);
+  auto& task_config = *params->task;
 
   const fs::path target = fs::absolute(flags.model_dir).lexically_normal();
   write_directory_whole(target, [&](const fs::path& staging) {

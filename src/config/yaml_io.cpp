@@ -360,7 +360,19 @@ std::string params_file_experiment(const std::string& text) {
   return name;
 }
 
-void apply_file(Config& config, const std::string& file) {
+void note_set_keys(const YAML::Node& node, const std::string& prefix, const std::string& source,
+                   SetKeys& keys) {
+  if (node.IsMap()) {
+    for (const auto& item : node) {
+      const std::string key = item.first.as<std::string>();
+      note_set_keys(item.second, prefix.empty() ? key : prefix + "." + key, source, keys);
+    }
+    return;
+  }
+  if (!prefix.empty()) keys[prefix] = source;
+}
+
+void apply_file(Config& config, const std::string& file, SetKeys* set) {
   // A directory opens as a stream and fails inside the YAML reader without
   // a path: checked first, the error names the file and what is wrong.
   try {
@@ -385,6 +397,7 @@ void apply_file(Config& config, const std::string& file) {
   } catch (const ConfigError& e) {
     throw ConfigError(std::string(e.what()) + " (in " + file + ")");
   }
+  if (set) note_set_keys(node, "", "--config_file " + file, *set);
 }
 
 namespace {
@@ -501,13 +514,14 @@ YAML::Node parse_override(std::string_view text) {
   return root;
 }
 
-void apply_override(Config& config, std::string_view text) {
+void apply_override(Config& config, std::string_view text, SetKeys* set) {
   const YAML::Node node = parse_override(text);
   try {
     read_config(config, node);
   } catch (const ConfigError& e) {
     throw ConfigError(std::string(e.what()) + " (in --params_override)");
   }
+  if (set) note_set_keys(node, "", "--params_override", *set);
 }
 
 void validate_config(Config& config) { Validator::validate_at(config, ""); }

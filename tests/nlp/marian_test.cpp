@@ -137,6 +137,60 @@ TEST_F(MarianTest, TheTokenizerGivesMarianTokenizersIds) {
   EXPECT_EQ(t.decode(ids), e.at("greedy_text")[0].get<std::string>());
 }
 
+// transformers' MarianTokenizer.decode, read by hand: the pieces joined,
+// "▁" (U+2581) read as a space wherever it is, the ends stripped, the special
+// tokens skipped. vocab.json is the union of both models' pieces; a piece
+// only source.spm knows must decode as one target.spm knows does, not as
+// "▁bytes" (issue 76).
+std::string transformers_text(const std::vector<std::string>& pieces) {
+  std::string text;
+  for (const auto& piece : pieces) text += piece;
+  const std::string boundary = "\xE2\x96\x81";
+  for (auto at = text.find(boundary); at != std::string::npos; at = text.find(boundary, at + 1))
+    text.replace(at, boundary.size(), " ");
+  const auto first = text.find_first_not_of(' ');
+  return first == std::string::npos ? ""
+                                    : text.substr(first, text.find_last_not_of(' ') - first + 1);
+}
+
+TEST_F(MarianTest, EveryPieceOfEitherModelDecodesAsTransformersDecodesIt) {
+  const auto t = MarianTokenizer::load(kMarian.string());
+  const auto source = garden::data::SentencePieceTokenizer::load((kMarian / "source.spm").string());
+  const auto target = garden::data::SentencePieceTokenizer::load((kMarian / "target.spm").string());
+  const auto known = [](const garden::data::SentencePieceTokenizer& spm, const std::string& p) {
+    return spm.piece_to_id(p) != spm.unk_id();
+  };
+  // Word-starting pieces of one model only, each side.
+  std::vector<int64_t> source_only, target_only;
+  for (int64_t id = 0; id < t.vocab_size(); ++id) {
+    const std::string piece = t.id_to_piece(id);
+    if (piece.rfind("\xE2\x96\x81", 0) != 0 || piece.size() <= 3) continue;
+    if (known(source, piece) && !known(target, piece)) source_only.push_back(id);
+    if (known(target, piece) && !known(source, piece)) target_only.push_back(id);
+  }
+  ASSERT_GE(source_only.size(), 2u);
+  ASSERT_GE(target_only.size(), 2u);
+  const auto pieces = [&](const std::vector<int64_t>& ids) {
+    std::vector<std::string> out;
+    for (const int64_t id : ids) out.push_back(t.id_to_piece(id));
+    return out;
+  };
+  // A source piece twice ("▁bytes▁bytes" as Garden printed it
+  // before): "bytes bytes".
+  const std::vector<int64_t> twice = {source_only[0], source_only[0]};
+  const std::string word = t.id_to_piece(source_only[0]).substr(3);
+  EXPECT_EQ(t.decode(twice), word + " " + word);
+  // Mixed with target pieces, with specials skipped wherever they are.
+  const std::vector<int64_t> mixed = {target_only[0], source_only[1], t.unk_id(), target_only[1],
+                                      source_only[0], t.eos_id(),     t.pad_id()};
+  std::vector<int64_t> plain;
+  for (const int64_t id : mixed)
+    if (id != t.unk_id() && id != t.eos_id() && id != t.pad_id()) plain.push_back(id);
+  EXPECT_EQ(t.decode(mixed), transformers_text(pieces(plain)));
+  EXPECT_EQ(t.decode(mixed).find("\xE2\x96\x81"), std::string::npos);
+  EXPECT_EQ(t.decode({t.eos_id(), t.pad_id()}), "");
+}
+
 TEST_F(MarianTest, EncoderOutputsAndLogitsAreTransformers) {
   Loaded l = load();
   const auto& t = l.tokenizer();

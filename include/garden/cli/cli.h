@@ -35,9 +35,14 @@ int run_main(int argc, char** argv);
 int run_main(int argc, char** argv, const std::function<void()>& register_extras);
 
 // The experiment `name` with each config file applied in order, then the
-// override string: Model Garden's order. Validated, not yet finalized.
+// override string: Model Garden's order. Then what task.init_checkpoint
+// determines (a Hugging Face directory's shapes: core/init_checkpoint_config.h)
+// for every key the files and the override did not set. Validated, not yet
+// finalized. `init_checkpoint`, when not empty, is task.init_checkpoint
+// (garden import's --huggingface_dir); another one set by the user is
+// refused.
 std::shared_ptr<config::ExperimentConfig> resolve_experiment(
     const std::string& name, const std::vector<std::string>& config_files,
-    const std::string& params_override);
+    const std::string& params_override, const std::string& init_checkpoint = "");
 
 }  // namespace garden

@@ -2,6 +2,7 @@
 // `params_dict` / `hyperparams` behaviour), all driven by Config::visit.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,11 +21,22 @@ void read_config(Config& config, const YAML::Node& node, const std::string& path
 YAML::Node write_config(Config& config);
 std::string to_yaml_string(Config& config);
 
+// The keys a user set: the dotted path of every leaf a config file or an
+// override gave (a mapping's keys are followed down; any other value, null
+// and lists included, is a leaf), each with where it was set
+// ("--config_file FILE", "--params_override"). A later setting replaces an
+// earlier one's entry. An experiment's own defaults are never in it.
+using SetKeys = std::map<std::string, std::string>;
+// Adds the leaves of `node` under `prefix` to `keys`, as set by `source`.
+void note_set_keys(const YAML::Node& node, const std::string& prefix, const std::string& source,
+                   SetKeys& keys);
+
 // Reads a YAML (or JSON) file onto `config`; errors name the file. A file
 // that starts with params_file_text's checksum line is refused, naming it,
 // when what follows is not what was written (cut short, a bit flipped, or
-// edited: deleting that line takes an edited file as it is).
-void apply_file(Config& config, const std::string& file);
+// edited: deleting that line takes an edited file as it is). With `set`,
+// the keys the file gives are noted there ("--config_file FILE").
+void apply_file(Config& config, const std::string& file, SetKeys* set = nullptr);
 
 // params.yaml as Garden writes it (model_dir, exports): the whole config
 // behind one comment line with its size and CRC-32C. A non-empty
@@ -38,8 +50,9 @@ std::string params_file_experiment(const std::string& text);
 
 // Model Garden's --params_override: either `a.b=1,c.d='x',e=[1,2]` or a YAML
 // / JSON mapping such as `{a: {b: 1}}`. A key set twice (or set both as a
-// whole and within) is refused.
-void apply_override(Config& config, std::string_view text);
+// whole and within) is refused. With `set`, the keys it gives are noted
+// there ("--params_override").
+void apply_override(Config& config, std::string_view text, SetKeys* set = nullptr);
 // The mapping an override string stands for (exposed for tests and tools).
 YAML::Node parse_override(std::string_view text);
 

@@ -138,10 +138,20 @@ std::string MarianTokenizer::decode(const std::vector<int64_t>& ids) const {
     if (marian == pad_ || marian == eos_ || marian == unk_) continue;
     pieces.push_back(pieces_[static_cast<std::size_t>(marian)]);
   }
-  std::string text = target_->decode_pieces(pieces);
-  const auto first = text.find_first_not_of(' ');
+  // MarianTokenizer.convert_tokens_to_string: the pieces joined by one
+  // SentencePiece model (the source's when the vocabulary is shared, as
+  // transformers 5 decodes), which gives a piece it does not know back as
+  // it is, U+2581 ("▁") and all; then every U+2581 left is a space, and
+  // the ends are stripped (Python's strip()).
+  std::string text = source_->decode_pieces(pieces);
+  static const std::string kWordBoundary = "\xE2\x96\x81";  // U+2581
+  for (auto at = text.find(kWordBoundary); at != std::string::npos;
+       at = text.find(kWordBoundary, at + 1))
+    text.replace(at, kWordBoundary.size(), " ");
+  const char* const kSpace = " \t\n\r\f\v";
+  const auto first = text.find_first_not_of(kSpace);
   if (first == std::string::npos) return "";
-  return text.substr(first, text.find_last_not_of(' ') - first + 1);
+  return text.substr(first, text.find_last_not_of(kSpace) - first + 1);
 }
 
 std::string MarianTokenizer::id_to_piece(int64_t id) const {

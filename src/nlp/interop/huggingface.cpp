@@ -47,7 +47,7 @@ bool is_huggingface_dir(const std::string& path) {
          fs::is_regular_file(fs::path(path) / "config.json", ignored);
 }
 
-HuggingFaceModel read_huggingface_dir(const std::string& dir) {
+HuggingFaceModel read_huggingface_config(const std::string& dir) {
   HuggingFaceModel model;
   model.dir = dir;
   const std::string config_path = (fs::path(dir) / "config.json").string();
@@ -63,6 +63,11 @@ HuggingFaceModel read_huggingface_dir(const std::string& dir) {
   if (architectures != model.config.end() && architectures->is_array() && !architectures->empty() &&
       architectures->front().is_string())
     model.architecture = architectures->front().get<std::string>();
+  return model;
+}
+
+HuggingFaceModel read_huggingface_dir(const std::string& dir) {
+  HuggingFaceModel model = read_huggingface_config(dir);
   const fs::path weights = fs::path(dir) / "model.safetensors";
   if (!fs::exists(weights)) {
     const fs::path pickle = fs::path(dir) / "pytorch_model.bin";
@@ -121,20 +126,26 @@ void check_huggingface_encoder_config(const HuggingFaceModel& model,
       throw Error(where + key + " " + config::number_text(value) + " differs from " +
                   garden_prefix + garden_key + " " + config::number_text(garden));
   };
-  integer("vocab_size", -1, options.vocab_size, "vocab_size");
-  integer("hidden_size", -1, options.hidden_size, "hidden_size");
-  integer("num_hidden_layers", -1, options.num_layers, "num_layers");
-  integer("num_attention_heads", -1, options.num_attention_heads, "num_attention_heads");
-  integer("intermediate_size", -1, options.intermediate_size, "intermediate_size");
+  // BertConfig's and ElectraConfig's defaults for what config.json leaves out.
+  const bool electra = model.model_type == "electra";
+  const int64_t hidden = c.contains("hidden_size") && c["hidden_size"].is_number_integer()
+                             ? c["hidden_size"].get<int64_t>()
+                             : (electra ? 256 : 768);
+  integer("vocab_size", 30522, options.vocab_size, "vocab_size");
+  integer("hidden_size", hidden, options.hidden_size, "hidden_size");
+  integer("num_hidden_layers", 12, options.num_layers, "num_layers");
+  integer("num_attention_heads", electra ? 4 : 12, options.num_attention_heads,
+          "num_attention_heads");
+  integer("intermediate_size", electra ? 1024 : 3072, options.intermediate_size,
+          "intermediate_size");
   integer("max_position_embeddings", 512, options.max_position_embeddings,
           "max_position_embeddings");
   integer("type_vocab_size", 2, options.type_vocab_size, "type_vocab_size");
   const int64_t embedding =
-      model.model_type == "electra"
-          ? (c.contains("embedding_size") && c["embedding_size"].is_number_integer()
-                 ? c["embedding_size"].get<int64_t>()
-                 : 128)
-          : c.value("hidden_size", int64_t{-1});
+      electra ? (c.contains("embedding_size") && c["embedding_size"].is_number_integer()
+                     ? c["embedding_size"].get<int64_t>()
+                     : 128)
+              : hidden;
   if (embedding != options.embedding_width())
     throw Error(where + "embedding_size " + std::to_string(embedding) + " differs from " +
                 garden_prefix + "embedding_size " + std::to_string(options.embedding_width()));

@@ -44,6 +44,28 @@ const json& marian_defaults() {
   return defaults;
 }
 
+}  // namespace
+
+nlohmann::json marian_config_value(const HuggingFaceModel& model, const char* key) {
+  const json& c = model.config;
+  if (c.contains(key) && !c[key].is_null()) return c[key];
+  const auto it = marian_defaults().find(key);
+  if (it == marian_defaults().end())
+    throw Error(model.dir + "/config.json has no " + key + " (MarianConfig has no default)");
+  return *it;
+}
+
+std::string marian_activation(const HuggingFaceModel& model) {
+  const json act = marian_config_value(model, "activation_function");
+  const std::string name = act.is_string() ? act.get<std::string>() : act.dump();
+  if (name == "silu" || name == "swish") return "swish";
+  if (name == "relu" || name == "gelu") return name;
+  throw Error(model.dir + "/config.json: activation_function " + act.dump() +
+              " is not computed by Garden (relu, gelu, swish or silu)");
+}
+
+namespace {
+
 // Garden's name for MarianMT's activation_function (transformers' ACT2FN:
 // swish and silu are one function).
 std::string garden_activation(const std::string& hf) { return hf == "silu" ? "swish" : hf; }

@@ -3,6 +3,8 @@
 #include "garden/nlp/tasks/finetuning_experiments.h"
 
 #include "garden/config/registry.h"
+#include "garden/core/init_checkpoint_config.h"
+#include "garden/nlp/tasks/huggingface_adoption.h"
 #include "garden/nlp/tasks/huggingface_export.h"
 #include "garden/nlp/tasks/question_answering_task.h"
 #include "garden/nlp/tasks/sentence_prediction_serving.h"
@@ -142,6 +144,7 @@ void register_finetuning() {
                                                           SentencePredictionTask::to_huggingface);
   register_serving_module<SentencePredictionConfig, SentencePredictionTask,
                           SentencePredictionServing>("sentence_prediction");
+  register_init_checkpoint_adopter<SentencePredictionConfig>(adopt_sentence_prediction_checkpoint);
   config::register_experiment(
       "bert/sentence_prediction",
       "Model Garden's sentence prediction (GLUE) fine-tuning of a BERT-base "
@@ -150,6 +153,7 @@ void register_finetuning() {
   register_task<TaggingConfig, TaggingTask>("tagging");
   register_huggingface_exporter<TaggingConfig>("tagging", TaggingTask::to_huggingface);
   register_serving_module<TaggingConfig, TaggingTask, TaggingServing>("tagging");
+  register_init_checkpoint_adopter<TaggingConfig>(adopt_tagging_checkpoint);
   config::register_experiment(
       "bert/tagging",
       "Model Garden's tagging (a label per word: NER, POS) fine-tuning of a "
@@ -158,6 +162,7 @@ void register_finetuning() {
   register_task<QuestionAnsweringConfig, QuestionAnsweringTask>("question_answering");
   register_huggingface_exporter<QuestionAnsweringConfig>("question_answering",
                                                          QuestionAnsweringTask::to_huggingface);
+  register_init_checkpoint_adopter<QuestionAnsweringConfig>(adopt_question_answering_checkpoint);
   config::register_experiment(
       "bert/squad",
       "Model Garden's question answering (SQuAD v1.1 / v2.0) fine-tuning of a BERT-base "

@@ -6,6 +6,8 @@
 
 #include "garden/base/paths.h"
 #include "garden/config/registry.h"
+#include "garden/core/init_checkpoint_config.h"
+#include "garden/nlp/tasks/huggingface_adoption.h"
 #include "garden/nlp/tasks/huggingface_export.h"
 #include "garden/nlp/tasks/translation_serving.h"
 #include "garden/nlp/tasks/translation_task.h"
@@ -216,6 +218,7 @@ void register_translation() {
   register_task<TranslationConfig, TranslationTask>("translation");
   register_huggingface_exporter<TranslationConfig>("translation", TranslationTask::to_huggingface);
   register_serving_module<TranslationConfig, TranslationTask, TranslationServing>("translation");
+  register_init_checkpoint_adopter<TranslationConfig>(adopt_translation_checkpoint);
   config::register_experiment("wmt_transformer/large",
                               "Model Garden's Transformer big for WMT (1024 wide, 6+6 layers); "
                               "set the data paths",

@@ -54,8 +54,11 @@ class MarianTokenizer : public data::Tokenizer {
   // A target sentence (MarianTokenizer's text_target): target.spm's pieces,
   // looked up in vocab.json.
   std::vector<int64_t> encode_target(std::string_view text) const;
-  // As MarianTokenizer.decode(ids, skip_special_tokens=True): <pad>, </s>
-  // and <unk> are dropped, the other pieces joined by target.spm.
+  // As MarianTokenizer.decode(ids, skip_special_tokens=True) in
+  // transformers 5: <pad>, </s> and <unk> are dropped, the other pieces
+  // joined by source.spm (a piece it does not know, one of target.spm's,
+  // stays as it is), every U+2581 left becomes a space, and the ends are
+  // stripped. A piece of either model decodes to its text.
   std::string decode(const std::vector<int64_t>& ids) const override;
   int64_t vocab_size() const override;
   int64_t pad_id() const override { return 0; }

@@ -52,6 +52,8 @@ struct HuggingFaceModel {
 // Reads config.json and model.safetensors (else pytorch_model.bin); one
 // garden::Error line naming the file for anything missing or malformed.
 HuggingFaceModel read_huggingface_dir(const std::string& dir);
+// config.json alone (no tensors): what a config's resolution reads.
+HuggingFaceModel read_huggingface_config(const std::string& dir);
 
 // Compares config.json with `options` (model_type bert or electra; vocab,
 // widths, layers, heads, activation, positions, types, layer-norm epsilon,

@@ -32,6 +32,13 @@
 
 namespace garden::nlp {
 
+// config.json's `key`, or MarianConfig's default when it is absent or null
+// (a key without one throws naming it).
+nlohmann::json marian_config_value(const HuggingFaceModel& model, const char* key);
+// Garden's name of config.json's activation_function (swish for silu);
+// one the Transformer does not compute throws naming it.
+std::string marian_activation(const HuggingFaceModel& model);
+
 // Compares config.json (model_type marian) with the model Garden would
 // build. `marian_pad` and `marian_eos` are the tokenizer's (vocab.json's)
 // <pad> and </s>. Throws naming the first key that differs, as

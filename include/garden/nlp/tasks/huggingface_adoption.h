@@ -1,0 +1,44 @@
+// The init_checkpoint adopters (garden/core/init_checkpoint_config.h) of the
+// tasks that start from a Hugging Face directory: with task.init_checkpoint
+// naming one, every key it determines and the user did not set is taken
+// from it (garden/nlp/interop/huggingface_config.h), as from_pretrained
+// does:
+//
+//   sentence_prediction, tagging, question_answering (BERT, ELECTRA)
+//     task.model.encoder.bert.*  config.json's sizes, activation, dropouts
+//     task.{train,validation}_data.vocab_file, tokenization, lower_case
+//       (do_lower_case for question answering): the directory's WordPiece
+//       vocabulary and its tokenizer's lower-casing
+//     task.{train,validation}_data.seq_length: capped at
+//       max_position_embeddings when the experiment's (one log line)
+//     task.model.num_classes (sentence prediction) from id2label of a
+//       *ForSequenceClassification, task.class_names (tagging) from that of
+//       a *ForTokenClassification
+//   translation (MarianMT)
+//     task.model.embedding_width, dropout_rate, encoder.* and decoder.*
+//     (layers, heads, feed-forward width, activation, dropouts), and what
+//     MarianMT computes: use_bias, norm_first false, norm_epsilon 1e-5,
+//     position_encoding marian, output_bias, zero_pad_embedding false
+//
+// Nothing is done when init_checkpoint names no Hugging Face directory.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "garden/config/definitions.h"
+#include "garden/config/yaml_io.h"
+
+namespace garden::nlp {
+
+// Each returns the lines to log (InitCheckpointAdopter).
+std::vector<std::string> adopt_sentence_prediction_checkpoint(config::TaskConfig& task,
+                                                              const config::SetKeys& set_by_user);
+std::vector<std::string> adopt_tagging_checkpoint(config::TaskConfig& task,
+                                                  const config::SetKeys& set_by_user);
+std::vector<std::string> adopt_question_answering_checkpoint(config::TaskConfig& task,
+                                                             const config::SetKeys& set_by_user);
+std::vector<std::string> adopt_translation_checkpoint(config::TaskConfig& task,
+                                                      const config::SetKeys& set_by_user);
+
+}  // namespace garden::nlp
