@@ -4,6 +4,7 @@
 
 #include "garden/config/registry.h"
 #include "garden/nlp/tasks/huggingface_export.h"
+#include "garden/nlp/tasks/question_answering_serving.h"
 #include "garden/nlp/tasks/question_answering_task.h"
 #include "garden/nlp/tasks/sentence_prediction_serving.h"
 #include "garden/nlp/tasks/sentence_prediction_task.h"
@@ -158,6 +159,8 @@ void register_finetuning() {
   register_task<QuestionAnsweringConfig, QuestionAnsweringTask>("question_answering");
   register_huggingface_exporter<QuestionAnsweringConfig>("question_answering",
                                                          QuestionAnsweringTask::to_huggingface);
+  register_serving_module<QuestionAnsweringConfig, QuestionAnsweringTask, QuestionAnsweringServing>(
+      "question_answering");
   config::register_experiment(
       "bert/squad",
       "Model Garden's question answering (SQuAD v1.1 / v2.0) fine-tuning of a BERT-base "
