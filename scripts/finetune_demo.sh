@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# From raw text to a served classifier, on the bundled data, in a few minutes
-# on two cores: pretrain electra/tiny on the man-page slice, fine-tune
-# bert/sentence_prediction_tiny on the SpamAssassin subjects from its
-# discriminator, export, answer with `garden predict`, then serve it and ask
-# TF Serving's REST API with raw text. Run after scripts/demo.sh (or any
+# From raw text to served models, on the bundled data, in a few minutes on
+# two cores: pretrain electra/tiny on the man-page slice, fine-tune
+# bert/sentence_prediction_tiny on the SpamAssassin subjects and
+# bert/squad_tiny on the man-page questions from its discriminator, export
+# both, answer with `garden predict`, then serve each and ask TF Serving's
+# REST API with raw text. Run after scripts/demo.sh (or any
 # build of build/garden).
 #
 #   bash scripts/finetune_demo.sh [OUT]     (default runs/finetune-demo)
@@ -36,10 +37,29 @@ task.train_data.input_path=pretrain.tfrecord,trainer.train_steps=600"
 task.model.encoder.bert.vocab_size=2000,task.init_checkpoint=electra,\
 task.train_data.input_path=train.tfrecord,task.validation_data.input_path=eval.tfrecord,\
 task.train_data.vocab_file=sp.model,task.class_names=[ham,spam]"
-# 3. Export (the SentencePiece model travels in assets/), predict, serve.
+# 3. Question answering on the bundled man-page SQuAD set, from the same
+#    discriminator: records, the span labeler, evaluated on dev.json (its
+#    answers in qa/predictions.json).
+"$garden" create_finetuning_data --fine_tuning_task_type=squad \
+  --squad_data_file="$here/data/squad/train.json" --train_data_output_path=squad.tfrecord \
+  --meta_data_file_path=squad_meta.json --sp_model_file=sp.model --nodo_lower_case \
+  --max_seq_length=128 --max_query_length=32 --doc_stride=64
+"$garden" train --experiment=bert/squad_tiny --model_dir=qa --params_override="\
+task.model.encoder.bert.vocab_size=2000,task.init_checkpoint=electra,\
+task.train_data.input_path=squad.tfrecord,task.validation_data.input_path=$here/data/squad/dev.json,\
+task.train_data.vocab_file=sp.model"
+# 4. Export both (the SentencePiece model travels in assets/), predict, serve.
 "$garden" export --experiment=bert/sentence_prediction_tiny --model_dir=classifier --export_dir=export
 printf '%s\n' '{"sentence": "Re: patch for the build scripts"}' \
   '{"sentence": "FREE money!!! Act now, limited offer"}' | "$garden" predict --export_dir=export
+"$garden" export --experiment=bert/squad_tiny --model_dir=qa --export_dir=qa_export
+/usr/bin/python3 - "$here/data/squad/dev.json" > question.jsonl <<'PY'
+import json, sys
+paragraph = json.load(open(sys.argv[1]))["data"][0]["paragraphs"][0]
+print(json.dumps({"question": paragraph["qas"][1]["question"], "context": paragraph["context"]}))
+PY
+"$garden" predict --export_dir=qa_export --input=question.jsonl
+/usr/bin/python3 -c 'import json; print(json.load(open("qa/predictions.json"))["8719355832789f63"])'
 "$garden" serve --export_dir=export --port="$port" --grpc_port=-1 &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
@@ -53,6 +73,19 @@ done
 [ -n "$ready" ] || { echo "finetune_demo: the server did not report AVAILABLE within 120 s" >&2; exit 1; }
 curl -s "localhost:$port/v1/models/default:predict" \
   -d '{"instances": [{"sentence": "Meeting notes for Tuesday"}, {"sentence": "Lose 30 pounds in 30 days"}]}'
+echo
+kill -TERM $server
+wait $server
+"$garden" serve --export_dir=qa_export --model_name=qa --port="$port" --grpc_port=-1 &
+server=$!
+for _ in $(seq 100); do
+  curl -sf "localhost:$port/v1/models/qa" > /dev/null && break
+  sleep 0.1
+done
+question='Which option: Print a short version string and exit?'
+context='-h, --help Print a short help text and exit. --version Print a short version string and exit.'
+curl -s "localhost:$port/v1/models/qa:predict" \
+  -d "{\"instances\": [{\"question\": \"$question\", \"context\": \"$context\"}]}"
 echo
 kill -TERM $server
 wait $server

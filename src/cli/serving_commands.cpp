@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -34,6 +35,16 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+
+// A Predictor's error about its only instance ("instance 0 has ...",
+// "instance 0: input ...") as `--input line N: ...` names it.
+std::string input_line_error(std::string message, int64_t line) {
+  if (message.rfind("instance 0", 0) == 0) {
+    message = message.substr(10);
+    message = message.substr(std::min(message.find_first_not_of(": "), message.size()));
+  }
+  return "--input line " + std::to_string(line) + ": " + message;
+}
 
 void run_export(const serving::ExportOptions& options, const std::string& format) {
   if (format == "huggingface") {
@@ -125,9 +136,7 @@ void run_predict(const PredictFlags& flags) {
         try {
           predictor.predict({instances[i]});
         } catch (const InputError& e) {
-          std::string message = e.what();
-          if (message.rfind("instance 0", 0) == 0) message = message.substr(11);
-          throw InputError("--input line " + std::to_string(numbers[i]) + ": " + message);
+          throw InputError(input_line_error(e.what(), numbers[i]));
         }
       }
       throw;
@@ -155,9 +164,7 @@ void run_predict(const PredictFlags& flags) {
       try {
         instances.push_back(predictor.normalize_instance(parse_line(line, text_input, lines), 0));
       } catch (const InputError& e) {
-        std::string message = e.what();
-        if (message.rfind("instance 0", 0) == 0) message = message.substr(11);
-        throw InputError("--input line " + std::to_string(lines) + ": " + message);
+        throw InputError(input_line_error(e.what(), lines));
       }
       numbers.push_back(lines);
     }

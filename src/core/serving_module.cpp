@@ -9,6 +9,11 @@ void ServingModule::prepare(const nlohmann::json& task_metadata,
   task_.restore_checkpoint_metadata(task_metadata);
 }
 
+std::vector<nlohmann::json> ServingModule::predict(const std::vector<nlohmann::json>& instances,
+                                                   const RunModel& run_model) {
+  return outputs(run_model(inputs(instances)), instances.size());
+}
+
 void ServingModule::use_int8(Model&) {
   throw Error("--int8: task '" + task_.name() +
               "' has no int8 inference (the translation task has)");

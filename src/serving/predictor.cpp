@@ -193,10 +193,11 @@ std::vector<nlohmann::json> Predictor::predict(const std::vector<nlohmann::json>
   std::lock_guard<std::mutex> lock(mutex_);
   c10::InferenceMode inference;
   if (fx_model_) return predict_tensorfx(objects);
-  Batch inputs = serving_->inputs(objects);
-  for (auto& [name, tensor] : inputs) tensor = tensor.to(device_);
-  const Batch outputs = task_->inference_step(inputs, *model_);
-  return serving_->outputs(outputs, objects.size());
+  return serving_->predict(objects, [this](const Batch& inputs) {
+    Batch moved;
+    for (const auto& [name, tensor] : inputs) moved[name] = tensor.to(device_);
+    return task_->inference_step(moved, *model_);
+  });
 }
 
 Batch Predictor::predict_batch(const Batch& inputs) const {

@@ -8,7 +8,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +22,7 @@
 #include "garden/nlp/data/squad_data.h"
 #include "garden/nlp/metrics/squad_metrics.h"
 #include "garden/nlp/tasks/question_answering_config.h"
+#include "nlp/squad_fixture.h"
 #include "reference_formats.h"
 #include "test_util.h"
 
@@ -34,24 +34,8 @@ using garden::nlp::FinetuningTokenizer;
 using garden::nlp::SquadFeature;
 using json = nlohmann::json;
 
-// ids: [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4, then the words.
-const std::vector<std::string> kSquadVocab = {
-    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat",   "sat",  "on", "mat",
-    "(",     ")",     "where", "is",    "?",      "dog", "##s",   "a",    "of", "and",
-    "which", "fruit", "apple", "pear",  "plum",   "fig", "green", "tree", "by", "river"};
-
-json one_question(const std::string& context, const std::string& question,
-                  const std::string& answer, int64_t answer_start, const std::string& id = "q1") {
-  return {{"version", "1.1"},
-          {"data",
-           {{{"title", "t"},
-             {"paragraphs",
-              {{{"context", context},
-                {"qas",
-                 {{{"id", id},
-                   {"question", question},
-                   {"answers", {{{"text", answer}, {"answer_start", answer_start}}}}}}}}}}}}}};
-}
+using squad_fixture::fruit_questions;
+using squad_fixture::one_question;
 
 class QuestionAnsweringTest : public ::testing::Test {
  protected:
@@ -59,9 +43,7 @@ class QuestionAnsweringTest : public ::testing::Test {
     garden::register_builtins();
     dir_ = fs::temp_directory_path() / ("question_answering_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
-    std::string vocab;
-    for (const auto& token : kSquadVocab) vocab += token + "\n";
-    vocab_ = garden_test::write_text_file(dir_ / "vocab.txt", vocab);
+    vocab_ = garden_test::write_text_file(dir_ / "vocab.txt", squad_fixture::squad_vocab_text());
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
   static std::shared_ptr<const FinetuningTokenizer> tokenizer() {
@@ -228,14 +210,21 @@ TEST_F(QuestionAnsweringTest, WindowsMergeIntoTheBestSpanWhereItsStartHasMostCon
   o.max_answer_length = 3;
   auto p = garden::nlp::postprocess_squad(*tokenizer(), examples, windows, results, o);
   // (8, 10) "mat) the" would be 5 + 9 = 14 in three tokens: allowed, best.
+  // In "the cat sat on the (mat) the dog sat" it is characters 20 to 27.
   EXPECT_EQ(p.answers.at("q1"), "mat) the");
+  EXPECT_EQ(p.nbest.at("q1")[0].start_char, 20);
+  EXPECT_EQ(p.nbest.at("q1")[0].end_char, 28);
   results[2].end_logits[10] = 0;
   p = garden::nlp::postprocess_squad(*tokenizer(), examples, windows, results, o);
   // The piece "mat" maps back into the word "(mat)" without its brackets.
   EXPECT_EQ(p.answers.at("q1"), "mat");
   const auto& nbest = p.nbest.at("q1");
   ASSERT_EQ(nbest.size(), 2u);
+  EXPECT_EQ(nbest[0].start_char, 20);
+  EXPECT_EQ(nbest[0].end_char, 23);
   EXPECT_EQ(nbest[1].text, "dog");
+  EXPECT_EQ(nbest[1].start_char, 29);
+  EXPECT_EQ(nbest[1].end_char, 32);
   EXPECT_DOUBLE_EQ(nbest[0].start_logit + nbest[0].end_logit, 10.0);
   EXPECT_GT(nbest[0].probability, nbest[1].probability);
   double sum = 0;
@@ -251,6 +240,41 @@ TEST_F(QuestionAnsweringTest, WindowsMergeIntoTheBestSpanWhereItsStartHasMostCon
   o.null_score_diff_threshold = 3.0;
   p = garden::nlp::postprocess_squad(*tokenizer(), examples, windows, results, o);
   EXPECT_EQ(p.answers.at("q1"), "mat");
+}
+
+TEST_F(QuestionAnsweringTest, ARawQuestionsAnswerIsPlacedInItsContextByCharacters) {
+  // A served question: its context split as a paragraph is, each word's
+  // first character kept ("café" is 4 characters, 5 bytes; a tab and two
+  // spaces are whitespace).
+  const auto question = garden::nlp::squad_question("7", "where?", "a café\tby  the river ");
+  EXPECT_EQ(question.qas_id, "7");
+  EXPECT_EQ(question.question_text, "where?");
+  EXPECT_EQ(question.doc_tokens, (std::vector<std::string>{"a", "café", "by", "the", "river"}));
+  EXPECT_EQ(question.doc_token_offsets, (std::vector<int64_t>{0, 2, 7, 11, 15}));
+  // One window: [CLS] where ? [SEP] a [UNK] by the river [SEP]; the span
+  // "by the" (positions 6, 7) is answered with the words' single space, and
+  // placed at characters [7, 14) of the context, "by  the".
+  garden::nlp::SquadConversionOptions c;
+  c.max_seq_length = 16;
+  c.max_query_length = 4;
+  const auto windows = garden::nlp::convert_squad_examples(*tokenizer(), {question}, c);
+  ASSERT_EQ(windows.size(), 1u);
+  ASSERT_EQ(windows[0].tokens, (std::vector<int64_t>{2, 12, 14, 3, 17, 1, 28, 5, 29, 3}));
+  garden::nlp::SquadRawResult r{windows[0].unique_id, std::vector<float>(16, 0.0f),
+                                std::vector<float>(16, 0.0f)};
+  r.start_logits[6] = 4;
+  r.end_logits[7] = 4;
+  auto p = garden::nlp::postprocess_squad(*tokenizer(), {question}, windows, {r}, {});
+  EXPECT_EQ(p.answers.at("7"), "by the");
+  EXPECT_EQ(p.nbest.at("7")[0].start_char, 7);
+  EXPECT_EQ(p.nbest.at("7")[0].end_char, 14);
+  // "café", an unknown word, is the word itself: characters [2, 6).
+  r.start_logits[6] = 0;
+  r.start_logits[5] = r.end_logits[5] = 9;
+  p = garden::nlp::postprocess_squad(*tokenizer(), {question}, windows, {r}, {});
+  EXPECT_EQ(p.answers.at("7"), "café");
+  EXPECT_EQ(p.nbest.at("7")[0].start_char, 2);
+  EXPECT_EQ(p.nbest.at("7")[0].end_char, 6);
 }
 
 TEST_F(QuestionAnsweringTest, FinalTextMapsPiecesBackOntoTheOriginalWords) {
@@ -310,41 +334,6 @@ TEST_F(QuestionAnsweringTest, RecordsReadBackByAnIndependentReader) {
             }).find("--squad_data_file"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(dir_ / "none.tfrecord"));
-}
-
-// Paragraphs of 10 to 17 filler words with one fruit among them, asked
-// "which fruit?": a window holding the fruit answers it, the others
-// [CLS].
-json fruit_questions(int count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const std::vector<std::string> filler = {"the", "cat", "sat", "on",    "a",
-                                           "mat", "dog", "of",  "green", "tree"};
-  const std::vector<std::string> fruit = {"apple", "pear", "plum", "fig"};
-  json data = json::array();
-  for (int i = 0; i < count; ++i) {
-    const int length = 10 + static_cast<int>(rng() % 8);
-    const int at = static_cast<int>(rng() % static_cast<uint32_t>(length));
-    std::string context, answer;
-    int64_t start = 0;
-    for (int w = 0; w < length; ++w) {
-      if (!context.empty()) context += " ";
-      if (w == at) {
-        answer = fruit[rng() % fruit.size()];
-        start = static_cast<int64_t>(context.size());
-        context += answer;
-      } else {
-        context += filler[rng() % filler.size()];
-      }
-    }
-    data.push_back({{"title", "fruit"},
-                    {"paragraphs",
-                     {{{"context", context},
-                       {"qas",
-                        {{{"id", "q" + std::to_string(i)},
-                          {"question", "which fruit?"},
-                          {"answers", {{{"text", answer}, {"answer_start", start}}}}}}}}}}});
-  }
-  return {{"version", "1.1"}, {"data", data}};
 }
 
 TEST_F(QuestionAnsweringTest, ATinyModelLearnsToAnswerAndIsScoredByTheOfficialRules) {

@@ -67,6 +67,15 @@ class ServingModule {
   // inference_step's outputs for `count` instances -> one JSON object of the
   // signature's outputs per instance.
   virtual std::vector<nlohmann::json> outputs(const Batch& outputs, std::size_t count) = 0;
+  // One call, instances to answers: `run_model` is the task's inference_step
+  // on the model (on its device). The default is outputs(run_model(inputs)),
+  // one row of the batch per instance. A module whose instance becomes
+  // several rows (question answering cuts a long context into windows)
+  // overrides it, and keeps what maps its rows back to their instance for
+  // the length of the call.
+  using RunModel = std::function<Batch(const Batch& inputs)>;
+  virtual std::vector<nlohmann::json> predict(const std::vector<nlohmann::json>& instances,
+                                              const RunModel& run_model);
   // int8 inference (garden translate, predict and serve --int8): readies
   // `model`, already holding its weights, to run inference_step in int8. The
   // default throws garden::Error: the task has none.

@@ -89,10 +89,11 @@ std::vector<int64_t> FinetuningTokenizer::tokenize(std::string_view text) const 
 }
 
 TaskTextTokenizer::TaskTextTokenizer(std::string vocab_file, std::string tokenization,
-                                     bool lower_case)
+                                     bool lower_case, std::string flag)
     : vocab_file_(std::move(vocab_file)),
       tokenization_(std::move(tokenization)),
-      lower_case_(lower_case) {}
+      lower_case_(lower_case),
+      flag_(std::move(flag)) {}
 
 namespace {
 const char* asset_name(const std::string& tokenization) {
@@ -119,10 +120,9 @@ void TaskTextTokenizer::use_assets(const std::map<std::string, std::string>& ass
 const FinetuningTokenizer& TaskTextTokenizer::get() {
   if (!tokenizer_) {
     const std::string& path = asset_path_.empty() ? vocab_file_ : asset_path_;
-    if (path.empty())
-      throw Error("task.train_data.vocab_file is empty: the task has no tokenizer for raw text");
-    tokenizer_ = FinetuningTokenizer::open(tokenization_kind(tokenization_), path, lower_case_,
-                                           "task.train_data.vocab_file");
+    if (path.empty()) throw Error(flag_ + " is empty: the task has no tokenizer for raw text");
+    tokenizer_ =
+        FinetuningTokenizer::open(tokenization_kind(tokenization_), path, lower_case_, flag_);
   }
   return *tokenizer_;
 }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -88,7 +90,38 @@ std::string whitespace_joined(const std::string& text) {
   return join(words, 0, words.size());
 }
 
+// The context's words (split on whitespace) and each one's first character
+// and, when asked, for each character the word it is in (squad_lib's
+// char_to_word_offset). Offsets count Unicode characters, as Python's.
+SquadExample split_context(const std::string& context, std::vector<int64_t>* char_to_word) {
+  SquadExample out;
+  bool previous_whitespace = true;
+  int64_t offset = 0;
+  for (const char32_t c : unicode::decode_utf8(context)) {
+    if (squad_whitespace(c)) {
+      previous_whitespace = true;
+    } else {
+      if (previous_whitespace) {
+        out.doc_tokens.emplace_back();
+        out.doc_token_offsets.push_back(offset);
+      }
+      unicode::append_utf8(c, out.doc_tokens.back());
+      previous_whitespace = false;
+    }
+    if (char_to_word) char_to_word->push_back(static_cast<int64_t>(out.doc_tokens.size()) - 1);
+    ++offset;
+  }
+  return out;
+}
+
 }  // namespace
+
+SquadExample squad_question(std::string qas_id, std::string question, const std::string& context) {
+  SquadExample example = split_context(context, nullptr);
+  example.qas_id = std::move(qas_id);
+  example.question_text = std::move(question);
+  return example;
+}
 
 SquadReadReport read_squad_examples(const std::string& path, bool is_training,
                                     bool version_2_with_negative) {
@@ -113,21 +146,9 @@ SquadReadReport read_squad_examples(const std::string& path, bool is_training,
               .get<std::string>();
       if (unicode::invalid_utf8_offset(context) != std::string::npos)
         throw Error(at_paragraph + ".context: " + unicode::utf8_error(context));
-      // Words and, for each character, the word it is in (squad_lib's
-      // char_to_word_offset; offsets count Unicode characters, as Python's).
-      std::vector<std::string> doc_tokens;
       std::vector<int64_t> char_to_word;
-      bool previous_whitespace = true;
-      for (const char32_t c : unicode::decode_utf8(context)) {
-        if (squad_whitespace(c)) {
-          previous_whitespace = true;
-        } else {
-          if (previous_whitespace) doc_tokens.emplace_back();
-          unicode::append_utf8(c, doc_tokens.back());
-          previous_whitespace = false;
-        }
-        char_to_word.push_back(static_cast<int64_t>(doc_tokens.size()) - 1);
-      }
+      const SquadExample words = split_context(context, &char_to_word);
+      const std::vector<std::string>& doc_tokens = words.doc_tokens;
       const json& qas = field(paragraphs[j], "qas", json::value_t::array, at_paragraph, "a list");
       for (std::size_t k = 0; k < qas.size(); ++k) {
         const std::string at = at_paragraph + ".qas[" + std::to_string(k) + "]";
@@ -143,6 +164,7 @@ SquadReadReport read_squad_examples(const std::string& path, bool is_training,
         example.question_text =
             field(qas[k], "question", json::value_t::string, at, "a string").get<std::string>();
         example.doc_tokens = doc_tokens;
+        example.doc_token_offsets = words.doc_token_offsets;
         if (version_2_with_negative && qas[k].contains("is_impossible"))
           example.is_impossible =
               field(qas[k], "is_impossible", json::value_t::boolean, at, "true or false")
@@ -319,8 +341,12 @@ std::vector<SquadFeature> convert_squad_examples(const FinetuningTokenizer& toke
   return features;
 }
 
-std::string squad_final_text(const std::string& pred_text, const std::string& orig_text,
-                             bool do_lower_case) {
+namespace {
+
+// squad_final_text's answer as characters [first, second) of orig_text.
+std::pair<std::size_t, std::size_t> final_text_span(const std::string& pred_text,
+                                                    const std::string& orig_text,
+                                                    bool do_lower_case) {
   const data::WordPieceTokenizer basic(std::vector<std::string>{"[UNK]"}, do_lower_case);
   std::u32string tok;
   for (const auto& word : basic.basic_tokenize(orig_text)) {
@@ -331,8 +357,9 @@ std::string squad_final_text(const std::string& pred_text, const std::string& or
   for (const char32_t c : unicode::decode_utf8(pred_text)) pred += c;
   std::u32string orig;
   for (const char32_t c : unicode::decode_utf8(orig_text)) orig += c;
+  const std::pair<std::size_t, std::size_t> whole{0, orig.size()};
   const std::size_t start = tok.find(pred);
-  if (pred.empty() || start == std::u32string::npos) return orig_text;
+  if (pred.empty() || start == std::u32string::npos) return whole;
   const std::size_t end = start + pred.size() - 1;
   // Both texts without their spaces, with each character's place in the text
   // with them; they must agree in length to map one onto the other.
@@ -348,15 +375,25 @@ std::string squad_final_text(const std::string& pred_text, const std::string& or
   std::vector<std::size_t> orig_map, tok_map;
   const std::u32string orig_ns = strip(orig, orig_map);
   const std::u32string tok_ns = strip(tok, tok_map);
-  if (orig_ns.size() != tok_ns.size()) return orig_text;
+  if (orig_ns.size() != tok_ns.size()) return whole;
   auto to_orig = [&](std::size_t spaced) -> std::optional<std::size_t> {
     const auto it = std::lower_bound(tok_map.begin(), tok_map.end(), spaced);
     if (it == tok_map.end() || *it != spaced) return std::nullopt;
     return orig_map[static_cast<std::size_t>(it - tok_map.begin())];
   };
   const auto orig_start = to_orig(start), orig_end = to_orig(end);
-  if (!orig_start || !orig_end) return orig_text;
-  return utf8(orig.substr(*orig_start, *orig_end - *orig_start + 1));
+  if (!orig_start || !orig_end) return whole;
+  return {*orig_start, *orig_end + 1};
+}
+
+}  // namespace
+
+std::string squad_final_text(const std::string& pred_text, const std::string& orig_text,
+                             bool do_lower_case) {
+  const auto [first, end] = final_text_span(pred_text, orig_text, do_lower_case);
+  const std::vector<char32_t> orig = unicode::decode_utf8(orig_text);
+  return utf8(std::u32string(orig.begin() + static_cast<std::ptrdiff_t>(first),
+                             orig.begin() + static_cast<std::ptrdiff_t>(end)));
 }
 
 namespace {
@@ -388,6 +425,19 @@ std::string pieces_text(const FinetuningTokenizer& tokenizer, const std::vector<
     }
   }
   return out;
+}
+
+// Where character `index` of doc words `first`... joined by single spaces
+// lies in the example's context (a character of a word, not a space).
+int64_t context_offset(const SquadExample& example, int64_t first, std::size_t index) {
+  std::size_t at = 0;
+  for (auto w = static_cast<std::size_t>(first); w < example.doc_tokens.size(); ++w) {
+    const std::size_t length = unicode::decode_utf8(example.doc_tokens[w]).size();
+    if (index < at + length)
+      return example.doc_token_offsets.at(w) + static_cast<int64_t>(index - at);
+    at += length + 1;
+  }
+  return -1;
 }
 
 }  // namespace
@@ -450,28 +500,35 @@ SquadPredictions postprocess_squad(const FinetuningTokenizer& tokenizer,
     for (const Prelim& p : prelim) {
       if (static_cast<int64_t>(nbest.size()) >= o.n_best_size) break;
       std::string text;
+      int64_t start_char = -1, end_char = -1;
       if (p.feature && p.start > 0) {
         const int64_t first = p.feature->token_to_orig_map.at(p.start);
         const int64_t last = p.feature->token_to_orig_map.at(p.end);
         const std::string orig = join(example.doc_tokens, static_cast<std::size_t>(first),
                                       static_cast<std::size_t>(last) + 1);
+        const std::vector<char32_t> chars = unicode::decode_utf8(orig);
+        std::pair<std::size_t, std::size_t> span{0, chars.size()};
         if (tokenizer.kind() == FinetuningTokenizer::Kind::kWordPiece) {
           const std::vector<int64_t> ids(p.feature->tokens.begin() + p.start,
                                          p.feature->tokens.begin() + p.end + 1);
-          text = squad_final_text(whitespace_joined(pieces_text(tokenizer, ids)), orig,
-                                  o.do_lower_case);
-        } else {
-          text = orig;
+          span = final_text_span(whitespace_joined(pieces_text(tokenizer, ids)), orig,
+                                 o.do_lower_case);
+        }
+        text = utf8(std::u32string(chars.begin() + static_cast<std::ptrdiff_t>(span.first),
+                                   chars.begin() + static_cast<std::ptrdiff_t>(span.second)));
+        if (!example.doc_token_offsets.empty()) {
+          start_char = context_offset(example, first, span.first);
+          end_char = context_offset(example, first, span.second - 1) + 1;
         }
       }
       if (std::find(seen.begin(), seen.end(), text) != seen.end()) continue;
       seen.push_back(text);
-      nbest.push_back({text, p.start_logit, p.end_logit, 0});
+      nbest.push_back({text, p.start_logit, p.end_logit, 0, start_char, end_char});
     }
     if (o.version_2_with_negative && have_null &&
         std::find(seen.begin(), seen.end(), std::string()) == seen.end())
-      nbest.push_back({"", null_start, null_end, 0});
-    if (nbest.empty()) nbest.push_back({"empty", 0, 0, 0});
+      nbest.push_back({"", null_start, null_end, 0, -1, -1});
+    if (nbest.empty()) nbest.push_back({"empty", 0, 0, 0, -1, -1});
     // Probabilities: a softmax over the entries' total scores.
     double top = -INFINITY, sum = 0;
     for (const auto& n : nbest) top = std::max(top, n.start_logit + n.end_logit);

@@ -6,6 +6,7 @@
 #include "garden/core/init_checkpoint_config.h"
 #include "garden/nlp/tasks/huggingface_adoption.h"
 #include "garden/nlp/tasks/huggingface_export.h"
+#include "garden/nlp/tasks/question_answering_serving.h"
 #include "garden/nlp/tasks/question_answering_task.h"
 #include "garden/nlp/tasks/sentence_prediction_serving.h"
 #include "garden/nlp/tasks/sentence_prediction_task.h"
@@ -163,6 +164,8 @@ void register_finetuning() {
   register_huggingface_exporter<QuestionAnsweringConfig>("question_answering",
                                                          QuestionAnsweringTask::to_huggingface);
   register_init_checkpoint_adopter<QuestionAnsweringConfig>(adopt_question_answering_checkpoint);
+  register_serving_module<QuestionAnsweringConfig, QuestionAnsweringTask, QuestionAnsweringServing>(
+      "question_answering");
   config::register_experiment(
       "bert/squad",
       "Model Garden's question answering (SQuAD v1.1 / v2.0) fine-tuning of a BERT-base "

@@ -27,11 +27,22 @@ namespace fs = std::filesystem;
 constexpr const char* kSquadIds = "squad_unique_ids";
 constexpr const char* kSquadLogits = "squad_logits";
 
+// Evaluation's (and serving's) tokenizer: validation_data's vocab_file, else
+// train_data's.
+TaskTextTokenizer evaluation_tokenizer(const QuestionAnsweringConfig& c) {
+  const bool own = !c.validation_data.vocab_file.empty();
+  return TaskTextTokenizer(own ? c.validation_data.vocab_file : c.train_data.vocab_file,
+                           c.validation_data.tokenization, c.validation_data.do_lower_case,
+                           own ? "task.validation_data.vocab_file" : "task.train_data.vocab_file");
+}
+
 }  // namespace
 
 QuestionAnsweringTask::QuestionAnsweringTask(std::shared_ptr<const QuestionAnsweringConfig> params,
                                              std::string logging_dir)
-    : Task(params, std::move(logging_dir)), config_(*params) {}
+    : Task(params, std::move(logging_dir)),
+      config_(*params),
+      text_tokenizer_(evaluation_tokenizer(*params)) {}
 
 QuestionAnsweringTask::~QuestionAnsweringTask() {
   if (temporary_dir_.empty()) return;
@@ -40,19 +51,34 @@ QuestionAnsweringTask::~QuestionAnsweringTask() {
 }
 
 const FinetuningTokenizer& QuestionAnsweringTask::tokenizer() {
-  if (!tokenizer_) {
-    const auto& e = config_.validation_data;
-    const bool from_validation = !e.vocab_file.empty();
-    const std::string& path = from_validation ? e.vocab_file : config_.train_data.vocab_file;
-    if (path.empty())
-      throw Error(
-          "task.validation_data.vocab_file is empty: the evaluation tokenizes the SQuAD JSON with "
-          "it (vocab.txt or a SentencePiece model)");
-    tokenizer_ = FinetuningTokenizer::open(
-        tokenization_kind(e.tokenization), path, e.do_lower_case,
-        from_validation ? "task.validation_data.vocab_file" : "task.train_data.vocab_file");
-  }
-  return *tokenizer_;
+  if (!text_tokenizer_.configured())
+    throw Error(
+        "task.validation_data.vocab_file is empty: the evaluation tokenizes the SQuAD JSON with "
+        "it (vocab.txt or a SentencePiece model)");
+  return text_tokenizer_.get();
+}
+
+std::vector<SquadFeature> QuestionAnsweringTask::windows(
+    const std::vector<SquadExample>& examples) {
+  const auto& data = config_.validation_data;
+  SquadConversionOptions conversion;
+  conversion.max_seq_length = data.seq_length;
+  conversion.doc_stride = data.doc_stride;
+  conversion.max_query_length = data.query_length;
+  return convert_squad_examples(tokenizer(), examples, conversion);
+}
+
+SquadPredictions QuestionAnsweringTask::merge_answers(const std::vector<SquadExample>& examples,
+                                                      const std::vector<SquadFeature>& windows,
+                                                      const std::vector<SquadRawResult>& results) {
+  const auto& data = config_.validation_data;
+  SquadPostprocessOptions options;
+  options.n_best_size = config_.n_best_size;
+  options.max_answer_length = config_.max_answer_length;
+  options.do_lower_case = data.do_lower_case;
+  options.version_2_with_negative = data.version_2_with_negative;
+  options.null_score_diff_threshold = config_.null_score_diff_threshold;
+  return postprocess_squad(tokenizer(), examples, windows, results, options);
 }
 
 DatasetPtr QuestionAnsweringTask::build_inputs(const config::DataConfig& params,
@@ -66,11 +92,7 @@ DatasetPtr QuestionAnsweringTask::build_inputs(const config::DataConfig& params,
     throw Error("task.validation_data.input_path is empty: name the SQuAD JSON file");
   const SquadReadReport read =
       read_squad_examples(data->input_path, /*is_training=*/false, data->version_2_with_negative);
-  SquadConversionOptions conversion;
-  conversion.max_seq_length = data->seq_length;
-  conversion.doc_stride = data->doc_stride;
-  conversion.max_query_length = data->query_length;
-  eval_features_ = convert_squad_examples(tokenizer(), read.examples, conversion);
+  eval_features_ = windows(read.examples);
   eval_examples_ = read.examples;
   std::string dir = data->input_preprocessed_data_path;
   if (dir.empty()) {
@@ -186,14 +208,7 @@ Logs QuestionAnsweringTask::reduce_aggregated_logs(const Logs& aggregated_logs, 
     results.push_back(std::move(r));
   }
   const auto& data = config_.validation_data;
-  SquadPostprocessOptions options;
-  options.n_best_size = config_.n_best_size;
-  options.max_answer_length = config_.max_answer_length;
-  options.do_lower_case = data.do_lower_case;
-  options.version_2_with_negative = data.version_2_with_negative;
-  options.null_score_diff_threshold = config_.null_score_diff_threshold;
-  const SquadPredictions predictions =
-      postprocess_squad(tokenizer(), eval_examples_, eval_features_, results, options);
+  const SquadPredictions predictions = merge_answers(eval_examples_, eval_features_, results);
   std::map<std::string, std::vector<std::string>> truths;
   for (const auto& example : eval_examples_) truths[example.qas_id] = example.answers;
   const SquadScores scores =

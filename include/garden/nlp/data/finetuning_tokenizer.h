@@ -55,7 +55,9 @@ FinetuningTokenizer::Kind tokenization_kind(const std::string& name);
 // export's asset once its serving module's prepare gave it. Opened on first use.
 class TaskTextTokenizer {
  public:
-  TaskTextTokenizer(std::string vocab_file, std::string tokenization, bool lower_case);
+  // `flag`: the config key that gave vocab_file, named in errors.
+  TaskTextTokenizer(std::string vocab_file, std::string tokenization, bool lower_case,
+                    std::string flag = "task.train_data.vocab_file");
   bool configured() const { return !vocab_file_.empty(); }
   // The file export copies: {"vocab.txt" or "sp.model": vocab_file}, or
   // none when no vocab_file is set.
@@ -68,6 +70,7 @@ class TaskTextTokenizer {
  private:
   std::string vocab_file_, tokenization_;
   bool lower_case_;
+  std::string flag_;
   std::string asset_path_;
   std::shared_ptr<const FinetuningTokenizer> tokenizer_;
 };

@@ -22,6 +22,9 @@ struct SquadExample {
   std::string qas_id;
   std::string question_text;
   std::vector<std::string> doc_tokens;  // the paragraph split on whitespace
+  // Each word's first character in the paragraph (Unicode characters, as
+  // answer_start counts them).
+  std::vector<int64_t> doc_token_offsets;
   // The first answer (training reads exactly one): its text and the words it
   // starts and ends in; -1 when unanswerable or not found in the words.
   std::string orig_answer_text;
@@ -45,6 +48,10 @@ struct SquadReadReport {
 // the file and its path in the JSON (data[i].paragraphs[j].qas[k].answers).
 SquadReadReport read_squad_examples(const std::string& path, bool is_training,
                                     bool version_2_with_negative);
+
+// A question over raw text (what a served instance asks), its context split
+// into words as read_squad_examples splits a paragraph; no answer.
+SquadExample squad_question(std::string qas_id, std::string question, const std::string& context);
 
 struct SquadConversionOptions {
   int64_t max_seq_length = 384;
@@ -99,6 +106,10 @@ struct SquadPostprocessOptions {
 struct SquadNbestEntry {
   std::string text;
   double start_logit = 0, end_logit = 0, probability = 0;
+  // Where `text` lies in the paragraph: characters [start_char, end_char),
+  // whitespace between its words as the paragraph has it; -1 for an entry
+  // that is no span (v2.0's "", or "empty" when no span qualified).
+  int64_t start_char = -1, end_char = -1;
 };
 
 struct SquadPredictions {

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "garden/core/task.h"
+#include "garden/nlp/data/finetuning_tokenizer.h"
+#include "garden/nlp/data/squad_data.h"
 #include "garden/nlp/tasks/question_answering_config.h"
 
 namespace garden::nlp {
@@ -61,11 +63,25 @@ class QuestionAnsweringTask : public Task {
   const std::vector<SquadExample>& eval_examples() const { return eval_examples_; }
   const std::vector<SquadFeature>& eval_features() const { return eval_features_; }
 
- private:
+  // What evaluation and serving share, so that a served question is
+  // answered as the evaluation answers it. The tokenizer: validation_data's
+  // vocab_file, else train_data's (an export's asset once served).
+  const QuestionAnsweringConfig& config() const { return config_; }
+  TaskTextTokenizer& text_tokenizer() { return text_tokenizer_; }
   const FinetuningTokenizer& tokenizer();
+  // Questions cut into windows: validation_data's seq_length, doc_stride
+  // and query_length.
+  std::vector<SquadFeature> windows(const std::vector<SquadExample>& examples);
+  // The windows' logits merged into one answer per question: n_best_size,
+  // max_answer_length, and for v2.0 the null-score rule with
+  // null_score_diff_threshold.
+  SquadPredictions merge_answers(const std::vector<SquadExample>& examples,
+                                 const std::vector<SquadFeature>& windows,
+                                 const std::vector<SquadRawResult>& results);
 
+ private:
   const QuestionAnsweringConfig& config_;
-  std::shared_ptr<const FinetuningTokenizer> tokenizer_;
+  TaskTextTokenizer text_tokenizer_;
   std::vector<SquadExample> eval_examples_;
   std::vector<SquadFeature> eval_features_;
   std::string temporary_dir_;
