@@ -53,13 +53,10 @@ task.train_data.vocab_file=sp.model"
 printf '%s\n' '{"sentence": "Re: patch for the build scripts"}' \
   '{"sentence": "FREE money!!! Act now, limited offer"}' | "$garden" predict --export_dir=export
 "$garden" export --experiment=bert/squad_tiny --model_dir=qa --export_dir=qa_export
-/usr/bin/python3 - "$here/data/squad/dev.json" > question.jsonl <<'PY'
-import json, sys
-paragraph = json.load(open(sys.argv[1]))["data"][0]["paragraphs"][0]
-print(json.dumps({"question": paragraph["qas"][1]["question"], "context": paragraph["context"]}))
-PY
+question='Which option: Print a short version string and exit?'
+context='-h, --help Print a short help text and exit. --version Print a short version string and exit.'
+printf '{"question": "%s", "context": "%s"}\n' "$question" "$context" > question.jsonl
 "$garden" predict --export_dir=qa_export --input=question.jsonl
-/usr/bin/python3 -c 'import json; print(json.load(open("qa/predictions.json"))["8719355832789f63"])'
 "$garden" serve --export_dir=export --port="$port" --grpc_port=-1 &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
@@ -78,12 +75,12 @@ kill -TERM $server
 wait $server
 "$garden" serve --export_dir=qa_export --model_name=qa --port="$port" --grpc_port=-1 &
 server=$!
-for _ in $(seq 100); do
-  curl -sf "localhost:$port/v1/models/qa" > /dev/null && break
+ready=
+for _ in $(seq 1200); do
+  if curl -sf "localhost:$port/v1/models/qa" | grep -q '"AVAILABLE"'; then ready=1; break; fi
   sleep 0.1
 done
-question='Which option: Print a short version string and exit?'
-context='-h, --help Print a short help text and exit. --version Print a short version string and exit.'
+[ -n "$ready" ] || { echo "finetune_demo: the QA server did not report AVAILABLE within 120 s" >&2; exit 1; }
 curl -s "localhost:$port/v1/models/qa:predict" \
   -d "{\"instances\": [{\"question\": \"$question\", \"context\": \"$context\"}]}"
 echo
