@@ -57,17 +57,20 @@ question='Which option: Print a short version string and exit?'
 context='-h, --help Print a short help text and exit. --version Print a short version string and exit.'
 printf '{"question": "%s", "context": "%s"}\n' "$question" "$context" > question.jsonl
 "$garden" predict --export_dir=qa_export --input=question.jsonl
+# Ready means AVAILABLE: the status route answers while the model is still
+# LOADING too (as TF Serving's does). A busy machine can take a while.
+wait_available() {  # MODEL_NAME
+  for _ in $(seq 1200); do
+    curl -sf "localhost:$port/v1/models/$1" | grep -q '"AVAILABLE"' && return 0
+    sleep 0.1
+  done
+  echo "finetune_demo: the server of '$1' did not report AVAILABLE within 120 s" >&2
+  exit 1
+}
 "$garden" serve --export_dir=export --port="$port" --grpc_port=-1 &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
-# Ready means AVAILABLE: the status route answers while the model is still
-# LOADING too (as TF Serving's does). A busy machine can take a while.
-ready=
-for _ in $(seq 1200); do
-  if curl -sf "localhost:$port/v1/models/default" | grep -q '"AVAILABLE"'; then ready=1; break; fi
-  sleep 0.1
-done
-[ -n "$ready" ] || { echo "finetune_demo: the server did not report AVAILABLE within 120 s" >&2; exit 1; }
+wait_available default
 curl -s "localhost:$port/v1/models/default:predict" \
   -d '{"instances": [{"sentence": "Meeting notes for Tuesday"}, {"sentence": "Lose 30 pounds in 30 days"}]}'
 echo
@@ -75,12 +78,7 @@ kill -TERM $server
 wait $server
 "$garden" serve --export_dir=qa_export --model_name=qa --port="$port" --grpc_port=-1 &
 server=$!
-ready=
-for _ in $(seq 1200); do
-  if curl -sf "localhost:$port/v1/models/qa" | grep -q '"AVAILABLE"'; then ready=1; break; fi
-  sleep 0.1
-done
-[ -n "$ready" ] || { echo "finetune_demo: the QA server did not report AVAILABLE within 120 s" >&2; exit 1; }
+wait_available qa
 curl -s "localhost:$port/v1/models/qa:predict" \
   -d "{\"instances\": [{\"question\": \"$question\", \"context\": \"$context\"}]}"
 echo
