@@ -139,12 +139,15 @@ void Controller::train(int64_t steps, bool checkpoint_at_completion) {
   const int64_t overall = std::max(steps, overall_steps_);
   const bool watch_signals = options_.checkpoint_on_preemption;
   // A stop that came before the first step (while the task was built):
-  // nothing new to save.
-  if (watch_signals && trainer_->stop_requested() && StopSignals::pending() != 0)
+  // nothing new to save. One that came between two calls of a caller that
+  // trains in parts (TensorFX's ModelTrainer) saves the steps this run made.
+  if (watch_signals && trainer_->stop_requested() && StopSignals::pending() != 0) {
+    if (trained_) stop_for_preemption();
     throw Preempted("received " + StopSignals::name(StopSignals::pending()) +
                         " before the first step of this run; nothing new to save; run the "
                         "same command to resume",
                     StopSignals::pending());
+  }
   Progress progress(current, overall, options_.interactive);
   trainer_->set_step_observer([&progress, watch_signals, this](int64_t step) {
     progress.update(step);
@@ -163,6 +166,7 @@ void Controller::train(int64_t steps, bool checkpoint_at_completion) {
     Logs logs;
     try {
       logs = trainer_->train(num_steps);
+      trained_ = true;
     } catch (const StopRequested&) {
       progress.clear();
       stop_for_preemption();

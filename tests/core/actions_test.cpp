@@ -16,8 +16,11 @@
 #include "garden/config/yaml_io.h"
 #include "garden/core/actions.h"
 #include "garden/core/checkpoint.h"
+#include "garden/core/controller.h"
 #include "garden/core/runtime.h"
 #include "garden/core/train_lib.h"
+#include "garden/core/trainer.h"
+#include "garden/platform/stop_signals.h"
 
 namespace fs = std::filesystem;
 
@@ -32,7 +35,7 @@ struct ToyModelConfig : garden::config::Config {
 };
 
 struct ToyTaskConfig : garden::config::TaskConfigWith<ToyModelConfig> {
-  int64_t poison_at = -1;      // batch index whose inputs are replaced
+  int64_t poison_at = -1;     // batch index whose inputs are replaced
   double poison_value = NAN;  // by this value
   void visit_task_fields(Visitor& v) override {
     v("poison_at", poison_at, "Batch index to poison; -1 for none.");
@@ -130,8 +133,7 @@ class ActionsTest : public ::testing::Test {
   }
 
   garden::Logs run(const std::string& dir, const std::string& overrides,
-                   const std::string& experiment = "test/toy",
-                   const std::string& mode = "train") {
+                   const std::string& experiment = "test/toy", const std::string& mode = "train") {
     auto params = garden::config::get_experiment_config(experiment);
     garden::config::apply_override(*params, overrides);
     garden::finalize_config(*params);
@@ -260,8 +262,8 @@ TEST_F(ActionsTest, SigtermWritesACheckpointThatResumesExactly) {
     const auto latest = garden::latest_checkpoint((root_ / "preempted").string());
     ASSERT_TRUE(latest.has_value());
     stopped_at = garden::CheckpointManager::step_of(*latest);
-    EXPECT_NE(std::string(e.what()).find("received SIGTERM at step " +
-                                         std::to_string(stopped_at) + "; saved "),
+    EXPECT_NE(std::string(e.what()).find("received SIGTERM at step " + std::to_string(stopped_at) +
+                                         "; saved "),
               std::string::npos)
         << e.what();
   }
@@ -273,6 +275,45 @@ TEST_F(ActionsTest, SigtermWritesACheckpointThatResumesExactly) {
   run("straight", common + target);
   const auto name = "ckpt-" + std::to_string(stopped_at + 50);
   EXPECT_TRUE(torch::equal(weight(root_ / "preempted" / name), weight(root_ / "straight" / name)));
+}
+
+// A caller that trains in parts (TensorFX's ModelTrainer calls train() once
+// per log interval): a stop signal that arrives between two calls saves the
+// steps this run made; it is not "before the first step of this run".
+TEST_F(ActionsTest, AStopBetweenTwoTrainCallsSavesTheStepsThisRunMade) {
+  auto params = garden::config::get_experiment_config("test/toy");
+  garden::finalize_config(*params);
+  auto task = garden::get_task(params->task);
+  auto model = task->build_model();
+  std::shared_ptr<garden::optim::Optimizer> optimizer =
+      garden::Task::create_optimizer(params->trainer.optimizer_config, params->runtime,
+                                     params->task->differential_privacy_config, *model);
+  garden::Trainer trainer(params, task, model, optimizer, garden::TrainerMode::kTrain);
+  garden::CheckpointManager manager((root_ / "parts").string(), 3);
+  garden::ControllerOptions options;
+  options.steps_per_loop = 10;
+  options.summary_interval = 0;
+  options.checkpoint_interval = 1000000;
+  options.checkpoint_on_preemption = true;
+  options.log_progress = false;
+  garden::Controller controller(&trainer, nullptr, &manager, options);
+  controller.restore_checkpoint();
+  garden::StopSignals::clear();
+  garden::GracefulStop graceful;
+  controller.train(20, /*checkpoint_at_completion=*/false);
+  ::kill(::getpid(), SIGTERM);
+  ASSERT_TRUE(garden::StopSignals::wait_for(std::chrono::seconds(10)));
+  std::string message = "(no stop)";
+  try {
+    controller.train(40, /*checkpoint_at_completion=*/false);
+  } catch (const garden::Preempted& e) {
+    message = e.what();
+  }
+  garden::StopSignals::clear();
+  EXPECT_EQ(message, "received SIGTERM at step 20; saved " +
+                         (root_ / "parts" / "ckpt-20").string() +
+                         "; run the same command to resume");
+  EXPECT_TRUE(fs::exists(root_ / "parts" / "ckpt-20"));
 }
 
 // ---- optimizer wrappers through a whole run ---------------------------------

@@ -86,6 +86,7 @@ class Controller {
   CheckpointManager* checkpoint_manager_;
   ControllerOptions options_;
   int64_t last_checkpoint_step_ = -1;
+  bool trained_ = false;  // train() ran steps in this process
   int64_t last_summary_step_ = -1;
   // The step the whole run trains to (train_and_evaluate trains in pieces),
   // for the progress bar and the ETA.
