@@ -225,18 +225,31 @@ void enable_cpu_share(int threads) {
 }
 
 void share_cpus() {
-  std::lock_guard<std::mutex> lock(share_mutex);
-  if (!process_share) return;
-  const int before = process_share->threads();
-  if (process_share->update()) {
-    std::ostringstream line;
-    line.setf(std::ios::fixed);
-    line.precision(1);
-    line << "cpu share: other processes keep " << process_share->others_busy() << " of "
-         << "this process's cores busy: computing on " << process_share->threads()
-         << (process_share->threads() == 1 ? " thread" : " threads") << " (was " << before << ")";
-    log_info() << line.str();
+  int threads = 0;
+  {
+    std::lock_guard<std::mutex> lock(share_mutex);
+    if (!process_share) return;
+    const int before = process_share->threads();
+    if (process_share->update()) {
+      std::ostringstream line;
+      line.setf(std::ios::fixed);
+      line.precision(1);
+      line << "cpu share: other processes keep " << process_share->others_busy() << " of "
+           << "this process's cores busy: computing on " << process_share->threads()
+           << (process_share->threads() == 1 ? " thread" : " threads") << " (was " << before
+           << ")";
+      log_info() << line.str();
+    }
+    threads = process_share->threads();
   }
+  // OpenMP's thread count belongs to each thread: a server computes on the
+  // threads of its pool, each of which follows the latest count here.
+  if (at::get_num_threads() != threads) at::set_num_threads(threads);
+}
+
+void set_process_cpu_share_for_testing(std::unique_ptr<CpuShare> share) {
+  std::lock_guard<std::mutex> lock(share_mutex);
+  process_share = std::move(share);
 }
 
 std::string cpu_share_setting() {

@@ -20,6 +20,7 @@
 #include "garden/core/checkpoint.h"
 #include "garden/core/runtime.h"
 #include "garden/fx/prediction.h"
+#include "garden/platform/cpu_share.h"
 #include "garden/serving/export.h"
 
 namespace garden::serving {
@@ -191,6 +192,7 @@ std::vector<nlohmann::json> Predictor::predict(const std::vector<nlohmann::json>
   for (std::size_t i = 0; i < instances.size(); ++i)
     objects.push_back(normalize_instance(instances[i], i));
   std::lock_guard<std::mutex> lock(mutex_);
+  share_cpus();  // fewer threads while other processes (a training) keep cores busy
   c10::InferenceMode inference;
   if (fx_model_) return predict_tensorfx(objects);
   return serving_->predict(objects, [this](const Batch& inputs) {
@@ -203,6 +205,7 @@ std::vector<nlohmann::json> Predictor::predict(const std::vector<nlohmann::json>
 Batch Predictor::predict_batch(const Batch& inputs) const {
   if (fx_model_) throw Error("a TensorFX export predicts instances, not tensors");
   std::lock_guard<std::mutex> lock(mutex_);
+  share_cpus();
   c10::InferenceMode inference;
   Batch moved;
   for (const auto& [name, tensor] : inputs) moved[name] = tensor.to(device_);

@@ -2,12 +2,15 @@
 // may use (affinity within a cgroup's CPU limit), the busy time of other
 // processes read from /proc's texts, and the thread count it computes on
 // for a given load, changed only when two measurements in a row agree.
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "garden/platform/cpu_share.h"
@@ -129,6 +132,47 @@ TEST_F(CpuShareLoopTest, TheIntervalIsWaitedFor) {
   for (int i = 0; i < 5; ++i) EXPECT_FALSE(second(2.0, 0.0));
   EXPECT_EQ(share_->threads(), 2);
   EXPECT_TRUE(set_.empty());
+}
+
+// A server computes on the threads of its pool, and OpenMP's thread count is
+// each thread's own: every thread that calls share_cpus() computes on the
+// latest count, one that computed before the change as well as a new one.
+TEST(CpuShareProcessTest, EveryComputingThreadFollowsTheCount) {
+  const int original = at::get_num_threads();
+  auto sample = std::make_shared<CpuShare::Sample>();
+  sample->at = steady_clock::now() - std::chrono::hours(1);
+  garden::set_process_cpu_share_for_testing(std::make_unique<CpuShare>(
+      2, 2, 100.0, [sample] { return *sample; }, [](int n) { at::set_num_threads(n); },
+      milliseconds(0)));
+  at::set_num_threads(2);
+  std::promise<int> before_change, after_change;
+  std::promise<void> changed;
+  std::thread pool_thread([&] {
+    garden::share_cpus();
+    before_change.set_value(at::get_num_threads());
+    changed.get_future().wait();
+    garden::share_cpus();
+    after_change.set_value(at::get_num_threads());
+  });
+  EXPECT_EQ(before_change.get_future().get(), 2);
+  for (int second = 0; second < 2; ++second) {  // another process takes a core
+    sample->busy += 200;
+    sample->own += 100;
+    sample->at += std::chrono::seconds(1);
+    garden::share_cpus();
+  }
+  EXPECT_EQ(at::get_num_threads(), 1);
+  changed.set_value();
+  EXPECT_EQ(after_change.get_future().get(), 1);
+  pool_thread.join();
+  int in_new_thread = 0;
+  std::thread([&] {
+    garden::share_cpus();
+    in_new_thread = at::get_num_threads();
+  }).join();
+  EXPECT_EQ(in_new_thread, 1);
+  garden::set_process_cpu_share_for_testing(nullptr);
+  at::set_num_threads(original);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -88,11 +89,16 @@ class CpuShare {
 };
 
 // The process's CpuShare, for the loops that compute (training steps,
-// evaluation batches, serving batches): enable_cpu_share() once, after the
-// thread count is set (apply_runtime does), then share_cpus() between steps,
-// from the thread that computes. Logs each change in one line.
+// evaluation batches, serving requests): enable_cpu_share() once, after the
+// thread count is set (apply_runtime does), then share_cpus() before each
+// step or request, from the thread that computes: it measures when the
+// interval has passed, logs each change in one line, and gives the calling
+// thread the current count (OpenMP's count is each thread's own, so a
+// server's pool threads each follow it).
 void enable_cpu_share(int threads);
 void share_cpus();
+// Tests: makes `share` the process's CpuShare (nullptr: none).
+void set_process_cpu_share_for_testing(std::unique_ptr<CpuShare> share);
 // For the log and `garden env`: "on (2 cores: affinity 2, cgroup none)" or
 // why it is off.
 std::string cpu_share_setting();
