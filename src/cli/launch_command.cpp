@@ -12,6 +12,7 @@
 
 #include "garden/base/error.h"
 #include "garden/distribute/launch_plan.h"
+#include "garden/platform/cpu_share.h"
 #include "garden/platform/stop_signals.h"
 #include "garden/platform/threads.h"
 #include "supervisor.h"
@@ -92,7 +93,7 @@ int run_launch(int argc, char** argv) {
   // gets its part for OpenMP and OpenBLAS (whose own threads LibTorch's
   // intra_op_parallelism_threads does not limit) unless the user chose.
   const bool user_chose = std::getenv("OMP_NUM_THREADS") || std::getenv("OPENBLAS_NUM_THREADS");
-  const int64_t cores = usable_cores();
+  const int64_t cores = available_cores();  // the affinity, within the cgroup's CPU limit
   const auto threads = distribute::thread_environment(flags, cores, user_chose);
   if (!threads.empty())
     std::cerr << "garden launch: " << distribute::busy_processes(flags)

@@ -26,6 +26,7 @@
 #include "garden/kernels/int8.h"
 #include "garden/nlp/tasks/translation_task.h"
 #include "garden/platform/blas.h"
+#include "garden/platform/cpu_share.h"
 #include "garden/platform/threads.h"
 #include "garden/serving/export.h"
 #include "garden/serving/predictor.h"
@@ -91,7 +92,7 @@ void run_translate(const TranslateFlags& flags) {
                 " decodes batches on CPU threads; runtime.device is " + predictor.device().str() +
                 " (use 1)");
   const int64_t parallel =
-      flags.parallel_batches > 0 ? flags.parallel_batches : (on_cpu ? usable_cores() : 1);
+      flags.parallel_batches > 0 ? flags.parallel_batches : (on_cpu ? available_cores() : 1);
   if (parallel > 1) {
     // Each batch on its own core: LibTorch's and OpenBLAS's kernels run on
     // the thread that calls them.
