@@ -27,6 +27,8 @@
 #include "garden/core/train_lib.h"
 #include "garden/nlp/data/classifier_data.h"
 #include "garden/nlp/data/sentence_prediction_data.h"
+#include "garden/nlp/modeling/bert_classifier.h"
+#include "garden/nlp/modeling/electra_pretrainer.h"
 #include "garden/nlp/tasks/sentence_prediction_task.h"
 #include "garden/serving/export.h"
 #include "garden/serving/predictor.h"
@@ -470,6 +472,61 @@ TEST_F(SentencePredictionTest, TheEncoderStartsFromAnElectraDiscriminator) {
   auto pooled = garden::get_task(experiment->task, "");
   EXPECT_THROW_MSG(pooled->initialize(*pooled->build_model()), garden::Error,
                    "names 'classifier.dense', but init_checkpoint");
+  garden::set_quiet(false);
+}
+
+// The hand-over with the shipped recipes (issue 78): electra/tiny trained a
+// few steps, then bert/sentence_prediction_tiny started from it. The
+// fine-tuning model's encoder computes on a batch bitwise what the
+// pretrainer's discriminator (not its generator) computed, padding and
+// segment ids included: every tensor taken, the same sizes, activation,
+// layer-norm epsilon and embedding projection on both sides.
+TEST_F(SentencePredictionTest, TheRestoredEncoderComputesWhatTheDiscriminatorComputed) {
+  garden::set_quiet(true);
+  auto electra = garden::config::get_experiment_config("electra/tiny");
+  garden::config::apply_override(
+      *electra,
+      "task.train_data.input_path=dummy,task.train_data.global_batch_size=4,"
+      "trainer.train_steps=2,trainer.steps_per_loop=2,trainer.checkpoint_interval=2,"
+      "trainer.summary_interval=2,trainer.validation_interval=1000,runtime.seed=5");
+  garden::finalize_config(*electra);
+  garden::RunOptions options;
+  options.model_dir = (dir_ / "electra_shipped").string();
+  options.mode = "train";
+  garden::run_experiment(electra, options);
+
+  auto electra_task = garden::get_task(electra->task, "");
+  auto pretrainer_model = electra_task->build_model();
+  garden::load_model_state(
+      *pretrainer_model,
+      garden::read_checkpoint_file((dir_ / "electra_shipped" / "ckpt-2").string()).tensors, "model/",
+      /*strict=*/true);
+  pretrainer_model->eval();
+  auto& pretrainer = dynamic_cast<garden::nlp::ElectraPretrainerImpl&>(*pretrainer_model);
+
+  auto experiment = garden::config::get_experiment_config("bert/sentence_prediction_tiny");
+  auto& config = static_cast<garden::nlp::SentencePredictionConfig&>(*experiment->task);
+  config.init_checkpoint = options.model_dir;
+  auto task = garden::get_task(experiment->task, "");
+  auto model = task->build_model();
+  task->initialize(*model);
+  model->eval();
+  auto& classifier = dynamic_cast<garden::nlp::BertClassifierImpl&>(*model);
+
+  torch::manual_seed(11);
+  const int64_t vocab = pretrainer.discriminator->options().vocab_size;
+  const at::Tensor word_ids = torch::randint(5, vocab, {3, 24}, torch::kLong);
+  at::Tensor mask = torch::ones({3, 24}, torch::kLong);
+  mask.index_put_({1, torch::indexing::Slice(17)}, 0);  // padding
+  at::Tensor type_ids = torch::zeros({3, 24}, torch::kLong);
+  type_ids.index_put_({torch::indexing::Slice(), torch::indexing::Slice(10)}, 1);  // a pair
+  torch::NoGradGuard no_grad;
+  const at::Tensor discriminator = pretrainer.discriminator->forward(word_ids, mask, type_ids);
+  const at::Tensor restored = classifier.encoder->forward(word_ids, mask, type_ids);
+  EXPECT_TRUE(torch::equal(restored, discriminator));
+  // ... and not what the generator computes.
+  const at::Tensor generator = pretrainer.generator->forward(word_ids, mask, type_ids);
+  EXPECT_FALSE(generator.sizes() == restored.sizes() && torch::equal(generator, restored));
   garden::set_quiet(false);
 }
 
