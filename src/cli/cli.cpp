@@ -6,6 +6,7 @@
 #include <torch/version.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <filesystem>
@@ -13,7 +14,10 @@
 #include <iostream>
 #include <limits>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
@@ -46,6 +50,87 @@
 
 namespace garden {
 
+namespace {
+
+// A schedule's length key: where it lives in the config and a pointer to it.
+struct LengthKey {
+  std::string path;
+  std::optional<int64_t>* value;
+};
+
+// The length key of the learning-rate schedule `opt` runs (polynomial and
+// cosine decay_steps, power_linear's total_decay_steps), if it has one.
+std::optional<LengthKey> schedule_length(config::OptimizationConfig& opt) {
+  auto& lr = opt.learning_rate;
+  const std::string prefix = "trainer.optimizer_config.learning_rate." + lr.type;
+  if (lr.type == "polynomial" && !lr.polynomial.cycle)
+    return LengthKey{prefix + ".decay_steps", &lr.polynomial.decay_steps};
+  if (lr.type == "cosine") return LengthKey{prefix + ".decay_steps", &lr.cosine.decay_steps};
+  if (lr.type == "power_linear")
+    return LengthKey{prefix + ".total_decay_steps", &lr.power_linear.total_decay_steps};
+  return std::nullopt;
+}
+
+// The warmup's length, 0 without one.
+int64_t warmup_length(const config::WarmupConfig& warmup) {
+  const std::optional<int64_t> steps = warmup.type == "linear" ? warmup.linear.warmup_steps
+                                       : warmup.type == "polynomial"
+                                           ? warmup.polynomial.warmup_steps
+                                           : std::nullopt;
+  return steps.value_or(0);
+}
+
+// An experiment whose schedule decays over exactly its own training
+// (bert/sentence_prediction_tiny: decay_steps = train_steps = 300) keeps
+// doing so when the user sets trainer.train_steps past its warmup and leaves
+// the length alone; otherwise 2,000 steps would run at rate 0 from step 300
+// on. Returns the line to log ("" when nothing followed).
+std::string follow_train_steps(config::ExperimentConfig& params,
+                               config::ExperimentConfig& defaults,
+                               const config::SetKeys& set_by_user) {
+  auto& opt = params.trainer.optimizer_config;
+  const auto length = schedule_length(opt);
+  const auto experiment_length = schedule_length(defaults.trainer.optimizer_config);
+  const int64_t steps = params.trainer.train_steps;
+  const int64_t own_steps = defaults.trainer.train_steps;
+  const auto set = set_by_user.find("trainer.train_steps");
+  if (!length || !experiment_length || set == set_by_user.end() ||
+      set_by_user.count(length->path) || experiment_length->path != length->path ||
+      *experiment_length->value != own_steps || *length->value != own_steps ||
+      steps <= warmup_length(opt.warmup) || steps == own_steps)
+    return "";
+  *length->value = steps;
+  return length->path + " follows trainer.train_steps " + std::to_string(steps) + " (set by " +
+         set->second + "): the experiment decays over its training (" +
+         std::to_string(own_steps) + " steps); set " + length->path + " to keep another length";
+}
+
+// One warning line when the schedule (warmup included) is 0 at the last
+// steps of the training ("" otherwise). After the warmup a decay only
+// falls, so the last step with a rate is found by bisection.
+std::string zero_rate_warning(const config::ExperimentConfig& params) {
+  const auto& opt = params.trainer.optimizer_config;
+  const int64_t steps = params.trainer.train_steps;
+  if (opt.optimizer.type.empty() || steps <= 0) return "";
+  const auto schedule = optim::make_schedule(opt.learning_rate, opt.warmup);
+  const int64_t last = steps - 1;  // the iteration count of the last update
+  if ((*schedule)(last) != 0.0) return "";
+  int64_t low = std::min(warmup_length(opt.warmup), last);
+  const std::string what = "trainer.optimizer_config.learning_rate (" + opt.learning_rate.type +
+                           ", with its warmup) is 0 ";
+  const std::string train_steps = "trainer.train_steps " + std::to_string(steps);
+  if ((*schedule)(low) == 0.0) return what + "at every one of " + train_steps;
+  int64_t high = last;  // rate(low) > 0, rate(high) == 0
+  while (high - low > 1) {
+    const int64_t middle = low + (high - low) / 2;
+    ((*schedule)(middle) > 0.0 ? low : high) = middle;
+  }
+  return what + "from step " + std::to_string(high + 1) + " of " + train_steps + ": the last " +
+         std::to_string(steps - high) + " steps run at rate 0";
+}
+
+}  // namespace
+
 std::shared_ptr<config::ExperimentConfig> resolve_experiment(
     const std::string& name, const std::vector<std::string>& config_files,
     const std::string& params_override, const std::string& init_checkpoint) {
@@ -70,8 +155,13 @@ std::shared_ptr<config::ExperimentConfig> resolve_experiment(
     params->task->init_checkpoint = init_checkpoint;
   }
   const auto adopted = adopt_from_init_checkpoint(*params, set_by_user);
+  const std::string followed =
+      follow_train_steps(*params, *config::get_experiment_config(name), set_by_user);
   config::validate_config(*params);
   for (const auto& line : adopted) log_info() << line;
+  if (!followed.empty()) log_info() << followed;
+  if (const std::string warning = zero_rate_warning(*params); !warning.empty())
+    log_warning() << warning;
   return params;
 }
 

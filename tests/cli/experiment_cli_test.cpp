@@ -84,4 +84,71 @@ TEST_F(ExperimentCliTest, ConfigFileAndModelDirAreChecked) {
   EXPECT_EQ(slurp(path("notes.txt")), "mine\n");
 }
 
+// The rate garden lr prints at `step` (its only line).
+double rate_at(const CliRun& run, int64_t step) {
+  const auto lines = lines_of(run.out);
+  EXPECT_EQ(lines.size(), 1u) << run.out << run.err;
+  const std::string prefix = std::to_string(step) + "\t";
+  if (lines.size() != 1u || lines[0].rfind(prefix, 0) != 0) return -1.0;
+  return std::stod(lines[0].substr(prefix.size()));
+}
+
+// bert/sentence_prediction_tiny decays its rate to 0 over its own 300
+// steps. A user who trains it for 2,000 (issue 78's fine-tuning) gets a
+// schedule over 2,000, said in one line, whether the steps come from
+// --params_override or a config file; one who also sets decay_steps keeps
+// it and is warned, once, that the last steps run at rate 0. Rates from the
+// schedule's definition: 3e-4 * (1 - step / decay_steps) after 30 warmup steps.
+TEST_F(ExperimentCliTest, AScheduleOverTheTrainingFollowsTheTrainStepsAUserSets) {
+  const std::string experiment = "--experiment=bert/sentence_prediction_tiny --steps=1000:1000";
+  const std::string decay = "trainer.optimizer_config.learning_rate.polynomial.decay_steps";
+
+  const CliRun shipped = garden("lr " + experiment);
+  ASSERT_EQ(shipped.status, 0) << shipped.err;
+  EXPECT_EQ(rate_at(shipped, 1000), 0.0);  // past its 300 steps
+
+  const CliRun longer = garden("lr " + experiment + " --params_override=trainer.train_steps=2000");
+  ASSERT_EQ(longer.status, 0) << longer.err;
+  EXPECT_NEAR(rate_at(longer, 1000), 3e-4 * (1.0 - 1000.0 / 2000.0), 1e-12);
+  EXPECT_NE(longer.err.find(decay + " follows trainer.train_steps 2000 (set by --params_override)"),
+            std::string::npos)
+      << longer.err;
+  EXPECT_EQ(longer.err.find("is 0"), std::string::npos) << longer.err;
+
+  spit(path("steps.yaml"), "trainer:\n  train_steps: 4000\n");
+  const CliRun from_file =
+      garden("lr " + experiment + " --config_file='" + path("steps.yaml") + "'");
+  ASSERT_EQ(from_file.status, 0) << from_file.err;
+  EXPECT_NEAR(rate_at(from_file, 1000), 3e-4 * (1.0 - 1000.0 / 4000.0), 1e-12);
+  EXPECT_NE(from_file.err.find("(set by --config_file " + path("steps.yaml") + ")"),
+            std::string::npos)
+      << from_file.err;
+
+  const CliRun kept =
+      garden("lr " + experiment + " --params_override=trainer.train_steps=2000," + decay + "=500");
+  ASSERT_EQ(kept.status, 0) << kept.err;
+  EXPECT_EQ(rate_at(kept, 1000), 0.0);
+  EXPECT_EQ(kept.err.find("follows"), std::string::npos) << kept.err;
+  EXPECT_NE(kept.err.find("trainer.optimizer_config.learning_rate (polynomial, with its warmup) "
+                          "is 0 from step 501 of trainer.train_steps 2000: the last 1500 steps "
+                          "run at rate 0"),
+            std::string::npos)
+      << kept.err;
+
+  // Steps within the warmup (30) keep the experiment's schedule: following
+  // them would leave no rate to warm up to.
+  const CliRun shorter = garden("lr --experiment=bert/sentence_prediction_tiny --steps=10:10 "
+                                "--params_override=trainer.train_steps=20");
+  ASSERT_EQ(shorter.status, 0) << shorter.err;
+  EXPECT_EQ(shorter.err.find("follows"), std::string::npos) << shorter.err;
+  EXPECT_EQ(shorter.err.find("is 0"), std::string::npos) << shorter.err;
+  EXPECT_GT(rate_at(shorter, 10), 0.0);
+
+  // A schedule without a length (tabular/iris's constant rate) is left alone.
+  const CliRun constant = garden(
+      "lr --experiment=tabular/iris --steps=1000:1000 --params_override=trainer.train_steps=2000");
+  ASSERT_EQ(constant.status, 0) << constant.err;
+  EXPECT_EQ(constant.err.find("follows"), std::string::npos) << constant.err;
+}
+
 }  // namespace
