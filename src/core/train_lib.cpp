@@ -176,6 +176,8 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
     if (!torch::Device(params->runtime.device).is_cpu())
       refuse("runtime.device=" + params->runtime.device);
     if (trainer_config.optimizer_config.ema) refuse("trainer.optimizer_config.ema");
+    if (const auto setting = params->task->learning_rate_scales_setting(); !setting.empty())
+      refuse(setting);
     if (trainer_config.recovery_max_trials > 0)
       refuse("trainer.recovery_max_trials=" + std::to_string(trainer_config.recovery_max_trials));
   }
@@ -203,6 +205,11 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
   if (trains || !trainer_config.optimizer_config.optimizer.type.empty())
     optimizer = Task::create_optimizer(trainer_config.optimizer_config, params->runtime,
                                        params->task->differential_privacy_config, *model);
+  if (optimizer) {
+    auto scales = task->learning_rate_scales(optimizer->parameters());
+    // (parameter_server training refused them above.)
+    if (!scales.empty()) optimizer->set_learning_rate_scales(std::move(scales));
+  }
   std::shared_ptr<BestCheckpointExporter> exporter;
   if (chief && evaluates && !trainer_config.best_checkpoint_export_subdir.empty())
     exporter = std::make_shared<BestCheckpointExporter>(

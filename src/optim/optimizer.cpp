@@ -119,6 +119,8 @@ void Optimizer::set_capturable(bool on) {
     if (why.empty() && ema_) why = "an exponential moving average updates with the step count";
     if (why.empty() && !transformers_.empty())
       why = "gradient transformers (differential privacy) draw their noise on the host";
+    if (why.empty() && !scales_.empty())
+      why = "layer-wise learning rates pass each layer's rate to the kernels";
 #if !GARDEN_HAS_FOREACH_TENSOR_FACTOR
     if (why.empty())
       why = "LibTorch " TORCH_VERSION " has no multi-tensor ops with a tensor factor (2.1)";
@@ -126,6 +128,22 @@ void Optimizer::set_capturable(bool on) {
     if (!why.empty()) throw Error("this optimizer's step cannot be captured: " + why);
   }
   capturable_ = on;
+}
+
+void Optimizer::set_learning_rate_scales(std::vector<double> scales) {
+  if (scales.size() != parameters_.size())
+    throw Error("learning-rate factors: " + std::to_string(scales.size()) + " for " +
+                std::to_string(parameters_.size()) + " parameters");
+  for (std::size_t i = 0; i < scales.size(); ++i)
+    if (!std::isfinite(scales[i]) || scales[i] <= 0.0)
+      throw Error("learning-rate factor " + std::to_string(scales[i]) + " of '" +
+                  parameters_[i].name + "' is not a finite positive number");
+  if (capturable_)
+    throw Error("this optimizer's step cannot be captured: layer-wise learning rates pass each "
+                "layer's rate to the kernels");
+  bool all_one = true;
+  for (const double scale : scales) all_one = all_one && scale == 1.0;
+  scales_ = all_one ? std::vector<double>{} : std::move(scales);
 }
 
 void Optimizer::prepare_step() {
@@ -164,10 +182,19 @@ void Optimizer::apply_gradients(const std::vector<at::Tensor>& gradients) {
   if (gradients.size() != parameters_.size())
     throw Error("apply_gradients: " + std::to_string(gradients.size()) + " gradients for " +
                 std::to_string(parameters_.size()) + " parameters");
-  std::vector<std::size_t> indices;
-  for (std::size_t i = 0; i < parameters_.size(); ++i)
-    if (gradients[i].defined()) indices.push_back(i);
-  update_all(indices, gradients, learning_rate());
+  const double rate = learning_rate();
+  if (scales_.empty()) {
+    std::vector<std::size_t> indices;
+    for (std::size_t i = 0; i < parameters_.size(); ++i)
+      if (gradients[i].defined()) indices.push_back(i);
+    update_all(indices, gradients, rate);
+  } else {
+    // One multi-tensor update per factor, in the order of the factors.
+    std::map<double, std::vector<std::size_t>> by_scale;
+    for (std::size_t i = 0; i < parameters_.size(); ++i)
+      if (gradients[i].defined()) by_scale[scales_[i]].push_back(i);
+    for (const auto& [scale, indices] : by_scale) update_all(indices, gradients, rate * scale);
+  }
   ++iterations_;
   if (ema_) ema_->update(iterations_);
 }

@@ -9,9 +9,12 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -528,6 +531,120 @@ TEST_F(SentencePredictionTest, TheRestoredEncoderComputesWhatTheDiscriminatorCom
   const at::Tensor generator = pretrainer.generator->forward(word_ids, mask, type_ids);
   EXPECT_FALSE(generator.sizes() == restored.sizes() && torch::equal(generator, restored));
   garden::set_quiet(false);
+}
+
+// task.layerwise_lr_decay as ELECTRA defines it: with 2 layers and decay
+// 0.5, the embeddings learn at 0.5^4 of the rate, layer_0 at 0.5^3, layer_1
+// at 0.5^2 and the head at the rate itself. A one-step linear warmup from 0
+// gives the first step rate 0, so ckpt-1 holds the initial weights and both
+// runs take their second step (rate 5e-4) from the same weights and
+// gradients: each
+// parameter's change is the full-rate run's times its factor (AdamW's
+// weight decay included, which Keras scales by the rate).
+TEST_F(SentencePredictionTest, LayerwiseLrDecayScalesEachLayersUpdateAsElectraDoes) {
+  garden::set_quiet(true);
+  std::map<std::string, std::map<std::string, at::Tensor>> weights;  // run -> name -> tensor
+  for (const double decay : {1.0, 0.5}) {
+    auto experiment = tiny_experiment(2);
+    auto& config = static_cast<garden::nlp::SentencePredictionConfig&>(*experiment->task);
+    config.layerwise_lr_decay = decay;
+    auto& warmup = experiment->trainer.optimizer_config.warmup;
+    warmup.type = "linear";
+    warmup.linear.warmup_steps = 1;
+    experiment->trainer.checkpoint_interval = 1;
+    experiment->trainer.steps_per_loop = 1;
+    garden::RunOptions options;
+    const std::string run = decay == 1.0 ? "full" : "decayed";
+    options.model_dir = (dir_ / ("layerwise_" + run)).string();
+    options.mode = "train";
+    garden::run_experiment(experiment, options);
+    for (const int step : {1, 2}) {
+      const auto file = fs::path(options.model_dir) / ("ckpt-" + std::to_string(step));
+      for (const auto& [name, tensor] : garden::read_checkpoint_file(file.string()).tensors)
+        if (name.rfind("model/", 0) == 0)
+          weights[run + std::to_string(step)][name.substr(6)] = tensor;
+    }
+  }
+  ASSERT_FALSE(weights["full1"].empty());
+  const std::map<std::string, double> expected = {{"encoder.word_embeddings", 1.0 / 16},
+                                                  {"encoder.position_embeddings", 1.0 / 16},
+                                                  {"encoder.type_embeddings", 1.0 / 16},
+                                                  {"encoder.embedding_layer_norm", 1.0 / 16},
+                                                  {"encoder.layer_0", 1.0 / 8},
+                                                  {"encoder.layer_1", 1.0 / 4},
+                                                  {"classifier", 1.0}};
+  std::set<std::string> seen;
+  for (const auto& [name, initial] : weights["full1"]) {
+    SCOPED_TRACE(name);
+    // Both runs start from the same weights.
+    ASSERT_TRUE(torch::equal(initial, weights["decayed1"].at(name)));
+    const auto module = std::find_if(expected.begin(), expected.end(), [&](const auto& entry) {
+      return name.rfind(entry.first + ".", 0) == 0;
+    });
+    ASSERT_NE(module, expected.end()) << "a parameter of no expected module";
+    seen.insert(module->first);
+    const at::Tensor full = (weights["full2"].at(name) - initial).to(torch::kDouble);
+    const at::Tensor decayed = (weights["decayed2"].at(name) - initial).to(torch::kDouble);
+    const double moved = full.abs().sum().item<double>();
+    ASSERT_GT(moved, 0.0);
+    EXPECT_NEAR(decayed.abs().sum().item<double>() / moved, module->second,
+                module->second * 2e-3);
+  }
+  EXPECT_EQ(seen.size(), expected.size());
+  garden::set_quiet(false);
+
+  // A factor outside (0, 1] is one line naming the key.
+  auto experiment = tiny_experiment(2);
+  static_cast<garden::nlp::SentencePredictionConfig&>(*experiment->task).layerwise_lr_decay = 0.0;
+  EXPECT_NE(garden_test::error_of([&] { garden::config::validate_config(*experiment); })
+                .find("task.layerwise_lr_decay"),
+            std::string::npos);
+}
+
+// The tagging and question-answering tasks take task.layerwise_lr_decay
+// too, over the same encoder names (here with an embedding projection):
+// decay 0.5 over 3 layers gives the embeddings 0.5^5, layer_i 0.5^(4-i),
+// the heads 1; decay 1 gives no factors.
+TEST_F(SentencePredictionTest, EveryFineTuningTaskScalesItsEncodersLayers) {
+  for (const std::string name : {"bert/tagging", "bert/squad", "bert/sentence_prediction"}) {
+    SCOPED_TRACE(name);
+    auto experiment = garden::config::get_experiment_config(name);
+    const std::string decay = "task.layerwise_lr_decay=";
+    const std::string sizes =
+        "task.model.encoder.bert.vocab_size=30,task.model.encoder.bert.hidden_size=32,"
+        "task.model.encoder.bert.embedding_size=16,task.model.encoder.bert.num_layers=3,"
+        "task.model.encoder.bert.num_attention_heads=2,task.model.encoder.bert.intermediate_size="
+        "64" +
+        std::string(name == "bert/tagging" ? ",task.class_names=[O,B-X,I-X]" : "") +
+        std::string(name == "bert/sentence_prediction" ? ",task.model.num_classes=2" : "");
+    garden::config::apply_override(*experiment, sizes + "," + decay + "0.5");
+    garden::config::validate_config(*experiment);
+    auto task = garden::get_task(experiment->task, "");
+    auto model = task->build_model();
+    std::vector<garden::optim::NamedParameter> parameters;
+    for (const auto& item : model->named_parameters(true))
+      parameters.push_back({item.key(), item.value()});
+    const auto scales = task->learning_rate_scales(parameters);
+    ASSERT_EQ(scales.size(), parameters.size());
+    int64_t heads = 0;
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      const std::string& parameter = parameters[i].name;
+      SCOPED_TRACE(parameter);
+      double expected = 1.0;
+      if (parameter.rfind("encoder.layer_", 0) == 0)
+        expected = std::pow(0.5, 4 - std::stoi(parameter.substr(14)));
+      else if (parameter.rfind("encoder.", 0) == 0)
+        expected = std::pow(0.5, 5);  // the tables, their layer norm and projection
+      else
+        ++heads;
+      EXPECT_EQ(scales[i], expected);
+    }
+    EXPECT_GT(heads, 0);
+    auto plain = garden::config::get_experiment_config(name);
+    garden::config::apply_override(*plain, sizes);
+    auto plain_task = garden::get_task(plain->task, "");
+    EXPECT_TRUE(plain_task->learning_rate_scales(parameters).empty());
+  }
 }
 
 TEST_F(SentencePredictionTest, EvaluationsReportModelGardensMetrics) {

@@ -49,12 +49,62 @@ OptimizationConfig constant(const std::string& type, double lr) {
   return c;
 }
 
+std::string garden_test_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const garden::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 const std::vector<std::vector<double>> kGradients = {{0.5, -1.0}, {0.25, 2.0}, {-0.75, 0.5}};
 
 TEST(OptimizerTest, PlainSgd) {
   const auto out = run_steps(constant("sgd", 0.1), {1.0, -2.0}, kGradients);
   EXPECT_DOUBLE_EQ(out[0], 1.0 - 0.1 * (0.5 + 0.25 - 0.75));
   EXPECT_DOUBLE_EQ(out[1], -2.0 - 0.1 * (-1.0 + 2.0 + 0.5));
+}
+
+// Layer-wise rates: each parameter's update at the rate times its factor
+// (Adam's by the formula with that rate); wrong factors are one line each.
+TEST(OptimizerTest, LearningRateScalesMultiplyEachParametersRate) {
+  std::vector<garden::optim::NamedParameter> params;
+  for (const double start : {1.0, -2.0, 0.5})
+    params.push_back({"p" + std::to_string(params.size()),
+                      torch::tensor({start}, torch::kDouble).requires_grad_()});
+  auto optimizer = garden::optim::make_optimizer(constant("adam", 0.1), params);
+  optimizer->set_learning_rate_scales({1.0, 0.25, 0.25});
+  const std::vector<std::vector<double>> gradients = {{0.5, -1.0, 2.0}, {0.25, 2.0, -1.0}};
+  for (const auto& step : gradients) {
+    optimizer->zero_grad();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      params[i].tensor.mutable_grad() = torch::tensor({step[i]}, torch::kDouble);
+    optimizer->step();
+  }
+  const std::vector<double> starts = {1.0, -2.0, 0.5}, factors = {1.0, 0.25, 0.25};
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    // Keras's Adam: lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t), epsilon outside the root.
+    double p = starts[i], m = 0.0, v = 0.0;
+    for (std::size_t t = 1; t <= gradients.size(); ++t) {
+      const double g = gradients[t - 1][i];
+      m = 0.9 * m + 0.1 * g;
+      v = 0.999 * v + 0.001 * g * g;
+      const double lr_t = 0.1 * factors[i] * std::sqrt(1.0 - std::pow(0.999, t)) /
+                          (1.0 - std::pow(0.9, t));
+      p -= lr_t * m / (std::sqrt(v) + 1e-7);
+    }
+    EXPECT_NEAR(params[i].tensor.item<double>(), p, 1e-14) << "parameter " << i;
+  }
+  EXPECT_NE(garden_test_error([&] { optimizer->set_learning_rate_scales({1.0}); })
+                .find("1 for 3 parameters"),
+            std::string::npos);
+  EXPECT_NE(garden_test_error([&] { optimizer->set_learning_rate_scales({1.0, 0.0, 1.0}); })
+                .find("'p1'"),
+            std::string::npos);
+  EXPECT_NE(garden_test_error([&] { optimizer->set_learning_rate_scales({1.0, 1.0, NAN}); })
+                .find("'p2'"),
+            std::string::npos);
 }
 
 TEST(OptimizerTest, SgdWithMomentumAndNesterov) {

@@ -141,6 +141,12 @@ struct TaskConfig : Config {
   std::string name;
   std::optional<DifferentialPrivacyConfig> differential_privacy_config;
 
+  // Garden: the key and value by which this task's optimizer takes a
+  // learning-rate factor per parameter (Task::learning_rate_scales), e.g.
+  // "task.layerwise_lr_decay=0.8"; "" when it takes none. parameter_server
+  // training refuses it before any process waits for another.
+  virtual std::string learning_rate_scales_setting() const { return ""; }
+
   virtual Config* model_config() = 0;
   virtual DataConfig& train_data_config() = 0;
   virtual DataConfig& validation_data_config() = 0;

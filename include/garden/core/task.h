@@ -21,6 +21,7 @@
 #include "garden/core/losses.h"
 #include "garden/core/metrics.h"
 #include "garden/core/precision.h"
+#include "garden/optim/named_parameter.h"
 
 namespace garden {
 
@@ -130,6 +131,16 @@ class Task {
   static std::unique_ptr<optim::Optimizer> create_optimizer(
       const config::OptimizationConfig& optimizer_config, const config::RuntimeConfig& runtime,
       const std::optional<config::DifferentialPrivacyConfig>& dp_config, Model& model);
+
+  // A factor of the learning rate for each of `parameters` (the optimizer's,
+  // in its order), or empty for 1 everywhere: the BERT fine-tuning tasks'
+  // task.layerwise_lr_decay (nlp::layerwise_learning_rate_scales). The
+  // trainer hands them to the optimizer.
+  virtual std::vector<double> learning_rate_scales(
+      const std::vector<optim::NamedParameter>& parameters) const {
+    (void)parameters;
+    return {};
+  }
 
   // Model Garden's model.checkpoint_items: named parts of the model another
   // task may restore alone, item name -> module of this model (ELECTRA:

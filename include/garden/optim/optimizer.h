@@ -65,6 +65,16 @@ class Optimizer {
   // LossScaleOptimizer does when the gradients overflow (see LossScaler), so
   // the learning-rate schedule still advances.
   void skip_step() { ++iterations_; }
+  // A factor of the learning rate for each parameter (in parameters()'
+  // order; 1 for all by default): ELECTRA's layer-wise learning-rate decay
+  // (nlp::layerwise_learning_rate_scales). Each update runs at
+  // learning_rate() times its parameter's factor; the weight decay of
+  // AdamWeightDecay and LAMB, which Keras multiplies by the rate, follows
+  // it. Throws garden::Error for a count that is not the parameters', a
+  // factor that is not finite and positive, or a capturable step.
+  void set_learning_rate_scales(std::vector<double> scales);
+  const std::vector<double>& learning_rate_scales() const { return scales_; }
+
   // Runs after clipping, in the order added (Model Garden's differential
   // privacy transforms, see make_optimizer).
   void add_gradient_transformer(GradientTransformer transformer);
@@ -146,6 +156,7 @@ class Optimizer {
   SchedulePtr schedule_;
   ClipOptions clip_;
   std::vector<GradientTransformer> transformers_;
+  std::vector<double> scales_;  // empty: every factor is 1
   int64_t iterations_ = 0;
   bool capturable_ = false;
   std::vector<std::map<std::string, at::Tensor>> slots_;

@@ -4,9 +4,13 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+#include <iomanip>
+#include <sstream>
 #include <string>
 
 #include "garden/base/error.h"
+#include "garden/base/logging.h"
 #include "garden/kernels/dropout.h"
 #include "garden/kernels/gelu.h"
 #include "garden/kernels/layer_norm.h"
@@ -215,6 +219,44 @@ at::Tensor ClassificationHeadImpl::forward(const at::Tensor& sequence) {
   if (dense) x = activate(dense->forward(x), options_.activation);
   x = kernels::dropout(x, options_.dropout_rate, is_training());
   return out_proj->forward(x);
+}
+
+std::vector<double> layerwise_learning_rate_scales(const std::vector<std::string>& names,
+                                                   const std::string& prefix, int64_t num_layers,
+                                                   double decay) {
+  if (decay == 1.0) return {};
+  const auto factor = [&](int64_t depth) { return std::pow(decay, num_layers + 2 - depth); };
+  std::vector<double> scales;
+  scales.reserve(names.size());
+  for (const std::string& name : names) {
+    double scale = 1.0;  // the task's own layers
+    if (name.rfind(prefix, 0) == 0) {
+      const std::string local = name.substr(prefix.size());
+      const auto module = local.substr(0, local.find('.'));
+      if (module.rfind("layer_", 0) == 0 && module.size() > 6 &&
+          module.find_first_not_of("0123456789", 6) == std::string::npos) {
+        scale = factor(std::stoll(module.substr(6)) + 1);
+      } else if (module == "final_layer_norm") {
+        scale = factor(num_layers + 1);
+      } else if (module == "word_embeddings" || module == "position_embeddings" ||
+                 module == "type_embeddings" || module == "embedding_layer_norm" ||
+                 module == "embedding_projection") {
+        scale = factor(0);
+      } else {
+        throw Error("layerwise_lr_decay: no depth for encoder parameter '" + name + "'");
+      }
+    }
+    scales.push_back(scale);
+  }
+  std::ostringstream line;
+  line << std::setprecision(3) << "layerwise_lr_decay " << decay
+       << ": the learning rate times " << factor(0) << " for the embeddings, ";
+  if (num_layers > 0)
+    line << factor(1) << " for layer_0 to " << factor(num_layers) << " for layer_"
+         << num_layers - 1 << ", ";
+  line << "1 for the task's layers";
+  log_info() << line.str();
+  return scales;
 }
 
 }  // namespace garden::nlp

@@ -21,9 +21,15 @@ void QuestionAnsweringConfig::visit_task_fields(config::Visitor& v) {
   v("max_answer_length", max_answer_length, "Tokens in an answer at most.");
   v("null_score_diff_threshold", null_score_diff_threshold,
     "SQuAD v2.0: answer nothing when the no-answer score beats the best span's by more.");
+  v("layerwise_lr_decay", layerwise_lr_decay,
+    "ELECTRA's fine-tuning flag: each encoder layer learns at this factor of the rate of the "
+    "layer above it (the embeddings lowest, the task's head at the rate itself); 1: one rate for "
+    "all.");
 }
 
 void QuestionAnsweringConfig::validate() const {
+  config::check_range("layerwise_lr_decay", layerwise_lr_decay,
+                     config::Range::above(0.0).at_most(1.0));
   const auto& t = train_data;
   const auto& e = validation_data;
   // Evaluation tokenizes the JSON with validation_data's tokenizer (Model

@@ -42,9 +42,15 @@ void SentencePredictionConfig::visit_task_fields(config::Visitor& v) {
     "What evaluations report besides cls_accuracy: accuracy, matthews_corrcoef (CoLA) or "
     "pearson_spearman_corr (STS-B).");
   v("class_names", class_names, "Garden: each class's name, which serving answers as label.");
+  v("layerwise_lr_decay", layerwise_lr_decay,
+    "ELECTRA's fine-tuning flag: each encoder layer learns at this factor of the rate of the "
+    "layer above it (the embeddings lowest, the task's head at the rate itself); 1: one rate for "
+    "all.");
 }
 
 void SentencePredictionConfig::validate() const {
+  config::check_range("layerwise_lr_decay", layerwise_lr_decay,
+                     config::Range::above(0.0).at_most(1.0));
   const auto& t = train_data;
   const auto& e = validation_data;
   check_validation_tokenizer_keys(t.vocab_file, t.tokenization, t.lower_case, e.vocab_file,

@@ -32,6 +32,10 @@ void TaggingConfig::visit_task_fields(config::Visitor& v) {
   v("seqeval_mode", seqeval_mode,
     "Entities for precision, recall and f1, as seqeval finds them: default (conlleval's: an I- "
     "after O starts one) or strict (IOB2: only B- starts one).");
+  v("layerwise_lr_decay", layerwise_lr_decay,
+    "ELECTRA's fine-tuning flag: each encoder layer learns at this factor of the rate of the "
+    "layer above it (the embeddings lowest, the task's head at the rate itself); 1: one rate for "
+    "all.");
 }
 
 namespace {
@@ -78,6 +82,8 @@ void TaggingConfig::resolve_from_files() {
 }
 
 void TaggingConfig::validate() const {
+  config::check_range("layerwise_lr_decay", layerwise_lr_decay,
+                     config::Range::above(0.0).at_most(1.0));
   const auto& t = train_data;
   const auto& e = validation_data;
   check_validation_tokenizer_keys(t.vocab_file, t.tokenization, t.lower_case, e.vocab_file,

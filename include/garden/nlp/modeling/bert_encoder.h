@@ -107,4 +107,16 @@ class ClassificationHeadImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ClassificationHead);
 
+// ELECTRA's layer-wise learning-rate decay (its fine-tuning flag
+// layerwise_lr_decay) for an encoder whose parameters are named `prefix`
+// ("encoder.") + BertEncoder's names: with L layers and decay d, the
+// embeddings (tables, their layer norm and projection) take the rate times
+// d^(L+2), layer_i times d^(L+1-i), the final layer norm d, and every other
+// parameter (the task's heads) the rate itself, as ELECTRA's depths do (0
+// for the embeddings, i+1 for layer_i, L+2 for the task's layers). One
+// factor per parameter name, in order; empty when d is 1. Logs one line.
+std::vector<double> layerwise_learning_rate_scales(const std::vector<std::string>& names,
+                                                   const std::string& prefix, int64_t num_layers,
+                                                   double decay);
+
 }  // namespace garden::nlp

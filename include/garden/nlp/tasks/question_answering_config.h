@@ -6,6 +6,7 @@
 #include <string>
 
 #include "garden/config/definitions.h"
+#include "garden/config/validation.h"
 #include "garden/nlp/data/squad_data.h"
 #include "garden/nlp/modeling/bert_classifier.h"
 #include "garden/nlp/modeling/encoder_config.h"
@@ -22,6 +23,12 @@ struct QuestionAnsweringConfig
   // init_checkpoint_modules starts as [encoder], as for sentence prediction.
   QuestionAnsweringConfig();
   std::string hub_module_url;
+  // ELECTRA's layerwise_lr_decay (nlp::layerwise_learning_rate_scales).
+  double layerwise_lr_decay = 1.0;
+  std::string learning_rate_scales_setting() const override {
+    return layerwise_lr_decay == 1.0 ? ""
+                                     : "task.layerwise_lr_decay=" + config::number_text(layerwise_lr_decay);
+  }
   int64_t n_best_size = 20;
   int64_t max_answer_length = 30;
   double null_score_diff_threshold = 0.0;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "garden/config/definitions.h"
+#include "garden/config/validation.h"
 #include "garden/nlp/data/sentence_prediction_data.h"
 #include "garden/nlp/modeling/bert_classifier.h"
 #include "garden/nlp/modeling/encoder_config.h"
@@ -28,6 +29,12 @@ struct SentencePredictionConfig
   SentencePredictionConfig();
   bool init_cls_pooler = false;
   std::string hub_module_url;
+  // ELECTRA's layerwise_lr_decay (nlp::layerwise_learning_rate_scales).
+  double layerwise_lr_decay = 1.0;
+  std::string learning_rate_scales_setting() const override {
+    return layerwise_lr_decay == 1.0 ? ""
+                                     : "task.layerwise_lr_decay=" + config::number_text(layerwise_lr_decay);
+  }
   std::string metric_type = "accuracy";  // accuracy, matthews_corrcoef, pearson_spearman_corr
   // Garden: the name of each class, which serving answers as `label`.
   config::NameList class_names;

@@ -46,6 +46,15 @@ class SentencePredictionTask : public Task {
   // The encoder, restored by init_checkpoint; with init_cls_pooler also the
   // head's dense layer from a pretrainer's next_sentence head.
   void initialize(Model& model) override;
+  // task.layerwise_lr_decay over the encoder's layers.
+  std::vector<double> learning_rate_scales(
+      const std::vector<optim::NamedParameter>& parameters) const override {
+    std::vector<std::string> names;
+    for (const auto& parameter : parameters) names.push_back(parameter.name);
+    return layerwise_learning_rate_scales(names, "encoder.",
+                                          config_.model.encoder.bert.num_layers,
+                                          config_.layerwise_lr_decay);
+  }
   std::map<std::string, std::string> checkpoint_items() const override {
     return {{"encoder", "encoder"}};
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "garden/config/definitions.h"
+#include "garden/config/validation.h"
 #include "garden/nlp/data/tagging_data.h"
 #include "garden/nlp/modeling/bert_classifier.h"
 #include "garden/nlp/modeling/encoder_config.h"
@@ -21,6 +22,12 @@ struct TaggingConfig : config::TaskConfigWith<TaggingModelConfig, TaggingDataCon
   // init_checkpoint_modules starts as [encoder], as for sentence prediction.
   TaggingConfig();
   std::string hub_module_url;
+  // ELECTRA's layerwise_lr_decay (nlp::layerwise_learning_rate_scales).
+  double layerwise_lr_decay = 1.0;
+  std::string learning_rate_scales_setting() const override {
+    return layerwise_lr_decay == 1.0 ? ""
+                                     : "task.layerwise_lr_decay=" + config::number_text(layerwise_lr_decay);
+  }
   // The label of each id, in order: BIO tags for entities. Unset: the
   // label_list of the meta data beside train_data's records.
   config::NameList class_names;
