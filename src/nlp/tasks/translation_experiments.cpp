@@ -131,8 +131,17 @@ std::shared_ptr<config::ExperimentConfig> cpu_experiment(const CpuRecipe& recipe
 }
 
 // Sized for a CPU: a 30-minute run on gettext-en-de (docs/tasks/translation.md).
+// As for the demo, the shuffle buffer holds the whole set (its lines come
+// sorted) and the weights' moving average (Model Garden's EMA, its
+// defaults) is what evaluation, translate and export use; the warmup of
+// 400 steps (a peak rate of 0.0022) and alpha were chosen on the held-out
+// pairs of a 30-minute run.
 std::shared_ptr<config::ExperimentConfig> translation_tiny_experiment() {
-  return cpu_experiment({{256, 4, 1024, 3}, 8000, 3072, 64, 10000, 20000, 1000, 2000, 3, 800});
+  auto experiment =
+      cpu_experiment({{256, 4, 1024, 3}, 8000, 3072, 64, 50000, 20000, 1000, 2000, 3, 400});
+  experiment->trainer.optimizer_config.ema.emplace();
+  static_cast<TranslationConfig&>(*experiment->task).model.alpha = 1.0;
+  return experiment;
 }
 
 // The README's demo: a small model on gettext-en-de, bundled in the repo,
