@@ -1,15 +1,29 @@
 #!/usr/bin/env bash
-# Fine-tuning quality: bert/sentence_prediction_tiny on the bundled
-# SpamAssassin subjects (data/sentence_prediction, SST-2's layout), from a
-# Garden ELECTRA pretraining run's discriminator against the same model from
-# random initialization, same budget, over several seeds. Prints each run's
-# final dev cls_accuracy and f1, then mean and standard deviation per arm.
+# Fine-tuning quality: bert/sentence_prediction_tiny from a Garden ELECTRA
+# pretraining run's discriminator against the same model from random
+# initialization, same budget, over several seeds. Prints each run's final
+# evaluation (the task's metric and f1), then mean and standard deviation
+# per arm, and how many seeds the pretrained arm won.
 #
 #   bash bench/finetune_quality.sh ELECTRA_MODEL_DIR SP_MODEL [SEEDS] [OUT]
 #
-# ELECTRA_MODEL_DIR: a finished `garden train --experiment=electra/tiny` run
-# (vocabulary 8000) whose SentencePiece model is SP_MODEL (docs/tasks/
-# sentence_prediction.md shows the whole path). SEEDS: "1 2 3" by default.
+# ELECTRA_MODEL_DIR: a `garden train --experiment=electra/tiny` run
+# (vocabulary 8000) whose SentencePiece model is SP_MODEL
+# (docs/tasks/sentence_prediction.md shows the whole path;
+# bench/pretraining_pays.sh makes one from a GLUE task's own text).
+# SEEDS: "1 2 3" by default.
+#
+# Environment:
+#   GLUE_DIR  a GLUE task's directory as distributed (train.tsv, dev.tsv);
+#             the bundled SpamAssassin subjects (SST-2's layout) by default
+#   TASK      its --classification_task_name: SST-2 (default), COLA, MRPC,
+#             QQP, MNLI, QNLI, RTE, WNLI; COLA reports matthews_corrcoef
+#   FINETUNE_OVERRIDES  more --params_override keys for both arms, e.g.
+#             trainer.train_steps=2000
+#   PRETRAINED_OVERRIDES  keys for the pretrained arm alone, e.g.
+#             task.layerwise_lr_decay=0.8 (ELECTRA's fine-tuning of a
+#             pretrained encoder; random initialization has no layers to keep)
+#   SEQ_LENGTH  --max_seq_length of the records (64; 128 for pairs)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 garden=${GARDEN:-$here/build/garden}
@@ -17,36 +31,73 @@ pretrained=$1
 sp_model=$2
 seeds=${3:-1 2 3}
 out=${4:-$(mktemp -d /tmp/finetune_quality.XXXXXX)}
+glue_dir=${GLUE_DIR:-$here/data/sentence_prediction}
+task=${TASK:-SST-2}
+seq_length=${SEQ_LENGTH:-64}
+metric=cls_accuracy
+metric_type=accuracy
+if [ "${task^^}" = COLA ]; then
+  metric=matthews_corrcoef
+  metric_type=matthews_corrcoef
+fi
 mkdir -p "$out"
-"$garden" create_finetuning_data --classification_task_name=SST-2 \
-  --input_data_dir="$here/data/sentence_prediction" --train_data_output_path="$out/train.tfrecord" \
+rm -f "$out/results.txt"
+"$garden" create_finetuning_data --classification_task_name="$task" \
+  --input_data_dir="$glue_dir" --train_data_output_path="$out/train.tfrecord" \
   --eval_data_output_path="$out/eval.tfrecord" --meta_data_file_path="$out/meta.json" \
-  --sp_model_file="$sp_model" --nodo_lower_case --max_seq_length=64 > /dev/null
-printf '%-11s %4s %12s %8s\n' arm seed cls_accuracy f1
+  --sp_model_file="$sp_model" --nodo_lower_case --max_seq_length="$seq_length" > /dev/null
+classes=$(tr -d ' \n' < "$out/meta.json" | sed -n 's/.*"num_labels":\([0-9]*\).*/\1/p')
+echo "$task from $glue_dir: $classes classes, sequences of $seq_length; metric $metric"
+printf '%-11s %4s %12s %8s %8s\n' arm seed "$metric" f1 seconds
 for seed in $seeds; do
   for arm in pretrained random; do
     init=""
-    [ "$arm" = pretrained ] && init=$pretrained
+    extra=${FINETUNE_OVERRIDES:-}
+    if [ "$arm" = pretrained ]; then
+      init=$pretrained
+      extra=$extra${PRETRAINED_OVERRIDES:+${extra:+,}$PRETRAINED_OVERRIDES}
+    fi
     dir=$out/$arm-$seed
     rm -rf "$dir"
+    start=$(date +%s)
     "$garden" train --experiment=bert/sentence_prediction_tiny --mode=train_and_eval \
       --model_dir="$dir" --params_override="task.train_data.input_path=$out/train.tfrecord,\
 task.validation_data.input_path=$out/eval.tfrecord,task.train_data.vocab_file=$sp_model,\
-task.init_checkpoint=$init,runtime.seed=$seed" > "$dir.log" 2>&1
-    line=$(grep 'evaluation:' "$dir.log" | tail -1)
-    accuracy=$(sed -n 's/.*cls_accuracy \([0-9.]*\).*/\1/p' <<< "$line")
-    f1=$(sed -n 's/.* f1 \([0-9.]*\).*/\1/p' <<< "$line")
-    printf '%-11s %4s %12s %8s\n' "$arm" "$seed" "$accuracy" "$f1" | tee -a "$out/results.txt"
+task.train_data.seq_length=$seq_length,task.validation_data.seq_length=$seq_length,\
+task.model.num_classes=$classes,task.metric_type=$metric_type,\
+task.init_checkpoint=$init,runtime.seed=$seed${extra:+,$extra}" \
+      > "$dir.log" 2>&1
+    seconds=$(( $(date +%s) - start ))
+    line=$(grep 'evaluation:' "$dir.log" | tail -1 || true)
+    value=$(sed -n "s/.*$metric \([-0-9.e]*\).*/\1/p" <<< "$line")
+    f1=$(sed -n 's/.* f1 \([0-9.e-]*\).*/\1/p' <<< "$line")
+    printf '%-11s %4s %12s %8s %8s\n' "$arm" "$seed" "${value:--}" "${f1:--}" "$seconds" |
+      tee -a "$out/results.txt"
   done
 done
-/usr/bin/python3 - "$out/results.txt" <<'PY'
+/usr/bin/python3 - "$out/results.txt" "$metric" <<'PY'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
+metric = sys.argv[2]
+def column(arm, i):
+    return [float(r[i]) for r in rows if r[0] == arm and r[i] != "-"]
+sd = lambda v: statistics.stdev(v) if len(v) > 1 else 0.0
 for arm in ("pretrained", "random"):
-    acc = [float(r[2]) for r in rows if r[0] == arm]
-    f1 = [float(r[3]) for r in rows if r[0] == arm]
-    sd = lambda v: statistics.stdev(v) if len(v) > 1 else 0.0
-    print(f"{arm:<11} cls_accuracy {statistics.mean(acc):.4f} ± {sd(acc):.4f}   "
-          f"f1 {statistics.mean(f1):.4f} ± {sd(f1):.4f}   ({len(acc)} seeds)")
+    v, f1 = column(arm, 2), column(arm, 3)
+    if not v:
+        print(f"{arm:<11} no evaluation (see the logs)")
+        continue
+    text = f"{arm:<11} {metric} {statistics.mean(v):.4f} ± {sd(v):.4f}"
+    if f1:
+        text += f"   f1 {statistics.mean(f1):.4f} ± {sd(f1):.4f}"
+    print(text + f"   ({len(v)} seeds)")
+pre = {r[1]: float(r[2]) for r in rows if r[0] == "pretrained" and r[2] != "-"}
+ran = {r[1]: float(r[2]) for r in rows if r[0] == "random" and r[2] != "-"}
+seeds = sorted(set(pre) & set(ran))
+if seeds:
+    wins = sum(pre[s] > ran[s] for s in seeds)
+    gain = statistics.mean(pre[s] - ran[s] for s in seeds)
+    print(f"pretrained - random: {gain:+.4f} on average; "
+          f"pretrained better on {wins} of {len(seeds)} seeds")
 PY
 echo "runs and logs: $out"

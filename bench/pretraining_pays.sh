@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Does pretraining pay on a GLUE task? An electra/tiny pretrained for a time
+# budget on the task's own unlabelled training text (its sentences, labels
+# dropped), then bench/finetune_quality.sh: fine-tuning from its
+# discriminator against random initialization over several seeds.
+#
+#   bash bench/pretraining_pays.sh GLUE_TASK_DIR TASK [BUDGET_S] [SEEDS] [OUT]
+#
+# GLUE_TASK_DIR holds train.tsv and dev.tsv as GLUE distributes them; TASK is
+# their --classification_task_name (SST-2, COLA, MRPC, RTE, QNLI, ...).
+# BUDGET_S: seconds of pretraining (1800; the run stops on SIGTERM and
+# keeps its checkpoint). SEEDS: "1 2 3". PRETRAIN_OVERRIDES adds
+# --params_override keys to the pretraining (e.g. task.train_data.
+# global_batch_size=64); FINETUNE_OVERRIDES, PRETRAINED_OVERRIDES and SEQ_LENGTH go to
+# finetune_quality.sh. TEXT=FILE pretrains on that text instead (one
+# sentence a line, documents separated by blank lines: the bundled man pages
+# are data/pretraining/man_en_train.txt).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+garden=${GARDEN:-$here/build/garden}
+glue_dir=$1
+task=$2
+budget=${3:-1800}
+seeds=${4:-1 2 3}
+out=${5:-$(mktemp -d /tmp/pretraining_pays.XXXXXX)}
+mkdir -p "$out"
+
+# The text columns of each task's train.tsv (1-based), and whether it has a
+# header line.
+case "${task^^}" in
+  COLA) columns=4 header=0 ;;
+  SST-2) columns=1 header=1 ;;
+  MRPC) columns=4,5 header=1 ;;
+  QQP) columns=4,5 header=1 ;;
+  MNLI) columns=9,10 header=1 ;;
+  QNLI | RTE | WNLI) columns=2,3 header=1 ;;
+  *) echo "pretraining_pays: no text columns known for task '$task'" >&2; exit 2 ;;
+esac
+text=${TEXT:-}
+if [ -z "$text" ]; then
+  # Each sentence a line; a blank line after every 8 examples makes
+  # documents long enough to fill ELECTRA's 128-token sequences.
+  text=$out/text.txt
+  awk -F'\t' -v cols="$columns" -v header="$header" '
+    BEGIN { n = split(cols, c, ",") }
+    NR == 1 && header { next }
+    { for (i = 1; i <= n; ++i) if ($c[i] != "") print $c[i]; if (++examples % 8 == 0) print "" }
+  ' "$glue_dir/train.tsv" > "$text"
+fi
+echo "pretraining text: $text ($(grep -c . "$text") sentences)"
+
+"$garden" spm train --input="$text" --model_prefix="$out/sp" --vocab_size=8000 \
+  --pad_id=0 --unk_id=1 --bos_id=-1 --eos_id=-1 --user_defined_symbols='[CLS],[SEP],[MASK]' \
+  > "$out/spm.log" 2>&1
+"$garden" create_pretraining_data --input_file="$text" --output_file="$out/pretrain.tfrecord" \
+  --sp_model_file="$out/sp.model" --dupe_factor=5 > "$out/pretraining_data.log" 2>&1
+rm -rf "$out/electra"
+start=$(date +%s)
+status=0
+timeout -s TERM "$budget" "$garden" train --experiment=electra/tiny --mode=train \
+  --model_dir="$out/electra" --params_override="task.train_data.input_path=$out/pretrain.tfrecord,\
+trainer.train_steps=1000000${PRETRAIN_OVERRIDES:+,$PRETRAIN_OVERRIDES}" \
+  > "$out/electra.log" 2>&1 || status=$?
+# timeout's SIGTERM is the expected end: the run saves a checkpoint and exits.
+if [ "$status" -ne 0 ] && ! grep -q "received SIGTERM" "$out/electra.log"; then
+  echo "pretraining_pays: the pretraining failed; see $out/electra.log" >&2
+  tail -3 "$out/electra.log" >&2
+  exit 1
+fi
+step=$(ls "$out/electra" | sed -n 's/^ckpt-\([0-9]*\)$/\1/p' | sort -n | tail -1)
+echo "pretrained electra/tiny for $(( $(date +%s) - start )) s: $step steps ($out/electra)"
+bash "$here/bench/finetune_quality.sh" "$out/electra" "$out/sp.model" "$seeds" "$out/finetune"
