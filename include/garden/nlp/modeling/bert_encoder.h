@@ -119,4 +119,16 @@ std::vector<double> layerwise_learning_rate_scales(const std::vector<std::string
                                                    const std::string& prefix, int64_t num_layers,
                                                    double decay);
 
+// The same for a fine-tuning task's parameters (anything with a `name`)
+// and its config (model.encoder.bert.num_layers, layerwise_lr_decay), its
+// encoder registered as "encoder".
+template <class Parameters, class TaskConfig>
+std::vector<double> encoder_learning_rate_scales(const Parameters& parameters,
+                                                 const TaskConfig& config) {
+  std::vector<std::string> names;
+  for (const auto& parameter : parameters) names.push_back(parameter.name);
+  return layerwise_learning_rate_scales(names, "encoder.", config.model.encoder.bert.num_layers,
+                                        config.layerwise_lr_decay);
+}
+
 }  // namespace garden::nlp

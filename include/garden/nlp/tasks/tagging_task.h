@@ -50,11 +50,7 @@ class TaggingTask : public Task {
   // task.layerwise_lr_decay over the encoder's layers.
   std::vector<double> learning_rate_scales(
       const std::vector<optim::NamedParameter>& parameters) const override {
-    std::vector<std::string> names;
-    for (const auto& parameter : parameters) names.push_back(parameter.name);
-    return layerwise_learning_rate_scales(names, "encoder.",
-                                          config_.model.encoder.bert.num_layers,
-                                          config_.layerwise_lr_decay);
+    return encoder_learning_rate_scales(parameters, config_);
   }
   std::map<std::string, std::string> checkpoint_items() const override {
     return {{"encoder", "encoder"}};
