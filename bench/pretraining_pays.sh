@@ -69,4 +69,5 @@ if [ "$status" -ne 0 ] && ! grep -q "received SIGTERM" "$out/electra.log"; then
 fi
 step=$(ls "$out/electra" | sed -n 's/^ckpt-\([0-9]*\)$/\1/p' | sort -n | tail -1)
 echo "pretrained electra/tiny for $(( $(date +%s) - start )) s: $step steps ($out/electra)"
-bash "$here/bench/finetune_quality.sh" "$out/electra" "$out/sp.model" "$seeds" "$out/finetune"
+GLUE_DIR=$glue_dir TASK=$task bash "$here/bench/finetune_quality.sh" "$out/electra" "$out/sp.model" "$seeds" \
+  "$out/finetune"
