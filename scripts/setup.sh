@@ -14,7 +14,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libgloo-dev libopenblas0-pthread
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
-  libprotobuf-dev protobuf-compiler zlib1g-dev
+  libprotobuf-dev protobuf-compiler zlib1g-dev libjpeg62-turbo-dev libpng-dev
   libgtest-dev libgmock-dev
   libsentencepiece-dev sentencepiece
   libcpp-httplib-dev

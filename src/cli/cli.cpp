@@ -26,6 +26,7 @@
 #include "garden/cli/builtins.h"
 #include "garden/cli/finetuning_data_command.h"
 #include "garden/cli/fx_command.h"
+#include "garden/cli/image_records_command.h"
 #include "garden/cli/import_command.h"
 #include "garden/cli/launch_command.h"
 #include "garden/cli/pretraining_data_command.h"
@@ -201,6 +202,7 @@ constexpr CommandSetup kCommands[] = {
     {"bleu", kPlain},
     {"create_pretraining_data", kPlain},
     {"create_finetuning_data", kPlain},
+    {"create_image_records", kPlain},
     {"import", kPlain},
 };
 
@@ -460,6 +462,7 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
     add_translate_command(app);
     add_create_pretraining_data_command(app);
     add_create_finetuning_data_command(app);
+    add_create_image_records_command(app);
     add_import_command(app);
     add_serving_commands(app);
 
