@@ -6,6 +6,7 @@
 #include "garden/nlp/tasks/finetuning_experiments.h"
 #include "garden/nlp/tasks/translation_experiments.h"
 #include "garden/tabular/classification_experiments.h"
+#include "garden/vision/tasks/image_classification_experiments.h"
 
 namespace garden {
 
@@ -16,6 +17,7 @@ void register_builtins() {
     nlp::register_translation();
     nlp::register_electra();
     nlp::register_finetuning();
+    vision::register_vision();
   });
 }
 

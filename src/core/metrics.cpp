@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <typeinfo>
 
 #include "garden/base/error.h"
@@ -160,6 +161,16 @@ void SparseCategoricalAccuracy::update_state(const at::Tensor& y_true, const at:
   const at::Tensor predicted = y_pred.detach().argmax(-1);
   const at::Tensor labels = y_true.detach().reshape(predicted.sizes()).to(at::kLong);
   update(labels.eq(predicted).to(at::kDouble), sample_weight);
+}
+
+void SparseTopKCategoricalAccuracy::update_state(const at::Tensor& y_true,
+                                                 const at::Tensor& y_pred,
+                                                 const at::Tensor& sample_weight) {
+  const at::Tensor logits = y_pred.detach();
+  const int64_t k = std::min<int64_t>(k_, logits.size(-1));
+  const at::Tensor top = std::get<1>(logits.topk(k, -1));
+  const at::Tensor labels = y_true.detach().reshape({-1, 1}).to(at::kLong).to(top.device());
+  update(top.eq(labels).any(-1).to(at::kDouble), sample_weight);
 }
 
 namespace {

@@ -58,7 +58,10 @@ uint64_t mix_seed(uint64_t seed, uint64_t stream) {
 nlohmann::json records_to_json(const std::vector<Record>& records) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : records)
-    out.push_back({{"b", base64_encode(r->bytes)}, {"f", r->where.file}, {"i", r->where.index}});
+    out.push_back({{"b", base64_encode(r->bytes)},
+                   {"f", r->where.file},
+                   {"i", r->where.index},
+                   {"e", r->where.epoch}});
   return out;
 }
 
@@ -68,8 +71,10 @@ std::vector<Record> records_from_json(const nlohmann::json& j) {
     std::string bytes;
     if (!base64_decode(r.at("b").get<std::string>(), bytes))
       throw Error("input pipeline state: a buffered record is not valid base64");
-    out.push_back(std::make_shared<const SourcedRecord>(
-        SourcedRecord{std::move(bytes), RecordLocation{r.at("f"), r.at("i").get<int64_t>()}}));
+    // "e" is absent from the states of runs before the epoch was kept.
+    out.push_back(std::make_shared<const SourcedRecord>(SourcedRecord{
+        std::move(bytes), RecordLocation{r.at("f"), r.at("i").get<int64_t>(),
+                                         r.value("e", int64_t{0})}}));
   }
   return out;
 }
@@ -254,6 +259,7 @@ bool InputPipeline::Core::next_interleaved(SourcedRecord& record) {
       if (slot.reader->next(record.bytes)) {
         record.where.file = slot.path;
         record.where.index = slot.reader->position() - 1;
+        record.where.epoch = slot.file_seq / files_per_epoch_;
         files_since_record_ = 0;
         if (++block_index_ >= block_length_) advance();
         return true;
@@ -315,6 +321,12 @@ bool InputPipeline::Core::next_source(Record& record) {
     ++cache_epoch_;
   }
   record = cache_records_[static_cast<std::size_t>(cache_pos_++)];
+  if (cache_epoch_ > 0) {
+    // The cached record, told which pass this is.
+    auto again = std::make_shared<SourcedRecord>(*record);
+    again->where.epoch = cache_epoch_;
+    record = std::move(again);
+  }
   return true;
 }
 

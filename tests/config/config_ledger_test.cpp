@@ -71,6 +71,8 @@ std::shared_ptr<gc::ExperimentConfig> valid_experiment(const std::string& name) 
   auto config = gc::get_experiment_config(name);
   if (name == "tabular/classification")
     gc::apply_override(*config, "task.train_data.input_path=train.csv");
+  if (name == "vision/mnist" || name == "vision/flowers")
+    gc::apply_override(*config, "task.train_data.input_path=train.tfrecord");
   return config;
 }
 

@@ -133,6 +133,19 @@ class SparseCategoricalAccuracy : public Mean {
                     const at::Tensor& sample_weight = {}) override;
 };
 
+// Keras's SparseTopKCategoricalAccuracy: the share of examples whose label is
+// among the k largest of y_pred (Model Garden's top_5_accuracy).
+class SparseTopKCategoricalAccuracy : public Mean {
+ public:
+  SparseTopKCategoricalAccuracy(std::string name, int64_t k, MetricInputs inputs = {})
+      : Mean(std::move(name), std::move(inputs)), k_(k) {}
+  void update_state(const at::Tensor& y_true, const at::Tensor& y_pred,
+                    const at::Tensor& sample_weight = {}) override;
+
+ private:
+  int64_t k_;
+};
+
 // Mean of |y_pred - y_true| (Keras's MeanAbsoluteError), per element.
 class MeanAbsoluteError : public Mean {
  public:

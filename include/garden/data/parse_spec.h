@@ -35,10 +35,14 @@ struct VarLenFeature {
 using FeatureSpec = std::variant<FixedLenFeature, VarLenFeature>;
 using ParseSpec = std::map<std::string, FeatureSpec>;
 
-// Where an Example came from, for error messages.
+// Where an Example came from, for error messages, and the pass over the
+// files it was read in (0 first): a map function that draws random numbers
+// (image augmentation) seeds them from all three, so it stays a pure
+// function of its arguments and still draws anew each epoch.
 struct RecordLocation {
   std::string file;
   int64_t index = 0;  // 0-based record number in the file
+  int64_t epoch = 0;
 };
 
 // The result of parse(): int64 features as kLong tensors, float as kFloat tensors
