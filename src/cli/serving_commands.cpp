@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "garden/base/encoding.h"
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
@@ -81,6 +83,7 @@ struct PredictFlags {
   std::string device = "cpu";
   int64_t batch_size = 32;
   bool int8 = false;
+  std::vector<std::string> images;  // image files, each an instance {"b64": its bytes}
 };
 
 // One input line as an instance: JSON, or for a model whose one input is a
@@ -98,6 +101,24 @@ json parse_line(const std::string& line, bool text_input, int64_t number) {
 
 void run_predict(const PredictFlags& flags) {
   if (flags.batch_size < 1) throw Error("--batch_size must be >= 1");
+  if (!flags.images.empty() && !flags.input.empty())
+    throw Error("give --input or --images, not both");
+  // Image files: one JSON line each, as TF Serving's REST API carries bytes.
+  std::istringstream image_lines;
+  if (!flags.images.empty()) {
+    std::string text;
+    for (const auto& file : flags.images)
+      text += json{{"b64", base64_encode(read_file(file, "--images file"))}}.dump() + "\n";
+    image_lines.str(text);
+  }
+  const auto where = [&flags](std::string message, int64_t line) {
+    if (flags.images.empty()) return input_line_error(std::move(message), line);
+    if (message.rfind("instance 0", 0) == 0) {
+      message = message.substr(10);
+      message = message.substr(std::min(message.find_first_not_of(": "), message.size()));
+    }
+    return "--images file '" + flags.images.at(static_cast<std::size_t>(line - 1)) + "': " + message;
+  };
   if (!flags.input.empty()) {
     check_input_file(flags.input, "--input");
     refuse_same_file(flags.input, "--input", flags.output, "--output");
@@ -118,7 +139,7 @@ void run_predict(const PredictFlags& flags) {
   if (!flags.output.empty()) output = cli::create_output(flags.output, "--output");
 
   cli::LineStreams streams(flags.input, std::move(output), flags.output, "instances");
-  std::istream& in = streams.in();
+  std::istream& in = flags.images.empty() ? streams.in() : image_lines;
   std::ostream& out = streams.out();
 
   const auto start = std::chrono::steady_clock::now();
@@ -136,7 +157,7 @@ void run_predict(const PredictFlags& flags) {
         try {
           predictor.predict({instances[i]});
         } catch (const InputError& e) {
-          throw InputError(input_line_error(e.what(), numbers[i]));
+          throw InputError(where(e.what(), numbers[i]));
         }
       }
       throw;
@@ -164,7 +185,7 @@ void run_predict(const PredictFlags& flags) {
       try {
         instances.push_back(predictor.normalize_instance(parse_line(line, text_input, lines), 0));
       } catch (const InputError& e) {
-        throw InputError(input_line_error(e.what(), lines));
+        throw InputError(where(e.what(), lines));
       }
       numbers.push_back(lines);
     }
@@ -268,6 +289,9 @@ void add_serving_commands(CLI::App& app) {
       ->capture_default_str();
   predict->add_flag("--int8", predict_flags->int8,
                     "int8 weights and products (dynamic quantization; CPU; translation)");
+  predict->add_option("--images", predict_flags->images,
+                      "Image files (JPEG, PNG) instead of --input, for an image classifier's "
+                      "export: one output line each, in order");
   predict->callback([predict_flags] { run_predict(*predict_flags); });
 
   auto serve_dir = std::make_shared<std::string>();

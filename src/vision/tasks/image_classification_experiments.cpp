@@ -3,7 +3,9 @@
 #include <memory>
 
 #include "garden/config/registry.h"
+#include "garden/core/serving_module.h"
 #include "garden/vision/tasks/image_classification.h"
+#include "garden/vision/tasks/image_classification_serving.h"
 
 namespace garden::vision {
 
@@ -112,6 +114,8 @@ std::shared_ptr<config::ExperimentConfig> flowers() {
 
 void register_vision() {
   register_task<ImageClassificationTaskConfig, ImageClassificationTask>("image_classification");
+  register_serving_module<ImageClassificationTaskConfig, ImageClassificationTask,
+                          ImageClassificationServing>("image_classification");
   config::register_experiment("resnet_imagenet",
                               "Model Garden's ResNet-50 on ImageNet (224, batch 4096, 90 epochs); "
                               "set the data paths",
