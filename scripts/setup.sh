@@ -24,7 +24,7 @@ packages=(
 )
 for option in "$@"; do
   case "$option" in
-    --bench) packages+=(python3-torch python3-sentencepiece wrk hey) ;;
+    --bench) packages+=(python3-torch python3-torchvision python3-sentencepiece wrk hey) ;;
     --fuzz) packages+=(clang libclang-rt-dev) ;;
     *) echo "setup: unknown option $option (--bench, --fuzz)" >&2; exit 2 ;;
   esac

@@ -130,6 +130,14 @@ TEST_F(ImageRecordsTest, AFolderPerClassBecomesRecordsWithModelGardensFeatures) 
   EXPECT_TRUE(fs::exists(dir_ / "out" / "train-00000-of-00002.tfrecord"));
   EXPECT_TRUE(fs::exists(dir_ / "out" / "train-00001-of-00002.tfrecord"));
   EXPECT_FALSE(fs::exists(dir_ / "out" / "validation-00000-of-00001.tfrecord"));
+  // The manifest lists every training file with its label.
+  std::ifstream manifest(dir_ / "out" / "train_files.txt");
+  std::map<std::string, int> listed;
+  for (std::string line; std::getline(manifest, line);)
+    listed[line.substr(0, line.find('\t'))] = std::stoi(line.substr(line.find('\t') + 1));
+  EXPECT_EQ(listed.size(), 8u);
+  EXPECT_EQ(listed.at("Rose/r0.jpg"), 0);
+  EXPECT_EQ(listed.at("tulip/more/t9.PNG"), 2);
   std::ifstream labels(dir_ / "out" / "labels.txt");
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(labels), {}), "Rose\ndaisy\ntulip\n");
 

@@ -174,6 +174,12 @@ void fill_from_folder(const ImageRecordsOptions& o, const fs::path& staging,
     });
   const auto write_split = [&](const std::vector<const FolderImage*>& images,
                                const std::string& split, int64_t shards) {
+    // The manifest: which file went to this split, with its label, so that
+    // another program (a peer, an audit) can use the same split.
+    std::ofstream manifest(staging / (split + "_files.txt"), std::ios::binary);
+    for (const FolderImage* image : images) manifest << image->relative << '\t' << image->label << '\n';
+    if (!manifest.flush()) throw Error("create_image_records: cannot write " + split + "_files.txt");
+    report.files.push_back(split + "_files.txt");
     Shards writer(staging, split, shards, report.files);
     for (const FolderImage* image : images) {
       const std::string bytes = read_file(image->path, "image");

@@ -275,6 +275,13 @@ at::Tensor ClassificationModelImpl::forward(const at::Tensor& images) {
   return head->forward(x);
 }
 
+void ClassificationModelImpl::to_channels_last() {
+  torch::NoGradGuard no_grad;
+  for (auto& parameter : parameters())
+    if (parameter.dim() == 4)
+      parameter.set_data(parameter.contiguous(at::MemoryFormat::ChannelsLast));
+}
+
 at::Tensor ClassificationModelImpl::l2_loss(double weight_decay) {
   at::Tensor total;
   for (const auto& item : named_parameters()) {

@@ -97,13 +97,19 @@ DatasetPtr ImageClassificationTask::build_inputs(const config::DataConfig& param
 }
 
 ModelPtr ImageClassificationTask::build_model() {
-  return ClassificationModel(config_.model_options()).ptr();
+  ClassificationModel model(config_.model_options());
+  // Channels last (NHWC in memory), weights and images (call_model): oneDNN's
+  // convolutions skip their reorders (ResNet-18 at 112, batch 64, 2 cores:
+  // 0.90 steps/s against 0.77 in NCHW, one pair of runs).
+  model->to_channels_last();
+  return model.ptr();
 }
 
 Batch ImageClassificationTask::call_model(Model& model, const Batch& features, bool) {
   auto& network = model_as<ClassificationModelImpl>(model, kTask, "ClassificationModel");
   Batch out;
-  out["logits"] = network.forward(batch_tensor(features, "image", kTask));
+  const at::Tensor& images = batch_tensor(features, "image", kTask);
+  out["logits"] = network.forward(images.contiguous(at::MemoryFormat::ChannelsLast));
   // In evaluations too: Model Garden's validation loss includes model.losses.
   if (config_.losses.l2_weight_decay > 0)
     out["l2_loss"] = network.l2_loss(config_.losses.l2_weight_decay);

@@ -95,18 +95,23 @@ std::shared_ptr<config::ExperimentConfig> mnist() {
   return experiment;
 }
 
-// The flower photos (5 classes, 128 x 128 JPEGs) on 2 cores: ResNet-18 half
-// as wide at 112 x 112 with Model Garden's augmentation.
+// The flower photos (5 classes, 128 x 128 JPEGs) on 2 cores: Model Garden's
+// ResNet-18 (torchvision's resnet18, bench/vision_bench.sh's peer, plus the
+// first block's projection) at 112 x 112 with Model Garden's augmentation,
+// 400 steps (7.4 epochs).
 std::shared_ptr<config::ExperimentConfig> flowers() {
   auto experiment = std::make_shared<config::ExperimentConfig>();
   auto task = task_config(112, 64);
   task->model.num_classes = 5;
   task->model.backbone.resnet.model_id = 18;
-  task->model.backbone.resnet.depth_multiplier = 0.5;
+  // Keras' 0.99 averages the batch statistics over about 100 steps, too slow
+  // for a run of 400: held-out accuracy 0.604 with it, 0.642 with 0.9
+  // (docs/tasks/image_classification.md).
+  task->model.norm_activation.norm_momentum = 0.9;
   task->losses.label_smoothing = 0.1;
   task->losses.l2_weight_decay = 1e-4;
   experiment->task = task;
-  cpu_schedule(*experiment, 2000, 500, 0.05);
+  cpu_schedule(*experiment, 400, 200, 0.05);
   return experiment;
 }
 
@@ -125,7 +130,7 @@ void register_vision() {
                               "(garden create_image_records --mnist_dir)",
                               mnist);
   config::register_experiment("vision/flowers",
-                              "Five flower classes with a half-width ResNet-18 for a CPU; set the "
+                              "Five flower classes with ResNet-18 at 112 for a CPU; set the "
                               "data paths (garden create_image_records --image_dir)",
                               flowers);
 }

@@ -10,6 +10,9 @@
 //   image/class/label  int64   0-based: folders sorted by name (MNIST: the digit)
 //   image/class/text   bytes   the class folder's name (MNIST: the digit)
 //
+// With --image_dir, train_files.txt and validation_files.txt list each
+// split's files (path within image_dir, a tab, the label), in record order.
+//
 // Every image is decoded once while writing: a damaged or unreadable one is
 // one error naming the file (or the IDX record), and the output directory
 // appears whole or not at all.

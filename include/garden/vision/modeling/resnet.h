@@ -113,6 +113,9 @@ class ClassificationModelImpl : public torch::nn::Module {
   // The L2 term Model Garden's kernel_regularizer adds: (weight_decay / 2)
   // x the squared sum of every convolution and dense kernel.
   at::Tensor l2_loss(double weight_decay);
+  // Every 4-D weight in channels-last order (NHWC in memory): with images in
+  // that order too, oneDNN's convolutions skip their reorders.
+  void to_channels_last();
   ResNet backbone{nullptr};
   torch::nn::BatchNorm1d head_norm{nullptr};
   torch::nn::Linear head{nullptr};
