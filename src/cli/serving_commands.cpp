@@ -39,13 +39,14 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 // A Predictor's error about its only instance ("instance 0 has ...",
-// "instance 0: input ...") as `--input line N: ...` names it.
-std::string input_line_error(std::string message, int64_t line) {
+// "instance 0: input ...") as `where` names the instance ("--input line N",
+// "--images file 'F'").
+std::string input_line_error(std::string message, const std::string& where) {
   if (message.rfind("instance 0", 0) == 0) {
     message = message.substr(10);
     message = message.substr(std::min(message.find_first_not_of(": "), message.size()));
   }
-  return "--input line " + std::to_string(line) + ": " + message;
+  return where + ": " + message;
 }
 
 void run_export(const serving::ExportOptions& options, const std::string& format) {
@@ -111,13 +112,12 @@ void run_predict(const PredictFlags& flags) {
       text += json{{"b64", base64_encode(read_file(file, "--images file"))}}.dump() + "\n";
     image_lines.str(text);
   }
-  const auto where = [&flags](std::string message, int64_t line) {
-    if (flags.images.empty()) return input_line_error(std::move(message), line);
-    if (message.rfind("instance 0", 0) == 0) {
-      message = message.substr(10);
-      message = message.substr(std::min(message.find_first_not_of(": "), message.size()));
-    }
-    return "--images file '" + flags.images.at(static_cast<std::size_t>(line - 1)) + "': " + message;
+  // What names instance `line` (1-based) in an error: its input line or image file.
+  const auto where = [&flags](const std::string& message, int64_t line) {
+    return input_line_error(
+        message, flags.images.empty()
+                     ? "--input line " + std::to_string(line)
+                     : "--images file '" + flags.images.at(static_cast<std::size_t>(line - 1)) + "'");
   };
   if (!flags.input.empty()) {
     check_input_file(flags.input, "--input");

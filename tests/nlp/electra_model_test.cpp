@@ -24,6 +24,7 @@ namespace {
 
 using namespace garden::nlp;
 using garden::Batch;
+using garden::truncated_normal_;
 using garden_test::error_of;
 
 const auto kLong = torch::TensorOptions().dtype(torch::kLong);

@@ -73,19 +73,6 @@ TransformerBlockOptions block_options(const BertEncoderOptions& o) {
 
 }  // namespace
 
-void truncated_normal_(at::Tensor weight, double stddev) {
-  torch::NoGradGuard no_grad;
-  weight.normal_(0.0, stddev);
-  // Redraw only what fell outside: ~4.6% per round, so a few rounds suffice.
-  // Each round's count is a host sync; this runs at construction, not per step.
-  for (;;) {
-    at::Tensor outside = weight.abs() > 2.0 * stddev;
-    const int64_t n = outside.sum().item<int64_t>();
-    if (n == 0) break;
-    weight.masked_scatter_(outside, at::empty({n}, weight.options()).normal_(0.0, stddev));
-  }
-}
-
 void init_bert_weights(torch::nn::Module& module, double initializer_range) {
   torch::NoGradGuard no_grad;
   module.apply([&](torch::nn::Module& m) {

@@ -7,24 +7,17 @@
 #include <limits>
 
 #include "garden/base/error.h"
+#include "garden/base/initializers.h"
 
 namespace garden::vision {
 
 namespace {
 
 // Keras' VarianceScaling() (scale 1, fan_in, truncated normal): stddev
-// sqrt(1 / fan_in) / 0.8796..., values beyond two stddevs drawn again.
+// sqrt(1 / fan_in) / 0.8796..., truncated at two stddevs.
 void variance_scaling_(at::Tensor weight) {
-  torch::NoGradGuard no_grad;
   const int64_t fan_in = weight.numel() / weight.size(0);
-  const double stddev = std::sqrt(1.0 / static_cast<double>(fan_in)) / 0.87962566103423978;
-  weight.normal_(0.0, stddev);
-  for (int round = 0; round < 100; ++round) {
-    const at::Tensor outside = weight.abs() > 2 * stddev;
-    const int64_t n = outside.sum().item<int64_t>();
-    if (n == 0) break;
-    weight.masked_scatter_(outside, at::empty({n}, weight.options()).normal_(0.0, stddev));
-  }
+  truncated_normal_(weight, std::sqrt(1.0 / static_cast<double>(fan_in)) / 0.87962566103423978);
 }
 
 torch::nn::BatchNorm2d batch_norm(const ResNetOptions& o, int64_t channels) {

@@ -34,7 +34,19 @@ uint64_t seed_for(uint64_t seed, const std::string& file, int64_t index, int64_t
   return mix(mix(mix(seed ^ h) + static_cast<uint64_t>(index)) + static_cast<uint64_t>(epoch));
 }
 
+// Normalized [3, H, W] from resized [H, W, 3] pixels.
+at::Tensor model_input(const at::Tensor& pixels) {
+  return normalize_image(pixels).permute({2, 0, 1}).contiguous();
+}
+
 }  // namespace
+
+at::Tensor evaluation_image(const Image& image, const ImageClassificationDataConfig& data,
+                            int64_t height, int64_t width) {
+  const CropWindow window =
+      center_crop_window(image.height, image.width, data.center_crop_fraction);
+  return model_input(crop_and_resize(image, window, height, width));
+}
 
 Batch image_example(const std::string& record, const std::string& file, int64_t index,
                     int64_t epoch, const ImageClassificationDataConfig& data, int64_t height,
@@ -57,20 +69,22 @@ Batch image_example(const std::string& record, const std::string& file, int64_t 
     throw data::DataError(where + ": no single int64 feature '" + data.label_field_key +
                           "' (label_field_key)");
   const Image image = decode_image(image_it->second.bytes[0], 3, where);
-  std::mt19937_64 rng(seed_for(seed, file, index, epoch));
-  CropWindow window{0, 0, image.height, image.width};
-  if (training && data.aug_crop) {
-    DistortedCropOptions crop;
-    crop.min_area = data.crop_area_range_min;
-    crop.max_area = data.crop_area_range_max;
-    window = sample_distorted_crop(image.height, image.width, crop, rng);
-  } else if (!training) {
-    window = center_crop_window(image.height, image.width, data.center_crop_fraction);
-  }
-  at::Tensor pixels = crop_and_resize(image, window, height, width);
-  if (training && data.aug_rand_hflip && uniform01(rng) < 0.5) pixels = flip_left_right(pixels);
   Batch out;
-  out["image"] = normalize_image(pixels).permute({2, 0, 1}).contiguous();
+  if (!training) {
+    out["image"] = evaluation_image(image, data, height, width);
+  } else {
+    std::mt19937_64 rng(seed_for(seed, file, index, epoch));
+    CropWindow window{0, 0, image.height, image.width};
+    if (data.aug_crop) {
+      DistortedCropOptions crop;
+      crop.min_area = data.crop_area_range_min;
+      crop.max_area = data.crop_area_range_max;
+      window = sample_distorted_crop(image.height, image.width, crop, rng);
+    }
+    at::Tensor pixels = crop_and_resize(image, window, height, width);
+    if (data.aug_rand_hflip && uniform01(rng) < 0.5) pixels = flip_left_right(pixels);
+    out["image"] = model_input(pixels);
+  }
   out["label"] = torch::tensor(label_it->second.ints[0], torch::kLong);
   return out;
 }

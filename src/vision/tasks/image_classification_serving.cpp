@@ -7,7 +7,6 @@
 #include "garden/base/encoding.h"
 #include "garden/base/error.h"
 #include "garden/vision/data/image_codec.h"
-#include "garden/vision/data/preprocess.h"
 #include "garden/vision/tasks/image_classification.h"
 
 namespace garden::vision {
@@ -61,10 +60,7 @@ Batch ImageClassificationServing::inputs(const std::vector<nlohmann::json>& inst
     } catch (const ImageError& e) {
       throw InputError(e.what());
     }
-    const CropWindow window = center_crop_window(image.height, image.width,
-                                                 config.validation_data.center_crop_fraction);
-    images.push_back(
-        normalize_image(crop_and_resize(image, window, height, width)).permute({2, 0, 1}));
+    images.push_back(evaluation_image(image, config.validation_data, height, width));
   }
   return {{"image", torch::stack(images)}};
 }

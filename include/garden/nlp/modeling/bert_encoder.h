@@ -14,6 +14,7 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
+#include "garden/base/initializers.h"  // truncated_normal_, which the networks here use
 #include "garden/nlp/modeling/transformer.h"
 
 namespace garden::nlp {
@@ -37,11 +38,6 @@ struct BertEncoderOptions {
 
   int64_t embedding_width() const { return embedding_size > 0 ? embedding_size : hidden_size; }
 };
-
-// Fills `weight` from a normal of stddev `stddev` truncated at two stddevs
-// (Keras's TruncatedNormal: values beyond are drawn again, so the result's
-// stddev is about 0.88 * stddev), from LibTorch's default generator.
-void truncated_normal_(at::Tensor weight, double stddev);
 
 // BERT's initializer for every layer registered under `module` (itself
 // included): Linear and Embedding weights truncated_normal_(range), biases

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "garden/core/task.h"
+#include "garden/vision/data/image_codec.h"
 #include "garden/vision/tasks/image_classification_config.h"
 
 namespace garden::vision {
@@ -22,6 +23,12 @@ namespace garden::vision {
 Batch image_example(const std::string& record, const std::string& file, int64_t index,
                     int64_t epoch, const ImageClassificationDataConfig& data,
                     int64_t height, int64_t width, bool training, uint64_t seed);
+
+// A decoded image as evaluation and serving give it to the model: the center
+// crop of data.center_crop_fraction, resized to height x width, normalized,
+// [3, H, W] float.
+at::Tensor evaluation_image(const Image& image, const ImageClassificationDataConfig& data,
+                            int64_t height, int64_t width);
 
 class ImageClassificationTask : public Task {
  public:
