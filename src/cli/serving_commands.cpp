@@ -104,6 +104,7 @@ void run_predict(const PredictFlags& flags) {
   if (flags.batch_size < 1) throw Error("--batch_size must be >= 1");
   if (!flags.images.empty() && !flags.input.empty())
     throw Error("give --input or --images, not both");
+  for (const auto& file : flags.images) refuse_same_file(file, "--images", flags.output, "--output");
   // Image files: one JSON line each, as TF Serving's REST API carries bytes.
   std::istringstream image_lines;
   if (!flags.images.empty()) {

@@ -143,6 +143,13 @@ TEST(ImageClassificationServingTest, ServedAnswersEqualInferenceStepAndPredictRe
                          "': not a JPEG or PNG image (6 bytes)"),
             std::string::npos)
       << message;
+  // An --output that is one of the images is refused before anything is written.
+  const std::string same = std::string(GARDEN_CLI_PATH) + " predict --export_dir=" +
+                           (root / "export").string() + " --images " + (root / "image0").string() +
+                           " --output=" + (root / "image0").string() + " > /dev/null 2>&1";
+  EXPECT_NE(std::system(same.c_str()), 0);
+  std::ifstream kept(root / "image0", std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), files[0]);
   fs::remove_all(root);
 }
 
