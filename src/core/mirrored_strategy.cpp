@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 
 #include <cstring>
+#include <memory>
+#include <mutex>
 
 #include "garden/base/error.h"
 #include "garden/core/minimizer.h"
@@ -18,9 +20,21 @@ namespace garden {
 
 namespace {
 
+std::mutex replica_group_mutex;
+std::weak_ptr<distribute::ProcessGroup> current_replica_group;
+
 class MirroredStrategy final : public DistributionStrategy {
  public:
-  explicit MirroredStrategy(distribute::ProcessGroupPtr group) : group_(std::move(group)) {}
+  explicit MirroredStrategy(distribute::ProcessGroupPtr group) : group_(std::move(group)) {
+    std::lock_guard<std::mutex> lock(replica_group_mutex);
+    current_replica_group = group_;
+  }
+  ~MirroredStrategy() override {
+    std::lock_guard<std::mutex> lock(replica_group_mutex);
+    if (current_replica_group.lock() == group_) current_replica_group.reset();
+  }
+  MirroredStrategy(const MirroredStrategy&) = delete;
+  MirroredStrategy& operator=(const MirroredStrategy&) = delete;
 
   bool is_chief() const override { return group_->is_chief(); }
   bool one_process() const override { return false; }
@@ -285,6 +299,11 @@ class MirroredStrategy final : public DistributionStrategy {
 };
 
 }  // namespace
+
+distribute::ProcessGroupPtr replica_group() {
+  std::lock_guard<std::mutex> lock(replica_group_mutex);
+  return current_replica_group.lock();
+}
 
 std::shared_ptr<DistributionStrategy> mirrored_strategy(distribute::ProcessGroupPtr group) {
   return std::make_shared<MirroredStrategy>(std::move(group));

@@ -178,6 +178,8 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
     if (trainer_config.optimizer_config.ema) refuse("trainer.optimizer_config.ema");
     if (const auto setting = params->task->learning_rate_scales_setting(); !setting.empty())
       refuse(setting);
+    if (const auto setting = params->task->synchronous_setting(); !setting.empty())
+      refuse(setting);
     if (trainer_config.recovery_max_trials > 0)
       refuse("trainer.recovery_max_trials=" + std::to_string(trainer_config.recovery_max_trials));
   }

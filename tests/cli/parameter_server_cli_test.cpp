@@ -155,6 +155,19 @@ TEST_F(ParameterServerCliTest, ParameterServersRefuseWhatTheyCannotDoYet) {
             std::string::npos)
       << run.err;
   EXPECT_FALSE(fs::exists(fs::path(path("ema")) / "params.yaml")) << run.err;
+
+  // A batch norm over every worker's batch needs synchronous workers.
+  const CliRun sync_bn =
+      garden("launch --nproc_per_node=1 --ps=1 --master_port=" + std::to_string(free_port()) +
+             " -- train --experiment=vision/mnist --mode=train --model_dir='" + path("sync_bn") +
+             "' --params_override='task.train_data.input_path=x,task.validation_data.input_path=x,"
+             "task.model.norm_activation.use_sync_bn=true,runtime.distribution_strategy=parameter_"
+             "server'");
+  EXPECT_NE(sync_bn.status, 0);
+  EXPECT_NE(sync_bn.err.find("task.model.norm_activation.use_sync_bn=true with "
+                             "runtime.distribution_strategy=parameter_server is not implemented"),
+            std::string::npos)
+      << sync_bn.err;
 }
 
 TEST_F(ParameterServerCliTest, FxParameterServersWithOneWorkerUpdateAsOneProcess) {

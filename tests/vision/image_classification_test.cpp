@@ -119,7 +119,6 @@ std::string run(const std::string& command) {
 TEST(ImageClassificationTest, TheConfigRefusesWhatIsNotBuiltInOneLine) {
   const std::string garden = GARDEN_CLI_PATH;
   for (const auto& [key, words] : std::vector<std::pair<std::string, std::string>>{
-           {"task.model.norm_activation.use_sync_bn=true", "use_sync_bn: true is not implemented"},
            {"task.train_data.aug_type=randaug", "aug_type: 'randaug' is not implemented"},
            {"task.model.backbone.resnet.model_id=19", "model_id: 19 is not one of"},
            {"task.train_data.tfds_name=mnist", "tfds_name: TensorFlow Datasets are not available"}}) {

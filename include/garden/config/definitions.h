@@ -146,6 +146,11 @@ struct TaskConfig : Config {
   // "task.layerwise_lr_decay=0.8"; "" when it takes none. parameter_server
   // training refuses it before any process waits for another.
   virtual std::string learning_rate_scales_setting() const { return ""; }
+  // Garden: the key and value of a setting that needs synchronous workers
+  // (a batch norm over every worker's batch), e.g.
+  // "task.model.norm_activation.use_sync_bn=true"; "" when none is set.
+  // parameter_server training refuses it.
+  virtual std::string synchronous_setting() const { return ""; }
 
   virtual Config* model_config() = 0;
   virtual DataConfig& train_data_config() = 0;

@@ -125,6 +125,12 @@ std::shared_ptr<DistributionStrategy> mirrored_strategy(distribute::ProcessGroup
 std::shared_ptr<DistributionStrategy> parameter_server_strategy(
     std::shared_ptr<ParameterServers> servers);
 
+// The group of the synchronous training this process computes steps in:
+// set while a mirrored strategy exists (tf.distribute's replica context);
+// null in one process and under parameter servers. What a model's
+// cross-replica layers (a synchronized batch norm) sum over.
+distribute::ProcessGroupPtr replica_group();
+
 // The state of the CPU's default generator, and of a device's (a CUDA
 // device's), on the host: what a checkpoint keeps of each worker.
 at::Tensor cpu_random_state();

@@ -21,9 +21,8 @@ void variance_scaling_(at::Tensor weight) {
 }
 
 torch::nn::BatchNorm2d batch_norm(const ResNetOptions& o, int64_t channels) {
-  return torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(channels)
-                                    .momentum(1.0 - o.norm_momentum)
-                                    .eps(o.norm_epsilon));
+  return torch::nn::BatchNorm2d(
+      torch::nn::BatchNorm2dOptions(channels).momentum(1.0 - o.norm_momentum).eps(o.norm_epsilon));
 }
 
 at::Tensor activation(const std::string& name, const at::Tensor& x) {
@@ -88,7 +87,8 @@ std::pair<int64_t, int64_t> same_padding(int64_t size, int64_t kernel, int64_t s
 Conv2dSameImpl::Conv2dSameImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, bool bias)
     : kernel_(kernel), stride_(stride) {
   conv = register_module(
-      "conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel).stride(stride).bias(bias)));
+      "conv",
+      torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel).stride(stride).bias(bias)));
   variance_scaling_(conv->weight);
   if (bias) {
     torch::NoGradGuard no_grad;
@@ -117,7 +117,8 @@ ResNetBlockImpl::ResNetBlockImpl(const ResNetOptions& o, bool bottleneck, int64_
   if (use_projection) {
     // ResNet-D: average pooling does the striding, the 1x1 keeps stride 1.
     const int64_t shortcut_stride = o.resnetd_shortcut && stride > 1 ? 1 : stride;
-    shortcut = register_module("shortcut", Conv2dSame(in_filters, out_filters_, 1, shortcut_stride));
+    shortcut =
+        register_module("shortcut", Conv2dSame(in_filters, out_filters_, 1, shortcut_stride));
     shortcut_norm = register_module("shortcut_norm", batch_norm(o, out_filters_));
   }
   const auto add = [&](int64_t in, int64_t out, int64_t kernel, int64_t s) {
@@ -134,8 +135,8 @@ ResNetBlockImpl::ResNetBlockImpl(const ResNetOptions& o, bool bottleneck, int64_
     add(filters, filters, 3, 1);
   }
   if (o.se_ratio > 0 && o.se_ratio <= 1) {
-    const int64_t reduced = std::max<int64_t>(
-        1, static_cast<int64_t>(static_cast<double>(out_filters_) * o.se_ratio));
+    const int64_t reduced =
+        std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(out_filters_) * o.se_ratio));
     se_reduce = register_module(
         "se_reduce", torch::nn::Conv2d(torch::nn::Conv2dOptions(out_filters_, reduced, 1)));
     se_expand = register_module(
@@ -157,11 +158,11 @@ at::Tensor ResNetBlockImpl::forward(const at::Tensor& input) {
   if (shortcut) {
     at::Tensor s = input;
     if (options_.resnetd_shortcut && stride_ > 1) s = avg_pool_same(s);
-    residual = shortcut_norm->forward(shortcut->forward(s));
+    residual = sync_batch_norm(*shortcut_norm, shortcut->forward(s), options_.replicas);
   }
   at::Tensor x = input;
   for (std::size_t i = 0; i < convs.size(); ++i) {
-    x = norms[i]->forward(convs[i]->forward(x));
+    x = sync_batch_norm(*norms[i], convs[i]->forward(x), options_.replicas);
     if (i + 1 < convs.size()) x = activate(x);
   }
   if (se_reduce) {
@@ -229,8 +230,8 @@ at::Tensor ResNetImpl::forward(const at::Tensor& images) {
                 std::to_string(images.dim()) + " dimensions");
   at::Tensor x = images;
   for (std::size_t i = 0; i < stem_convs->size(); ++i)
-    x = activate(stem_norms[i]->as<torch::nn::BatchNorm2d>()->forward(
-        stem_convs[i]->as<Conv2dSame>()->forward(x)));
+    x = activate(sync_batch_norm(*stem_norms[i]->as<torch::nn::BatchNorm2d>(),
+                                 stem_convs[i]->as<Conv2dSame>()->forward(x), options_.replicas));
   if (!options_.replace_stem_max_pool) x = max_pool_same(x);
   for (const auto& block : *blocks) x = block->as<ResNetBlock>()->forward(x);
   return x;
@@ -244,10 +245,10 @@ ClassificationModelImpl::ClassificationModelImpl(const ClassificationModelOption
   backbone = register_module("backbone", ResNet(o.backbone));
   const int64_t width = backbone->output_channels();
   if (o.add_head_batch_norm)
-    head_norm = register_module(
-        "head_norm", torch::nn::BatchNorm1d(torch::nn::BatchNorm1dOptions(width)
-                                                .momentum(1.0 - o.backbone.norm_momentum)
-                                                .eps(o.backbone.norm_epsilon)));
+    head_norm = register_module("head_norm",
+                                torch::nn::BatchNorm1d(torch::nn::BatchNorm1dOptions(width)
+                                                           .momentum(1.0 - o.backbone.norm_momentum)
+                                                           .eps(o.backbone.norm_epsilon)));
   head = register_module("head", torch::nn::Linear(width, o.num_classes));
   torch::NoGradGuard no_grad;
   if (o.kernel_initializer == "random_uniform") {
@@ -263,7 +264,7 @@ ClassificationModelImpl::ClassificationModelImpl(const ClassificationModelOption
 
 at::Tensor ClassificationModelImpl::forward(const at::Tensor& images) {
   at::Tensor x = backbone->forward(images).mean({2, 3});
-  if (head_norm) x = head_norm->forward(x);
+  if (head_norm) x = sync_batch_norm(*head_norm, x, options_.backbone.replicas);
   if (options_.dropout_rate > 0) x = at::dropout(x, options_.dropout_rate, is_training());
   return head->forward(x);
 }

@@ -47,7 +47,8 @@ void BackboneConfig::validate() const {
 
 void NormActivationConfig::visit(config::Visitor& v) {
   v("activation", activation, "relu or swish.");
-  v("use_sync_bn", use_sync_bn, "Batch norm statistics across workers (not implemented).");
+  v("use_sync_bn", use_sync_bn,
+    "Training batch norms use the statistics of every worker's batch together.");
   v("norm_momentum", norm_momentum, "Keras' batch-norm momentum of the moving averages.");
   v("norm_epsilon", norm_epsilon, "Batch-norm epsilon.");
 }
@@ -55,9 +56,6 @@ void NormActivationConfig::visit(config::Visitor& v) {
 void NormActivationConfig::validate() const {
   if (activation != "relu" && activation != "swish")
     config::refuse("activation", "'" + activation + "' is not one of relu, swish");
-  if (use_sync_bn)
-    config::refuse("use_sync_bn", "true is not implemented yet: each worker's batch norm uses "
-                                  "its own batch");
   check_range("norm_momentum", norm_momentum, Range::at_least(0).below(1));
   check_range("norm_epsilon", norm_epsilon, Range::above(0));
 }

@@ -16,6 +16,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include "garden/vision/modeling/sync_batch_norm.h"
+
 namespace garden::vision {
 
 struct ResNetOptions {
@@ -31,6 +33,9 @@ struct ResNetOptions {
   std::string activation = "relu";  // relu, swish
   double norm_momentum = 0.99;  // Keras' momentum: moving = m * moving + (1 - m) * batch
   double norm_epsilon = 0.001;
+  // Batch norms over these replicas in training (use_sync_bn); null: each
+  // batch alone.
+  ReplicasPtr replicas;
 };
 
 // The blocks of each group: {bottleneck?, filters, repeats}.

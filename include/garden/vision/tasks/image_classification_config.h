@@ -64,8 +64,8 @@ struct ImageClassificationDataConfig : config::DataConfig {
   double crop_area_range_min = 0.08;  // Model Garden's crop_area_range (0.08, 1.0)
   double crop_area_range_max = 1.0;
   double center_crop_fraction = 0.875;
-  double color_jitter = 0.0;  // not implemented: 0 only
-  std::string aug_type;       // randaug / autoaug: not implemented, empty only
+  double color_jitter = 0.0;   // not implemented: 0 only
+  std::string aug_type;        // randaug / autoaug: not implemented, empty only
   bool is_multilabel = false;  // not implemented
   std::string tfds_name;       // not implemented
   void visit(config::Visitor& v) override;
@@ -105,6 +105,9 @@ struct ImageClassificationTaskConfig
   void validate() const override;
   // The model's options from model.*.
   ClassificationModelOptions model_options() const;
+  std::string synchronous_setting() const override {
+    return model.norm_activation.use_sync_bn ? "task.model.norm_activation.use_sync_bn=true" : "";
+  }
 
  protected:
   void visit_task_fields(config::Visitor& v) override;
