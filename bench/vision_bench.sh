@@ -15,7 +15,10 @@
 # IMAGE_DIR: a folder per class (../shared/data/images/flowers). Environment:
 # MODEL_ID 18 (or 50), SIZE 112, BATCH 64, THREADS 2 (the peer's compute
 # threads; Garden uses every core), WORKERS 2 (the peer's DataLoader
-# processes), SPEED_STEPS 40, BUDGET 600, STEPS 2000.
+# processes), SPEED_STEPS 40, BUDGET 600, STEPS 2000, SEED 1 (both sides'
+# initialization and input order), AMP none (bf16: both sides'
+# forward and loss under bfloat16 autocast, Garden's
+# runtime.mixed_precision_dtype=bfloat16 and the peer's --amp bf16).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 garden=${GARDEN:-$here/build/garden}
@@ -31,6 +34,8 @@ workers=${WORKERS:-2}
 speed_steps=${SPEED_STEPS:-40}
 budget=${BUDGET:-600}
 steps=${STEPS:-2000}
+amp=${AMP:-none}
+seed=${SEED:-1}
 mkdir -p "$out"
 records=$out/records
 [ -f "$records/labels.txt" ] || "$garden" create_image_records --image_dir="$images" \
@@ -40,10 +45,15 @@ common="task.train_data.input_path=$records/train-*,task.validation_data.input_p
 task.model.num_classes=$classes,task.model.backbone.resnet.model_id=$model_id,\
 task.model.backbone.resnet.depth_multiplier=1.0,task.model.input_size=[$size,$size,3],\
 task.train_data.global_batch_size=$batch,task.validation_data.global_batch_size=$batch,\
-trainer.optimizer_config.learning_rate.cosine.decay_steps=$steps"
+trainer.optimizer_config.learning_rate.cosine.decay_steps=$steps,runtime.seed=$seed"
 peer=("$python" "$here/bench/peers/peer_image_classification.py" --data "$images" --split "$records"
   --model "resnet$model_id" --size "$size" --batch "$batch" --threads "$threads" --workers "$workers"
-  --steps "$steps")
+  --steps "$steps" --amp "$amp" --seed "$seed")
+case $amp in
+  none) ;;
+  bf16) common="$common,runtime.mixed_precision_dtype=bfloat16" ;;
+  *) echo "AMP must be none or bf16, got '$amp'" >&2; exit 2 ;;
+esac
 peak() { sed -n 's/^peak_kb \([0-9]*\)/\1/p' "$1"; }
 
 if [ "$mode" = speed ] || [ "$mode" = both ]; then
@@ -59,7 +69,7 @@ trainer.steps_per_loop=5,trainer.summary_interval=5,trainer.checkpoint_interval=
   /usr/bin/time -f "peak_kb %M" "${peer[@]}" --mode speed --steps "$speed_steps" --warmup 5 \
     > "$out/peer_speed.log" 2>&1
   peer_ips=$(sed -n 's/.*"images_per_second": \([0-9.]*\).*/\1/p' "$out/peer_speed.log")
-  echo "speed, resnet$model_id at $size, batch $batch: Garden $garden_ips images/s (peak $(( $(peak "$out/garden_speed.log") / 1024 )) MB), peer $peer_ips images/s (peak $(( $(peak "$out/peer_speed.log") / 1024 )) MB, main process), ratio $(awk -v g="$garden_ips" -v p="$peer_ips" 'BEGIN {printf "%.2f", g / p}')"
+  echo "speed, resnet$model_id at $size, batch $batch, amp $amp: Garden $garden_ips images/s (peak $(( $(peak "$out/garden_speed.log") / 1024 )) MB), peer $peer_ips images/s (peak $(( $(peak "$out/peer_speed.log") / 1024 )) MB, main process), ratio $(awk -v g="$garden_ips" -v p="$peer_ips" 'BEGIN {printf "%.2f", g / p}')"
 fi
 
 if [ "$mode" = quality ] || [ "$mode" = both ]; then
@@ -72,6 +82,6 @@ trainer.checkpoint_interval=100000" > "$out/garden_quality.log" 2>&1 || true
   garden_step=$(ls "$out/garden_quality" | sed -n 's/^ckpt-\([0-9]*\)$/\1/p' | sort -n | tail -1)
   garden_acc=$(sed -n 's/^evaluation:  accuracy \([0-9.]*\).*/\1/p' "$out/garden_eval.log")
   "${peer[@]}" --mode quality --budget "$budget" > "$out/peer_quality.log" 2>&1
-  echo "quality, $budget s each: Garden accuracy $garden_acc (step $garden_step), peer $(tail -1 "$out/peer_quality.log")"
+  echo "quality, $budget s each, amp $amp, seed $seed: Garden accuracy $garden_acc (step $garden_step), peer $(tail -1 "$out/peer_quality.log")"
 fi
 echo "outputs: $out"

@@ -20,7 +20,7 @@ The split is Garden's: --split DIR holds create_image_records' manifests
 Usage: /usr/bin/python3 peer_image_classification.py --data DIR --split DIR
          [--model resnet18] [--size 112] [--batch 64] [--threads 2] [--workers 2]
          [--mode speed|quality] [--steps 2000] [--warmup_steps 100] [--lr 0.05]
-         [--budget 600] [--label_smoothing 0.1] [--l2 1e-4]
+         [--budget 600] [--label_smoothing 0.1] [--l2 1e-4] [--amp none|bf16]
 Needs: apt-get install -y python3-torch python3-torchvision
 Prints one JSON line.
 """
@@ -48,6 +48,8 @@ ap.add_argument("--budget", type=float, default=600.0)
 ap.add_argument("--label_smoothing", type=float, default=0.1)
 ap.add_argument("--l2", type=float, default=1e-4)
 ap.add_argument("--seed", type=int, default=1)
+ap.add_argument("--amp", default="none", choices=["none", "bf16"],
+                help="bf16: forward and loss under torch.autocast('cpu', torch.bfloat16)")
 a = ap.parse_args()
 torch.set_num_threads(a.threads)
 torch.manual_seed(a.seed)
@@ -88,6 +90,10 @@ opt = torch.optim.SGD([{"params": decay, "weight_decay": a.l2}, {"params": other
                       lr=a.lr, momentum=0.9)
 
 
+def autocast():
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp == "bf16")
+
+
 def rate(step):
     if step < a.warmup_steps:
         return a.lr * step / a.warmup_steps
@@ -108,7 +114,8 @@ for images, labels in batches():
         timed_start, timed_images = time.time(), 0
     for group in opt.param_groups:
         group["lr"] = rate(step)
-    loss = F.cross_entropy(model(images), labels, label_smoothing=a.label_smoothing)
+    with autocast():
+        loss = F.cross_entropy(model(images), labels, label_smoothing=a.label_smoothing)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -119,7 +126,7 @@ for images, labels in batches():
     if a.mode == "quality" and (time.time() - start >= a.budget or step >= a.steps):
         break
 elapsed = time.time() - start
-out = {"model": a.model, "size": a.size, "batch": a.batch, "threads": a.threads,
+out = {"model": a.model, "size": a.size, "batch": a.batch, "threads": a.threads, "amp": a.amp,
        "workers": a.workers, "steps": step, "seconds": round(elapsed, 2)}
 if a.mode == "speed":
     out["images_per_second"] = round(timed_images / (time.time() - timed_start), 2)
@@ -129,7 +136,8 @@ else:
     correct = total = 0
     with torch.no_grad():
         for images, labels in torch.utils.data.DataLoader(held, batch_size=128, num_workers=a.workers):
-            correct += (model(images).argmax(-1) == labels).sum().item()
+            with autocast():
+                correct += (model(images).argmax(-1) == labels).sum().item()
             total += labels.shape[0]
     out.update({"accuracy": round(correct / total, 4), "held_out": total})
 print(json.dumps(out), flush=True)
