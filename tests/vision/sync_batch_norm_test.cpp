@@ -94,13 +94,15 @@ void expect_close(const at::Tensor& a, const at::Tensor& b, const char* what) {
 
 TEST(SyncBatchNormTest, TwoRanksWithUnevenBatchesNormalizeAsOneProcessWithBoth) {
   const int port = garden_test::free_port();
-  const auto rank = [port](int64_t r) {
+  // Made here: the generator is the process's, which the ranks' threads share.
+  const std::vector<at::Tensor> x = {inputs(3, 0), inputs(5, 1)};
+  const std::vector<at::Tensor> dy = {upstream(3, 0), upstream(5, 1)};
+  const auto rank = [port, &x, &dy](int64_t r) {
     const auto group = gd::ProcessGroup::connect(garden_test::loopback_cluster(r, 2, port), "cpu",
                                                  std::chrono::seconds(30));
     auto norm = make_norm();
-    const int64_t batch = r == 0 ? 3 : 5;
-    Result result =
-        run(norm, inputs(batch, r), upstream(batch, r), std::make_shared<GroupReplicas>(group));
+    const auto i = static_cast<std::size_t>(r);
+    Result result = run(norm, x[i], dy[i], std::make_shared<GroupReplicas>(group));
     EXPECT_EQ(norm->num_batches_tracked.item<int64_t>(), 1);
     return result;
   };
@@ -109,8 +111,7 @@ TEST(SyncBatchNormTest, TwoRanksWithUnevenBatchesNormalizeAsOneProcessWithBoth) 
   const Result r0 = first.get(), r1 = second.get();
 
   auto whole = make_norm();
-  const Result one = run(whole, torch::cat({inputs(3, 0), inputs(5, 1)}),
-                         torch::cat({upstream(3, 0), upstream(5, 1)}), nullptr);
+  const Result one = run(whole, torch::cat(x), torch::cat(dy), nullptr);
   expect_close(torch::cat({r0.output, r1.output}), one.output, "output");
   expect_close(torch::cat({r0.input_grad, r1.input_grad}), one.input_grad, "input gradient");
   // Each rank's weight gradient is its share; the gradient all-reduce adds them.
@@ -122,7 +123,7 @@ TEST(SyncBatchNormTest, TwoRanksWithUnevenBatchesNormalizeAsOneProcessWithBoth) 
   }
   // Not what each rank's batch alone gives.
   auto alone = make_norm();
-  const Result local = run(alone, inputs(3, 0), upstream(3, 0), nullptr);
+  const Result local = run(alone, x[0], dy[0], nullptr);
   EXPECT_GT((local.output - r0.output).abs().max().item<double>(), 1e-2);
 }
 
