@@ -14,7 +14,8 @@
 # global_batch_size=64); FINETUNE_OVERRIDES, PRETRAINED_OVERRIDES and SEQ_LENGTH go to
 # finetune_quality.sh. TEXT=FILE pretrains on that text instead (one
 # sentence a line, documents separated by blank lines: the bundled man pages
-# are data/pretraining/man_en_train.txt).
+# are data/pretraining/man_en_train.txt). An OUT given again keeps the
+# tokenizer and records made there before.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 garden=${GARDEN:-$here/build/garden}
@@ -49,11 +50,13 @@ if [ -z "$text" ]; then
 fi
 echo "pretraining text: $text ($(grep -c . "$text") sentences)"
 
-"$garden" spm train --input="$text" --model_prefix="$out/sp" --vocab_size=8000 \
-  --pad_id=0 --unk_id=1 --bos_id=-1 --eos_id=-1 --user_defined_symbols='[CLS],[SEP],[MASK]' \
-  > "$out/spm.log" 2>&1
-"$garden" create_pretraining_data --input_file="$text" --output_file="$out/pretrain.tfrecord" \
-  --sp_model_file="$out/sp.model" --dupe_factor=5 > "$out/pretraining_data.log" 2>&1
+# An OUT that already holds them keeps its tokenizer and records.
+[ -f "$out/sp.model" ] || "$garden" spm train --input="$text" --model_prefix="$out/sp" \
+  --vocab_size=8000 --pad_id=0 --unk_id=1 --bos_id=-1 --eos_id=-1 \
+  --user_defined_symbols='[CLS],[SEP],[MASK]' > "$out/spm.log" 2>&1
+[ -f "$out/pretrain.tfrecord" ] || "$garden" create_pretraining_data --input_file="$text" \
+  --output_file="$out/pretrain.tfrecord" --sp_model_file="$out/sp.model" --dupe_factor=5 \
+  > "$out/pretraining_data.log" 2>&1
 rm -rf "$out/electra"
 start=$(date +%s)
 status=0
