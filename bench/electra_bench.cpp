@@ -58,13 +58,13 @@
 
 #include "garden/config/optimization.h"
 #include "garden/core/precision.h"
-#include "garden/platform/allocator.h"
-#include "garden/platform/process.h"
-#include "garden/nlp/modeling/electra_pretrainer.h"
 #include "garden/kernels/dropout.h"
 #include "garden/kernels/gelu.h"
 #include "garden/kernels/losses.h"
+#include "garden/nlp/modeling/electra_pretrainer.h"
 #include "garden/optim/optimizer.h"
+#include "garden/platform/allocator.h"
+#include "garden/platform/process.h"
 #include "peer.h"
 #include "profile.h"
 #include "replay.h"
@@ -92,7 +92,8 @@ Options parse(int argc, char** argv) {
   if (o.device != "cpu")
     garden_bench::usage("electra_bench runs on the CPU: --device is translation_bench's", kUsage);
   if (o.cuda_graph)
-    garden_bench::usage("electra_bench runs on the CPU: --cuda-graph is translation_bench's", kUsage);
+    garden_bench::usage("electra_bench runs on the CPU: --cuda-graph is translation_bench's",
+                        kUsage);
   if (o.length < 3) usage("--length must be at least 3 ([CLS], a piece, [SEP])");
   if (o.length > 512) usage("--length must be at most 512 (the position table)");
   return o;
@@ -317,46 +318,35 @@ int main(int argc, char** argv) {
   std::cout << "# electra " << o.preset << ", batch " << o.batch << " x " << o.length
             << ", threads " << o.threads << ", " << o.warmup << " warmup + " << o.steps
             << " timed steps a round, peer " << peer << "\n";
-  std::vector<double> ratios, peer_ms, garden_ms, ceilings;
-  nlohmann::json peer_info;
+  std::vector<double> ceilings;
   Options peer_options = o;
   peer_options.amp = "none";  // the peer runs in float32 only
-  for (int r = 0; r < o.rounds; ++r) {
-    double p = 0.0;
-    if (!alone) {
-      peer_info = garden_bench::run_peer_script(peer, peer_options);
-      p = peer_info.at("step_ms").get<double>();
-      nlohmann::json peer_line = peer_info;
-      peer_line["round"] = r + 1;
-      std::cout << peer_line.dump() << "\n" << std::flush;
-    }
-    // The ceiling on either side of Garden's steps, the higher counting
-    // (garden_bench::bracketed_ceiling).
-    const double before = garden_bench::gemm_ceiling_gflops(garden_bench::product_dtype(o));
-    const double g = garden.measure(o.warmup, o.steps);
-    garden_ms.push_back(g);
-    ceilings.push_back(garden_bench::bracketed_ceiling(before, garden_bench::product_dtype(o)));
-    nlohmann::json line = {{"garden", "libtorch-cpp"},
-                           {"task", "electra"},
-                           {"preset", o.preset},
-                           {"round", r + 1},
-                           {"threads", o.threads},
-                           {"params", garden.parameter_count()},
-                           {"batch", o.batch},
-                           {"length", o.length},
-                           {"step_ms", garden_bench::rounded(g, 1)},
-                           {"tokens_per_s", garden_bench::rounded(tokens / g * 1000.0, 1)}};
-    if (!alone) {
-      peer_ms.push_back(p);
-      ratios.push_back(p / g);  // tokens/s garden over peer
-      line["ratio"] = garden_bench::rounded(p / g, 3);
-    }
-    std::cout << line.dump() << "\n" << std::flush;
-  }
-  nlohmann::json summary = garden_bench::step_summary(
-      "electra_step", o, garden.parameter_count(), peer_info, tokens, peer_ms, garden_ms, ratios);
-  garden_bench::add_gemm_share(summary, matmul_flops_per_step(o) / 1e9, garden_ms, peer_ms,
-                               ceilings, garden_bench::product_dtype(o));
+  const garden_bench::Rounds rounds = garden_bench::run_rounds(
+      peer, peer_options,
+      [&] {
+        // The ceiling on either side of Garden's steps, the higher counting
+        // (garden_bench::bracketed_ceiling).
+        const double before = garden_bench::gemm_ceiling_gflops(garden_bench::product_dtype(o));
+        const double g = garden.measure(o.warmup, o.steps);
+        ceilings.push_back(garden_bench::bracketed_ceiling(before, garden_bench::product_dtype(o)));
+        return g;
+      },
+      [&](double g) {
+        return nlohmann::json{{"garden", "libtorch-cpp"},
+                              {"task", "electra"},
+                              {"preset", o.preset},
+                              {"threads", o.threads},
+                              {"params", garden.parameter_count()},
+                              {"batch", o.batch},
+                              {"length", o.length},
+                              {"step_ms", garden_bench::rounded(g, 1)},
+                              {"tokens_per_s", garden_bench::rounded(tokens / g * 1000.0, 1)}};
+      });
+  nlohmann::json summary =
+      garden_bench::step_summary("electra_step", o, garden.parameter_count(), rounds.peer_info,
+                                 tokens, rounds.peer_ms, rounds.garden_ms, rounds.ratios);
+  garden_bench::add_gemm_share(summary, matmul_flops_per_step(o) / 1e9, rounds.garden_ms,
+                               rounds.peer_ms, ceilings, garden_bench::product_dtype(o));
   if (!alone) summary["peer_amp"] = "none";
   std::cout << summary.dump() << "\n";
   return 0;

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -93,7 +94,7 @@ inline double gemm_ceiling_gflops(at::ScalarType dtype = at::kFloat) {
           at::mm_out(c, a, b);
         else
           garden::kernels::sgemm('N', 'N', 1024, 1024, 1024, 1.0f, a.data_ptr<float>(), 1024,
-                        b.data_ptr<float>(), 1024, 0.0f, c.data_ptr<float>(), 1024);
+                                 b.data_ptr<float>(), 1024, 0.0f, c.data_ptr<float>(), 1024);
       }
       const double s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -237,8 +238,9 @@ inline StepOptions parse_step_options(int argc, char** argv, StepOptions o,
   if (o.threads < 1 || o.steps < 1 || o.warmup < 0 || o.batch < 1 || o.length < 1 || o.rounds < 1)
     fail("threads, steps, batch, length and rounds must be positive, warmup >= 0");
   if (o.replay && (o.device != "cpu" || o.amp != "none" || o.cuda_graph || o.profile))
-    fail("--replay times float32 products on the CPU: leave out --device, --amp, --cuda-graph "
-         "and --profile");
+    fail(
+        "--replay times float32 products on the CPU: leave out --device, --amp, --cuda-graph "
+        "and --profile");
   if (o.smoke) {
     o.steps = 1;
     o.warmup = 1;
@@ -271,6 +273,43 @@ inline nlohmann::json run_peer_script(const std::string& script, const StepOptio
                               (o.device == "cpu" ? "" : " --device " + o.device) +
                               (o.amp == "none" ? "" : " --amp " + o.amp);
   return run_peer_command(command);
+}
+
+// The alternating rounds of a step benchmark: each round the peer script
+// (unless `peer` is "none") and then Garden's `measure` (its mean step in
+// ms), each side's JSON line printed as it comes; Garden's is `garden_line`
+// of its ms, with the round and the ratio (Garden's rate over the peer's)
+// added.
+struct Rounds {
+  std::vector<double> peer_ms, garden_ms, ratios;
+  nlohmann::json peer_info;  // the peer's last line
+};
+inline Rounds run_rounds(const std::string& peer, const StepOptions& peer_options,
+                         const std::function<double()>& measure,
+                         const std::function<nlohmann::json(double garden_ms)>& garden_line) {
+  Rounds out;
+  const bool alone = peer == "none";
+  for (int r = 0; r < peer_options.rounds; ++r) {
+    double p = 0.0;
+    if (!alone) {
+      out.peer_info = run_peer_script(peer, peer_options);
+      p = out.peer_info.at("step_ms").get<double>();
+      nlohmann::json peer_line = out.peer_info;
+      peer_line["round"] = r + 1;
+      std::cout << peer_line.dump() << "\n" << std::flush;
+    }
+    const double g = measure();
+    out.garden_ms.push_back(g);
+    nlohmann::json line = garden_line(g);
+    line["round"] = r + 1;
+    if (!alone) {
+      out.peer_ms.push_back(p);
+      out.ratios.push_back(p / g);
+      line["ratio"] = rounded(p / g, 3);
+    }
+    std::cout << line.dump() << "\n" << std::flush;
+  }
+  return out;
 }
 
 // The JSON line of --smoke: Garden's step alone.

@@ -161,38 +161,22 @@ int main(int argc, char** argv) {
   std::cout << "# " << o.preset << " at " << o.length << " x " << o.length << ", batch " << o.batch
             << ", threads " << o.threads << ", " << o.warmup << " warmup + " << o.steps
             << " timed steps a round, peer " << peer << "\n";
-  std::vector<double> ratios, peer_ms, garden_ms;
-  nlohmann::json peer_info;
-  for (int r = 0; r < o.rounds; ++r) {
-    double p = 0.0;
-    if (!alone) {
-      peer_info = garden_bench::run_peer_script(peer, o);
-      p = peer_info.at("step_ms").get<double>();
-      nlohmann::json peer_line = peer_info;
-      peer_line["round"] = r + 1;
-      std::cout << peer_line.dump() << "\n" << std::flush;
-    }
-    const double g = garden.measure(o.warmup, o.steps);
-    garden_ms.push_back(g);
-    nlohmann::json line = {{"garden", "libtorch-cpp"},
-                           {"task", "image_classification"},
-                           {"preset", o.preset},
-                           {"round", r + 1},
-                           {"threads", o.threads},
-                           {"params", garden.parameter_count()},
-                           {"batch", o.batch},
-                           {"image_side", o.length},
-                           {"step_ms", garden_bench::rounded(g, 1)},
-                           {"images_per_s", garden_bench::rounded(images / g * 1000.0, 1)}};
-    if (!alone) {
-      peer_ms.push_back(p);
-      ratios.push_back(p / g);  // images/s garden over peer
-      line["ratio"] = garden_bench::rounded(p / g, 3);
-    }
-    std::cout << line.dump() << "\n" << std::flush;
-  }
-  nlohmann::json summary = garden_bench::step_summary(
-      "vision_step", o, garden.parameter_count(), peer_info, images, peer_ms, garden_ms, ratios);
+  const garden_bench::Rounds rounds = garden_bench::run_rounds(
+      peer, o, [&] { return garden.measure(o.warmup, o.steps); },
+      [&](double g) {
+        return nlohmann::json{{"garden", "libtorch-cpp"},
+                              {"task", "image_classification"},
+                              {"preset", o.preset},
+                              {"threads", o.threads},
+                              {"params", garden.parameter_count()},
+                              {"batch", o.batch},
+                              {"image_side", o.length},
+                              {"step_ms", garden_bench::rounded(g, 1)},
+                              {"images_per_s", garden_bench::rounded(images / g * 1000.0, 1)}};
+      });
+  nlohmann::json summary =
+      garden_bench::step_summary("vision_step", o, garden.parameter_count(), rounds.peer_info,
+                                 images, rounds.peer_ms, rounds.garden_ms, rounds.ratios);
   rename_tokens(summary);
   std::cout << summary.dump() << "\n";
   return 0;
