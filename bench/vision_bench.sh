@@ -18,7 +18,9 @@
 # processes), SPEED_STEPS 40, BUDGET 600, STEPS 2000, SEED 1 (both sides'
 # initialization and input order), AMP none (bf16: both sides'
 # forward and loss under bfloat16 autocast, Garden's
-# runtime.mixed_precision_dtype=bfloat16 and the peer's --amp bf16).
+# runtime.mixed_precision_dtype=bfloat16 and the peer's --amp bf16),
+# GARDEN_OVERRIDES (more of Garden's --params_override, e.g.
+# task.train_data.crop_sampler=tensorflow).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 garden=${GARDEN:-$here/build/garden}
@@ -46,6 +48,7 @@ task.model.num_classes=$classes,task.model.backbone.resnet.model_id=$model_id,\
 task.model.backbone.resnet.depth_multiplier=1.0,task.model.input_size=[$size,$size,3],\
 task.train_data.global_batch_size=$batch,task.validation_data.global_batch_size=$batch,\
 trainer.optimizer_config.learning_rate.cosine.decay_steps=$steps,runtime.seed=$seed"
+[ -z "${GARDEN_OVERRIDES:-}" ] || common="$common,$GARDEN_OVERRIDES"
 peer=("$python" "$here/bench/peers/peer_image_classification.py" --data "$images" --split "$records"
   --model "resnet$model_id" --size "$size" --batch "$batch" --threads "$threads" --workers "$workers"
   --steps "$steps" --amp "$amp" --seed "$seed")

@@ -75,6 +75,25 @@ TEST(ImageClassificationTest, AugmentationChangesWithTheEpochNotWithTheRun) {
   EXPECT_FALSE(torch::equal(draw(5, 0, "/a"), draw(6, 0, "/a")));
 }
 
+TEST(ImageClassificationTest, TheCropSamplerChoosesWhoseRuleDrawsTheCrop) {
+  // A 32 x 32 gradient cropped by each rule and resized to 16 x 16: the
+  // same seed gives the same image per rule, and the rules crop differently.
+  const std::string record = record_of(gradient(32, 32), 1);
+  const auto draw = [&](const std::string& sampler, int64_t index) {
+    ImageClassificationDataConfig data;
+    data.aug_rand_hflip = false;
+    data.crop_sampler = sampler;
+    return garden::vision::image_example(record, "/a/train-0", index, 0, data, 16, 16, true, 7)
+        .at("image");
+  };
+  int differ = 0;
+  for (int64_t index = 0; index < 8; ++index) {
+    EXPECT_TRUE(torch::equal(draw("torchvision", index), draw("torchvision", index)));
+    differ += !torch::equal(draw("torchvision", index), draw("tensorflow", index));
+  }
+  EXPECT_GE(differ, 7);
+}
+
 TEST(ImageClassificationTest, ABadRecordIsOneErrorNamingIt) {
   ImageClassificationDataConfig data;
   std::string message = garden_test::error_of([&] {
@@ -120,8 +139,10 @@ TEST(ImageClassificationTest, TheConfigRefusesWhatIsNotBuiltInOneLine) {
   const std::string garden = GARDEN_CLI_PATH;
   for (const auto& [key, words] : std::vector<std::pair<std::string, std::string>>{
            {"task.train_data.aug_type=randaug", "aug_type: 'randaug' is not implemented"},
+           {"task.train_data.crop_sampler=keras", "crop_sampler: 'keras' is not one of"},
            {"task.model.backbone.resnet.model_id=19", "model_id: 19 is not one of"},
-           {"task.train_data.tfds_name=mnist", "tfds_name: TensorFlow Datasets are not available"}}) {
+           {"task.train_data.tfds_name=mnist",
+            "tfds_name: TensorFlow Datasets are not available"}}) {
     const std::string out = run(garden + " config --experiment=vision/mnist --params_override=" +
                                 "task.train_data.input_path=x," + key);
     EXPECT_EQ(out[0], '1') << key;
@@ -129,6 +150,18 @@ TEST(ImageClassificationTest, TheConfigRefusesWhatIsNotBuiltInOneLine) {
   }
   const std::string out = run(garden + " config --experiment=vision/mnist");
   EXPECT_NE(out.find("train_data.input_path: is empty"), std::string::npos) << out;
+}
+
+TEST(ImageClassificationTest, FlowersTrainsWithTorchvisionsCropAndImageNetWithModelGardens) {
+  const std::string garden = GARDEN_CLI_PATH;
+  const auto sampler = [&](const std::string& experiment) {
+    const std::string out = run(garden + " config --experiment=" + experiment +
+                                " --params_override=task.train_data.input_path=x");
+    const auto at = out.find("crop_sampler: ");
+    return at == std::string::npos ? out : out.substr(at, out.find('\n', at) - at);
+  };
+  EXPECT_EQ(sampler("vision/flowers"), "crop_sampler: torchvision");
+  EXPECT_EQ(sampler("resnet_imagenet"), "crop_sampler: tensorflow");
 }
 
 // Two classes, red and blue squares with noise, 16 x 16 PNG records; a

@@ -60,6 +60,16 @@ bool random_crop(int64_t height, int64_t width, double min_area, double max_area
   return true;
 }
 
+void check_crop_options(int64_t height, int64_t width, const DistortedCropOptions& o) {
+  if (height <= 0 || width <= 0)
+    throw Error("random crop: an image of " + std::to_string(height) + "x" + std::to_string(width));
+  if (!(o.min_aspect > 0 && o.min_aspect <= o.max_aspect && o.min_area > 0 &&
+        o.min_area <= o.max_area && o.max_area <= 1))
+    throw Error(
+        "random crop: aspect_ratio_range and area_range must be increasing, positive, "
+        "and areas at most 1");
+}
+
 }  // namespace
 
 CropWindow center_crop_window(int64_t height, int64_t width, double fraction) {
@@ -76,12 +86,7 @@ CropWindow center_crop_window(int64_t height, int64_t width, double fraction) {
 
 CropWindow sample_distorted_crop(int64_t height, int64_t width, const DistortedCropOptions& o,
                                  std::mt19937_64& rng) {
-  if (height <= 0 || width <= 0)
-    throw Error("random crop: an image of " + std::to_string(height) + "x" + std::to_string(width));
-  if (!(o.min_aspect > 0 && o.min_aspect <= o.max_aspect && o.min_area > 0 &&
-        o.min_area <= o.max_area && o.max_area <= 1))
-    throw Error("random crop: aspect_ratio_range and area_range must be increasing, positive, "
-                "and areas at most 1");
+  check_crop_options(height, width, o);
   for (int attempt = 0; attempt < o.max_attempts; ++attempt) {
     const double aspect = o.min_aspect + uniform01(rng) * (o.max_aspect - o.min_aspect);
     CropWindow window;
@@ -93,6 +98,33 @@ CropWindow sample_distorted_crop(int64_t height, int64_t width, const DistortedC
     return window;
   }
   return CropWindow{0, 0, height, width};
+}
+
+CropWindow sample_resized_crop(int64_t height, int64_t width, const DistortedCropOptions& o,
+                               std::mt19937_64& rng) {
+  check_crop_options(height, width, o);
+  const double area = static_cast<double>(height * width);
+  const double log_min = std::log(o.min_aspect), log_max = std::log(o.max_aspect);
+  for (int attempt = 0; attempt < o.max_attempts; ++attempt) {
+    const double target = area * (o.min_area + uniform01(rng) * (o.max_area - o.min_area));
+    const double aspect = std::exp(log_min + uniform01(rng) * (log_max - log_min));
+    const int64_t crop_width = std::lrint(std::sqrt(target * aspect));
+    const int64_t crop_height = std::lrint(std::sqrt(target / aspect));
+    if (crop_width <= 0 || crop_width > width || crop_height <= 0 || crop_height > height) continue;
+    CropWindow window;
+    window.height = crop_height;
+    window.width = crop_width;
+    window.y = uniform_below(rng, height - crop_height + 1);
+    window.x = uniform_below(rng, width - crop_width + 1);
+    return window;
+  }
+  const double ratio = static_cast<double>(width) / static_cast<double>(height);
+  int64_t crop_height = height, crop_width = width;
+  if (ratio < o.min_aspect)
+    crop_height = std::max<int64_t>(1, std::lrint(static_cast<double>(width) / o.min_aspect));
+  else if (ratio > o.max_aspect)
+    crop_width = std::max<int64_t>(1, std::lrint(static_cast<double>(height) * o.max_aspect));
+  return CropWindow{(height - crop_height) / 2, (width - crop_width) / 2, crop_height, crop_width};
 }
 
 at::Tensor crop_and_resize(const Image& image, const CropWindow& w, int64_t out_height,

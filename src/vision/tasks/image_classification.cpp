@@ -80,7 +80,9 @@ Batch image_example(const std::string& record, const std::string& file, int64_t 
       DistortedCropOptions crop;
       crop.min_area = data.crop_area_range_min;
       crop.max_area = data.crop_area_range_max;
-      window = sample_distorted_crop(image.height, image.width, crop, rng);
+      window = data.crop_sampler == "torchvision"
+                   ? sample_resized_crop(image.height, image.width, crop, rng)
+                   : sample_distorted_crop(image.height, image.width, crop, rng);
     }
     at::Tensor pixels = crop_and_resize(image, window, height, width);
     if (data.aug_rand_hflip && uniform01(rng) < 0.5) pixels = flip_left_right(pixels);

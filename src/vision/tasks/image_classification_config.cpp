@@ -92,6 +92,8 @@ void ImageClassificationDataConfig::visit(config::Visitor& v) {
   v("aug_crop", aug_crop, "Training: the Inception crop (else the whole image is resized).");
   v("crop_area_range_min", crop_area_range_min, "Training crop: smallest share of the area.");
   v("crop_area_range_max", crop_area_range_max, "Training crop: largest share of the area.");
+  v("crop_sampler", crop_sampler,
+    "Training crop's rule: tensorflow (Model Garden's) or torchvision (RandomResizedCrop).");
   v("center_crop_fraction", center_crop_fraction,
     "Evaluation: the centered square's side over the short side (1: the whole short side).");
   v("color_jitter", color_jitter, "Not implemented: 0 only.");
@@ -110,6 +112,8 @@ void ImageClassificationDataConfig::validate() const {
   check_range("crop_area_range_max", crop_area_range_max, Range::above(0).at_most(1));
   if (crop_area_range_min > crop_area_range_max)
     config::refuse("crop_area_range_min", "is above crop_area_range_max");
+  if (crop_sampler != "tensorflow" && crop_sampler != "torchvision")
+    config::refuse("crop_sampler", "'" + crop_sampler + "' is not one of tensorflow, torchvision");
   check_range("center_crop_fraction", center_crop_fraction, Range::above(0).at_most(1));
   check_range("color_jitter", color_jitter, Range::at_least(0));
   if (color_jitter != 0) config::refuse("color_jitter", "is not implemented yet; leave it 0");

@@ -97,8 +97,8 @@ std::shared_ptr<config::ExperimentConfig> mnist() {
 
 // The flower photos (5 classes, 128 x 128 JPEGs) on 2 cores: Model Garden's
 // ResNet-18 (torchvision's resnet18, bench/vision_bench.sh's peer, plus the
-// first block's projection) at 112 x 112 with Model Garden's augmentation,
-// 400 steps (7.4 epochs).
+// first block's projection) at 112 x 112, torchvision's RandomResizedCrop
+// and a flip, 400 steps (7.4 epochs).
 std::shared_ptr<config::ExperimentConfig> flowers() {
   auto experiment = std::make_shared<config::ExperimentConfig>();
   auto task = task_config(112, 64);
@@ -108,6 +108,9 @@ std::shared_ptr<config::ExperimentConfig> flowers() {
   // for a run of 400: held-out accuracy 0.604 with it, 0.642 with 0.9
   // (docs/tasks/image_classification.md).
   task->model.norm_activation.norm_momentum = 0.9;
+  // The area-uniform crop: held-out accuracy 0.649 over seeds 1 to 3
+  // against 0.630 with TensorFlow's rule (docs/tasks/image_classification.md).
+  task->train_data.crop_sampler = "torchvision";
   task->losses.label_smoothing = 0.1;
   task->losses.l2_weight_decay = 1e-4;
   experiment->task = task;

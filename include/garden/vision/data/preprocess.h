@@ -47,6 +47,15 @@ struct DistortedCropOptions {
 CropWindow sample_distorted_crop(int64_t height, int64_t width, const DistortedCropOptions& options,
                                  std::mt19937_64& rng);
 
+// torchvision's RandomResizedCrop window: per attempt an area uniform in
+// [min_area, max_area] of the image and an aspect ratio (width / height)
+// log-uniform in [min_aspect, max_aspect], rounded half to even as
+// Python's round; the first that fits is placed at a uniform offset in
+// [0, size - crop]. After max_attempts failures, the largest centered
+// crop whose aspect ratio is within the range.
+CropWindow sample_resized_crop(int64_t height, int64_t width, const DistortedCropOptions& options,
+                               std::mt19937_64& rng);
+
 // The window of `image` resized to out_height x out_width by bilinear
 // interpolation with half-pixel centers and no antialiasing
 // (tf.image.resize's BILINEAR): float32 [out_height, out_width, channels],

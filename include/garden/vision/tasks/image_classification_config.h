@@ -63,6 +63,9 @@ struct ImageClassificationDataConfig : config::DataConfig {
   bool aug_crop = true;
   double crop_area_range_min = 0.08;  // Model Garden's crop_area_range (0.08, 1.0)
   double crop_area_range_max = 1.0;
+  // Whose rule draws the training crop: "tensorflow" (Model Garden's
+  // sample_distorted_bounding_box) or "torchvision" (RandomResizedCrop).
+  std::string crop_sampler = "tensorflow";
   double center_crop_fraction = 0.875;
   double color_jitter = 0.0;   // not implemented: 0 only
   std::string aug_type;        // randaug / autoaug: not implemented, empty only
