@@ -14,9 +14,9 @@
 namespace garden::vision {
 
 // One record of image records into an example {"image": [3, H, W] float,
-// normalized; "label": int64 scalar}: decoded, cropped (training: Model
-// Garden's Inception crop when aug_crop; evaluation: the center crop),
-// resized to input_size, flipped at random when training with
+// normalized; "label": int64 scalar}: decoded, cropped (training: the
+// Inception crop by crop_sampler's rule when aug_crop; evaluation: the
+// center crop), resized to input_size, flipped at random when training with
 // aug_rand_hflip. The random draws come from (seed, the file's name, the
 // record's index, the epoch), so the same record is augmented anew each
 // epoch and the same way in every run.
