@@ -135,12 +135,14 @@ std::shared_ptr<config::ExperimentConfig> cpu_experiment(const CpuRecipe& recipe
 // sorted) and the weights' moving average (Model Garden's EMA, its
 // defaults) is what evaluation, translate and export use; the warmup of
 // 400 steps (a peak rate of 0.0022) and alpha were chosen on the held-out
-// pairs of a 30-minute run.
+// pairs of a 30-minute run: at 2,800 steps alpha 1.7 makes the outputs
+// 97.7 % of the references' length, within 0.05 of the best score of
+// alpha 1.0 to 1.8 (1.0 gives 92.5 % and a score 0.45 lower).
 std::shared_ptr<config::ExperimentConfig> translation_tiny_experiment() {
   auto experiment =
       cpu_experiment({{256, 4, 1024, 3}, 8000, 3072, 64, 50000, 20000, 1000, 2000, 3, 400});
   experiment->trainer.optimizer_config.ema.emplace();
-  static_cast<TranslationConfig&>(*experiment->task).model.alpha = 1.0;
+  static_cast<TranslationConfig&>(*experiment->task).model.alpha = 1.7;
   return experiment;
 }
 
