@@ -23,7 +23,7 @@
 #   PRETRAINED_OVERRIDES  keys for the pretrained arm alone, e.g.
 #             task.layerwise_lr_decay=0.8 (ELECTRA's fine-tuning of a
 #             pretrained encoder; after 30 minutes of electra/tiny it cost
-#             SST-2 7 points, docs/tasks/sentence_prediction.md)
+#             SST-2 7.8 points in one run, docs/tasks/sentence_prediction.md)
 #   SEQ_LENGTH  --max_seq_length of the records (64; 128 for pairs)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
