@@ -39,6 +39,7 @@
 #include "garden/core/metrics.h"
 #include "garden/core/minimizer.h"
 #include "garden/core/task.h"
+#include "garden/kernels/convolution.h"
 #include "garden/optim/optimizer.h"
 #include "garden/platform/allocator.h"
 #include "garden/platform/process.h"
@@ -54,7 +55,22 @@ using Options = garden_bench::StepOptions;
 const char* const kUsage =
     "vision_step_bench [--preset resnet18|resnet50] [--threads N] [--steps S] [--warmup W] "
     "[--batch B] [--length SIDE] [--rounds R] [--peer PATH|none] [--amp none|bf16] [--profile] "
-    "[--smoke]";
+    "[--smoke] [--convolution auto|direct|winograd]";
+
+// --convolution (runtime.convolution_algorithm, default auto), taken out of
+// argv before the options every step benchmark shares.
+std::string take_convolution(int& argc, char** argv) {
+  std::string algorithm = "auto";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) != "--convolution") continue;
+    if (i + 1 >= argc) garden_bench::usage("--convolution needs a value", kUsage);
+    algorithm = argv[i + 1];
+    for (int j = i; j + 2 < argc; ++j) argv[j] = argv[j + 2];
+    argc -= 2;
+    break;
+  }
+  return algorithm;
+}
 
 Options parse(int argc, char** argv) {
   Options defaults;
@@ -138,6 +154,13 @@ int main(int argc, char** argv) {
   // As garden does; the peer runs with glibc's malloc, as PyTorch users run it.
   garden::restart_with_fast_settings(argv, true);
   garden::keep_freed_memory_in_the_heap();
+  const std::string convolution = take_convolution(argc, argv);
+  try {
+    garden::kernels::set_convolution_algorithm(
+        garden::kernels::parse_convolution_algorithm(convolution));
+  } catch (const std::invalid_argument& e) {
+    garden_bench::usage(std::string("--convolution: ") + e.what(), kUsage);
+  }
   const Options o = parse(argc, argv);
   at::set_num_threads(o.threads);
   GardenStep garden(o);

@@ -12,7 +12,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
-  libtorch-dev libgloo-dev libopenblas0-pthread
+  libtorch-dev libgloo-dev libopenblas0-pthread libdnnl-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libprotobuf-dev protobuf-compiler zlib1g-dev libjpeg62-turbo-dev libpng-dev
   libgtest-dev libgmock-dev

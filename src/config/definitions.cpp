@@ -123,6 +123,9 @@ void RuntimeConfig::visit(Visitor& v) {
   v("cuda_graphs", cuda_graphs,
     "Capture the training step as a CUDA graph per batch shape and replay it (runtime.device "
     "cuda, one process, optimizer adam or adamw).");
+  v("convolution_algorithm", convolution_algorithm,
+    "auto, direct or winograd: float32 3x3 stride-1 CPU convolutions on oneDNN's Winograd "
+    "algorithm where oneDNN finds it faster (auto), always (winograd) or never (direct).");
   v("intra_op_parallelism_threads", intra_op_parallelism_threads,
     "Threads inside one op; 0: every core this process may run on (LibTorch's default when "
     "OMP_NUM_THREADS is set; one without OMP_WAIT_POLICY=PASSIVE, which garden sets).");
@@ -183,6 +186,10 @@ void RuntimeConfig::validate() const {
                              " is an index into runtime.worker_hosts, which is not set");
   check_range("bucket_cap_mb", bucket_cap_mb, Range::above(0));
   check_range("collective_timeout_seconds", collective_timeout_seconds, Range::at_least(1));
+  if (convolution_algorithm != "auto" && convolution_algorithm != "direct" &&
+      convolution_algorithm != "winograd")
+    refuse("convolution_algorithm",
+           "'" + convolution_algorithm + "' is not one of auto, direct, winograd");
   if (gradient_compression == "bf16")
     refuse("gradient_compression",
            "bf16 is not implemented: LibTorch 1.13's Gloo cannot sum bfloat16; use fp16");

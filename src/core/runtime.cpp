@@ -11,6 +11,7 @@
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
 #include "garden/config/yaml_io.h"
+#include "garden/kernels/convolution.h"
 #include "garden/platform/allocator.h"
 #include "garden/platform/blas.h"
 #include "garden/platform/cpu_share.h"
@@ -106,6 +107,12 @@ void apply_runtime(const config::RuntimeConfig& runtime) {
   if (device.is_cuda() && !torch::cuda::is_available())
     throw Error("runtime.device is '" + runtime.device +
                 "' but this LibTorch has no CUDA device; use runtime.device=cpu");
+  kernels::set_convolution_algorithm(
+      kernels::parse_convolution_algorithm(runtime.convolution_algorithm));
+  if (runtime.convolution_algorithm == "winograd" && !device.is_cuda() &&
+      !kernels::winograd_unavailable_reason().empty())
+    throw Error("runtime.convolution_algorithm is 'winograd' but " +
+                kernels::winograd_unavailable_reason() + "; use auto or direct");
   warn_if_slow_blas();
 }
 

@@ -83,6 +83,9 @@ struct RuntimeConfig : Config {
   // LibTorch-specific settings.
   std::string device = "cpu";
   bool cuda_graphs = false;
+  // auto, direct or winograd: the algorithm of float32 3x3 stride-1 CPU
+  // convolutions (kernels/convolution.h).
+  std::string convolution_algorithm = "auto";
   int64_t intra_op_parallelism_threads = 0;
   int64_t inter_op_parallelism_threads = 0;
   std::optional<int64_t> seed;

@@ -8,6 +8,7 @@
 
 #include "garden/base/error.h"
 #include "garden/base/initializers.h"
+#include "garden/kernels/convolution.h"
 
 namespace garden::vision {
 
@@ -100,8 +101,9 @@ at::Tensor Conv2dSameImpl::forward(const at::Tensor& x) {
   const auto [top, bottom] = same_padding(x.size(2), kernel_, stride_);
   const auto [left, right] = same_padding(x.size(3), kernel_, stride_);
   if (top == bottom && left == right && top == left) {
-    // Symmetric: the convolution pads itself, without a copy.
-    return at::conv2d(x, conv->weight, conv->bias, {stride_, stride_}, {top, left});
+    // Symmetric: the convolution pads itself, without a copy; 3x3 layers at
+    // stride 1 may run Winograd's algorithm (runtime.convolution_algorithm).
+    return kernels::conv2d(x, conv->weight, conv->bias, stride_, top);
   }
   return conv->forward(at::constant_pad_nd(x, {left, right, top, bottom}, 0.0));
 }
