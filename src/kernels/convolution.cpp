@@ -356,21 +356,36 @@ at::Tensor dense(const at::Tensor& t) {
   return t.is_non_overlapping_and_dense() ? t : t.contiguous(t.suggest_memory_format());
 }
 
+// An input of a primitive: its argument, the layout the primitive takes,
+// and its bytes in that layout.
+struct Operand {
+  int arg;
+  const dnnl_memory_desc_t& md;
+  at::Tensor data;
+};
+
+// Runs `primitive` on two inputs, its output `out_arg` (layout `out_md`)
+// written into `out`.
+void run_primitive(const Onednn& dnnl, dnnl_primitive_t primitive, const Operand& a,
+                   const Operand& b, int out_arg, const dnnl_memory_desc_t& out_md,
+                   at::Tensor& out) {
+  into(dnnl, out, out_md, [&](void* dst) {
+    Memory ma(dnnl, a.md, a.data.data_ptr()), mb(dnnl, b.md, b.data.data_ptr());
+    Memory mo(dnnl, out_md, dst);
+    execute(dnnl, primitive, {{a.arg, ma.get()}, {b.arg, mb.get()}, {out_arg, mo.get()}});
+  });
+}
+
 at::Tensor winograd_forward(const Plan& plan, const at::Tensor& x, const at::Tensor& weight) {
   const Onednn& dnnl = onednn();
   const Pd& pd = plan.forward_pd;
-  const at::Tensor src = in_layout(dnnl, x, query(dnnl, pd, dnnl_query_src_md));
-  const at::Tensor wei = in_layout(dnnl, weight, query(dnnl, pd, dnnl_query_weights_md));
+  const dnnl_memory_desc_t& src_md = query(dnnl, pd, dnnl_query_src_md);
+  const dnnl_memory_desc_t& weights_md = query(dnnl, pd, dnnl_query_weights_md);
   at::Tensor y = at::empty({x.size(0), weight.size(0), x.size(2), x.size(3)},
                            x.options().memory_format(x.suggest_memory_format()));
-  const dnnl_memory_desc_t& dst_md = query(dnnl, pd, dnnl_query_dst_md);
-  into(dnnl, y, dst_md, [&](void* out) {
-    Memory s(dnnl, query(dnnl, pd, dnnl_query_src_md), src.data_ptr());
-    Memory w(dnnl, query(dnnl, pd, dnnl_query_weights_md), wei.data_ptr());
-    Memory d(dnnl, dst_md, out);
-    execute(dnnl, plan.forward.get(),
-            {{DNNL_ARG_SRC, s.get()}, {DNNL_ARG_WEIGHTS, w.get()}, {DNNL_ARG_DST, d.get()}});
-  });
+  run_primitive(dnnl, plan.forward.get(), {DNNL_ARG_SRC, src_md, in_layout(dnnl, x, src_md)},
+                {DNNL_ARG_WEIGHTS, weights_md, in_layout(dnnl, weight, weights_md)}, DNNL_ARG_DST,
+                query(dnnl, pd, dnnl_query_dst_md), y);
   return y;
 }
 
@@ -411,32 +426,19 @@ struct WinogradConv : public torch::autograd::Function<WinogradConv> {
     if (ctx->needs_input_grad(0)) {
       const Pd& pd = plan.backward_data_pd;
       const dnnl_memory_desc_t& w_md = query(dnnl, pd, dnnl_query_weights_md);
-      const at::Tensor w = in_layout(dnnl, weight, w_md);
       grad_x = at::empty_like(x);
-      const dnnl_memory_desc_t& ds_md = query(dnnl, pd, dnnl_query_diff_src_md);
-      into(dnnl, grad_x, ds_md, [&](void* out) {
-        Memory m_dd(dnnl, data_dd_md, data_dd.data_ptr()), m_w(dnnl, w_md, w.data_ptr());
-        Memory m_ds(dnnl, ds_md, out);
-        execute(dnnl, plan.backward_data.get(),
-                {{DNNL_ARG_DIFF_DST, m_dd.get()},
-                 {DNNL_ARG_WEIGHTS, m_w.get()},
-                 {DNNL_ARG_DIFF_SRC, m_ds.get()}});
-      });
+      run_primitive(dnnl, plan.backward_data.get(), {DNNL_ARG_DIFF_DST, data_dd_md, data_dd},
+                    {DNNL_ARG_WEIGHTS, w_md, in_layout(dnnl, weight, w_md)}, DNNL_ARG_DIFF_SRC,
+                    query(dnnl, pd, dnnl_query_diff_src_md), grad_x);
     }
     if (ctx->needs_input_grad(1)) {
       const Pd& pd = plan.backward_weights_pd;
       const dnnl_memory_desc_t& s_md = query(dnnl, pd, dnnl_query_src_md);
-      const at::Tensor s = in_layout(dnnl, x, s_md);
       grad_w = at::empty_like(weight);
-      const dnnl_memory_desc_t& dw_md = query(dnnl, pd, dnnl_query_diff_weights_md);
-      into(dnnl, grad_w, dw_md, [&](void* out) {
-        Memory m_dd(dnnl, weights_dd_md, weights_dd.data_ptr()), m_s(dnnl, s_md, s.data_ptr());
-        Memory m_dw(dnnl, dw_md, out);
-        execute(dnnl, plan.backward_weights.get(),
-                {{DNNL_ARG_DIFF_DST, m_dd.get()},
-                 {DNNL_ARG_SRC, m_s.get()},
-                 {DNNL_ARG_DIFF_WEIGHTS, m_dw.get()}});
-      });
+      run_primitive(dnnl, plan.backward_weights.get(),
+                    {DNNL_ARG_DIFF_DST, weights_dd_md, weights_dd},
+                    {DNNL_ARG_SRC, s_md, in_layout(dnnl, x, s_md)}, DNNL_ARG_DIFF_WEIGHTS,
+                    query(dnnl, pd, dnnl_query_diff_weights_md), grad_w);
     }
     return {grad_x, grad_w, at::Tensor()};
   }
