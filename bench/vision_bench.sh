@@ -15,8 +15,10 @@
 # IMAGE_DIR: a folder per class (../shared/data/images/flowers). Environment:
 # MODEL_ID 18 (or 50), SIZE 112, BATCH 64, THREADS 2 (the peer's compute
 # threads; Garden uses every core), WORKERS 2 (the peer's DataLoader
-# processes), SPEED_STEPS 40, BUDGET 600, STEPS 2000, SEED 1 (both sides'
-# initialization and input order), AMP none (bf16: both sides'
+# processes), SPEED_STEPS 40, ROUNDS 1 (speed: Garden then the peer, this
+# many times alternately, so the machine's drift falls on both; then the
+# median ratio), BUDGET 600, STEPS 2000, SEED 1 (both sides' initialization
+# and input order), AMP none (bf16: both sides'
 # forward and loss under bfloat16 autocast, Garden's
 # runtime.mixed_precision_dtype=bfloat16 and the peer's --amp bf16),
 # GARDEN_OVERRIDES (more of Garden's --params_override, e.g.
@@ -38,6 +40,7 @@ budget=${BUDGET:-600}
 steps=${STEPS:-2000}
 amp=${AMP:-none}
 seed=${SEED:-1}
+rounds=${ROUNDS:-1}
 mkdir -p "$out"
 records=$out/records
 [ -f "$records/labels.txt" ] || "$garden" create_image_records --image_dir="$images" \
@@ -60,19 +63,27 @@ esac
 peak() { sed -n 's/^peak_kb \([0-9]*\)/\1/p' "$1"; }
 
 if [ "$mode" = speed ] || [ "$mode" = both ]; then
-  rm -rf "$out/garden_speed"
-  /usr/bin/time -f "peak_kb %M" "$garden" train --experiment=vision/flowers --mode=train \
-    --model_dir="$out/garden_speed" --params_override="$common,trainer.train_steps=$speed_steps,\
+  ratios=()
+  for round in $(seq 1 "$rounds"); do
+    rm -rf "$out/garden_speed"
+    /usr/bin/time -f "peak_kb %M" "$garden" train --experiment=vision/flowers --mode=train \
+      --model_dir="$out/garden_speed" --params_override="$common,trainer.train_steps=$speed_steps,\
 trainer.steps_per_loop=5,trainer.summary_interval=5,trainer.checkpoint_interval=100000" \
-    > "$out/garden_speed.log" 2>&1
-  # steps/s of every loop but the first (the pipeline filling, the first allocations).
-  garden_sps=$(grep "I train" "$out/garden_speed.log" | sed -n 's/.*steps_per_second: \([0-9.]*\).*/\1/p' |
-    tail -n +2 | awk '{s += $1; n++} END {printf "%.4f", s / n}')
-  garden_ips=$(awk -v s="$garden_sps" -v b="$batch" 'BEGIN {printf "%.2f", s * b}')
-  /usr/bin/time -f "peak_kb %M" "${peer[@]}" --mode speed --steps "$speed_steps" --warmup 5 \
-    > "$out/peer_speed.log" 2>&1
-  peer_ips=$(sed -n 's/.*"images_per_second": \([0-9.]*\).*/\1/p' "$out/peer_speed.log")
-  echo "speed, resnet$model_id at $size, batch $batch, amp $amp: Garden $garden_ips images/s (peak $(( $(peak "$out/garden_speed.log") / 1024 )) MB), peer $peer_ips images/s (peak $(( $(peak "$out/peer_speed.log") / 1024 )) MB, main process), ratio $(awk -v g="$garden_ips" -v p="$peer_ips" 'BEGIN {printf "%.2f", g / p}')"
+      > "$out/garden_speed.log" 2>&1
+    # steps/s of every loop but the first (the pipeline filling, the first allocations).
+    garden_sps=$(grep "I train" "$out/garden_speed.log" | sed -n 's/.*steps_per_second: \([0-9.]*\).*/\1/p' |
+      tail -n +2 | awk '{s += $1; n++} END {printf "%.4f", s / n}')
+    garden_ips=$(awk -v s="$garden_sps" -v b="$batch" 'BEGIN {printf "%.2f", s * b}')
+    /usr/bin/time -f "peak_kb %M" "${peer[@]}" --mode speed --steps "$speed_steps" --warmup 5 \
+      > "$out/peer_speed.log" 2>&1
+    peer_ips=$(sed -n 's/.*"images_per_second": \([0-9.]*\).*/\1/p' "$out/peer_speed.log")
+    ratio=$(awk -v g="$garden_ips" -v p="$peer_ips" 'BEGIN {printf "%.2f", g / p}')
+    ratios+=("$ratio")
+    echo "speed, resnet$model_id at $size, batch $batch, amp $amp, round $round of $rounds: Garden $garden_ips images/s (peak $(( $(peak "$out/garden_speed.log") / 1024 )) MB), peer $peer_ips images/s (peak $(( $(peak "$out/peer_speed.log") / 1024 )) MB, main process), ratio $ratio"
+  done
+  if [ "$rounds" -gt 1 ]; then
+    echo "speed: median ratio $(printf '%s\n' "${ratios[@]}" | sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}') of rounds ${ratios[*]}"
+  fi
 fi
 
 if [ "$mode" = quality ] || [ "$mode" = both ]; then
