@@ -311,7 +311,10 @@ void reorder(const Onednn& dnnl, const dnnl_memory_desc_t& from_md, void* from,
   Primitive p = make_primitive(dnnl, pd.get());
   Memory src(dnnl, from_md, from), dst(dnnl, to_md, to);
   const dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, src.get()}, {DNNL_ARG_TO, dst.get()}};
-  check(dnnl.api.primitive_execute(p.get(), thread_stream(dnnl), 2, args), "reorder");
+  const dnnl_stream_t stream = thread_stream(dnnl);
+  check(dnnl.api.primitive_execute(p.get(), stream, 2, args), "reorder");
+  // Done before the memories above are destroyed, whatever the runtime.
+  check(dnnl.api.stream_wait(stream), "stream_wait");
 }
 
 // `t`'s bytes in the layout `want`: `t` itself where its layout is that,
