@@ -379,28 +379,63 @@ void run_primitive(const Onednn& dnnl, dnnl_primitive_t primitive, const Operand
   });
 }
 
-at::Tensor winograd_forward(const Plan& plan, const at::Tensor& x, const at::Tensor& weight) {
+// The forward pass's output, and its inputs in the layouts it took them in
+// (the backward passes reuse them where they take the same).
+struct Forward {
+  at::Tensor y, x_in_layout, weight_in_layout;
+};
+
+Forward winograd_forward(const Plan& plan, const at::Tensor& x, const at::Tensor& weight) {
   const Onednn& dnnl = onednn();
   const Pd& pd = plan.forward_pd;
   const dnnl_memory_desc_t& src_md = query(dnnl, pd, dnnl_query_src_md);
   const dnnl_memory_desc_t& weights_md = query(dnnl, pd, dnnl_query_weights_md);
-  at::Tensor y = at::empty({x.size(0), weight.size(0), x.size(2), x.size(3)},
-                           x.options().memory_format(x.suggest_memory_format()));
-  run_primitive(dnnl, plan.forward.get(), {DNNL_ARG_SRC, src_md, in_layout(dnnl, x, src_md)},
-                {DNNL_ARG_WEIGHTS, weights_md, in_layout(dnnl, weight, weights_md)}, DNNL_ARG_DST,
-                query(dnnl, pd, dnnl_query_dst_md), y);
-  return y;
+  Forward f;
+  f.y = at::empty({x.size(0), weight.size(0), x.size(2), x.size(3)},
+                  x.options().memory_format(x.suggest_memory_format()));
+  f.x_in_layout = in_layout(dnnl, x, src_md);
+  f.weight_in_layout = in_layout(dnnl, weight, weights_md);
+  run_primitive(dnnl, plan.forward.get(), {DNNL_ARG_SRC, src_md, f.x_in_layout},
+                {DNNL_ARG_WEIGHTS, weights_md, f.weight_in_layout}, DNNL_ARG_DST,
+                query(dnnl, pd, dnnl_query_dst_md), f.y);
+  return f;
+}
+
+// The tensor the forward pass kept under `key`, dropped from the context so
+// that its memory goes as the backward pass moves on, as saved variables'
+// does; undefined where there is none (a second backward pass through a
+// retained graph).
+at::Tensor take(torch::autograd::AutogradContext* ctx, const std::string& key) {
+  auto it = ctx->saved_data.find(key);
+  if (it == ctx->saved_data.end()) return at::Tensor();
+  at::Tensor t = it->second.toTensor();
+  ctx->saved_data.erase(it);
+  return t;
+}
+
+// `t` in the layout `want`: `reordered` (t in the layout `have`) where it
+// is defined and the two layouts are the same, else a reorder of t.
+at::Tensor reuse_or_reorder(const Onednn& dnnl, const at::Tensor& t, const at::Tensor& reordered,
+                            const dnnl_memory_desc_t& have, const dnnl_memory_desc_t& want) {
+  return reordered.defined() && dnnl.api.md_equal(&have, &want) ? reordered
+                                                                : in_layout(dnnl, t, want);
 }
 
 struct WinogradConv : public torch::autograd::Function<WinogradConv> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const at::Tensor& weight, Plan* plan) {
+                            const at::Tensor& weight, Plan* plan, bool keep_weight, bool keep_x) {
     RECORD_FUNCTION("garden::winograd_conv2d", std::vector<c10::IValue>());
     const at::Tensor input = dense(x), w = dense(weight);
     ctx->save_for_backward({input, w});
     // Plans live as long as the process (plan_for never drops one).
     ctx->saved_data["plan"] = reinterpret_cast<int64_t>(plan);
-    return winograd_forward(*plan, input, w);
+    Forward f = winograd_forward(*plan, input, w);
+    // The reordered operands, kept for the backward passes: the weights
+    // where x's gradient is wanted, the input where the weights' is (one
+    // activation-sized copy per layer, saving a reorder of it).
+    if (keep_weight) ctx->saved_data["weight_in_layout"] = f.weight_in_layout;
+    if (keep_x) ctx->saved_data["x_in_layout"] = f.x_in_layout;
+    return f.y;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -413,6 +448,9 @@ struct WinogradConv : public torch::autograd::Function<WinogradConv> {
     const Onednn& dnnl = onednn();
     make_backward(dnnl, plan);
     const at::Tensor grad = dense(grads[0]);
+    const auto forward_md = [&](dnnl_query_t what) -> const dnnl_memory_desc_t& {
+      return query(dnnl, plan.forward_pd, what);
+    };
     // The gradient in each backward primitive's layout, reordered once when
     // both take the same.
     const dnnl_memory_desc_t& data_dd_md =
@@ -431,8 +469,10 @@ struct WinogradConv : public torch::autograd::Function<WinogradConv> {
       const dnnl_memory_desc_t& w_md = query(dnnl, pd, dnnl_query_weights_md);
       grad_x = at::empty_like(x);
       run_primitive(dnnl, plan.backward_data.get(), {DNNL_ARG_DIFF_DST, data_dd_md, data_dd},
-                    {DNNL_ARG_WEIGHTS, w_md, in_layout(dnnl, weight, w_md)}, DNNL_ARG_DIFF_SRC,
-                    query(dnnl, pd, dnnl_query_diff_src_md), grad_x);
+                    {DNNL_ARG_WEIGHTS, w_md,
+                     reuse_or_reorder(dnnl, weight, take(ctx, "weight_in_layout"),
+                                      forward_md(dnnl_query_weights_md), w_md)},
+                    DNNL_ARG_DIFF_SRC, query(dnnl, pd, dnnl_query_diff_src_md), grad_x);
     }
     if (ctx->needs_input_grad(1)) {
       const Pd& pd = plan.backward_weights_pd;
@@ -440,10 +480,12 @@ struct WinogradConv : public torch::autograd::Function<WinogradConv> {
       grad_w = at::empty_like(weight);
       run_primitive(dnnl, plan.backward_weights.get(),
                     {DNNL_ARG_DIFF_DST, weights_dd_md, weights_dd},
-                    {DNNL_ARG_SRC, s_md, in_layout(dnnl, x, s_md)}, DNNL_ARG_DIFF_WEIGHTS,
-                    query(dnnl, pd, dnnl_query_diff_weights_md), grad_w);
+                    {DNNL_ARG_SRC, s_md,
+                     reuse_or_reorder(dnnl, x, take(ctx, "x_in_layout"),
+                                      forward_md(dnnl_query_src_md), s_md)},
+                    DNNL_ARG_DIFF_WEIGHTS, query(dnnl, pd, dnnl_query_diff_weights_md), grad_w);
     }
-    return {grad_x, grad_w, at::Tensor()};
+    return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -505,7 +547,9 @@ at::Tensor conv2d(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 #ifdef GARDEN_HAVE_WINOGRAD
   if (auto plan =
           convolution_detail::winograd_plan(x, weight, stride, padding, convolution_algorithm())) {
-    at::Tensor y = convolution_detail::WinogradConv::apply(x, weight, plan.get());
+    const bool grad = at::GradMode::is_enabled();
+    at::Tensor y = convolution_detail::WinogradConv::apply(
+        x, weight, plan.get(), grad && x.requires_grad(), grad && weight.requires_grad());
     return bias.defined() ? y + bias.view({1, -1, 1, 1}) : y;
   }
 #endif

@@ -108,6 +108,27 @@ TEST(ConvolutionTest, WinogradRunsAgreeBitwise) {
   EXPECT_TRUE(torch::equal(first.dw, second.dw));
 }
 
+// The backward passes reuse the operands the forward pass reordered and drop
+// them; a second pass through a retained graph reorders them again, to the
+// same bits.
+TEST(ConvolutionTest, ARetainedGraphGivesTheSameGradientsTwice) {
+  SKIP_WITHOUT_WINOGRAD();
+  AlgorithmScope scope(ConvolutionAlgorithm::kWinograd);
+  torch::manual_seed(5);
+  at::Tensor x = torch::randn({4, 16, 10, 10}).contiguous(at::MemoryFormat::ChannelsLast);
+  at::Tensor w = (torch::randn({16, 16, 3, 3}) * 0.1).contiguous(at::MemoryFormat::ChannelsLast);
+  x.requires_grad_();
+  w.requires_grad_();
+  const at::Tensor loss = (conv2d(x, w, {}, 1, 1) * torch::randn({4, 16, 10, 10})).sum();
+  loss.backward({}, /*retain_graph=*/true);
+  const at::Tensor dx = x.grad().clone(), dw = w.grad().clone();
+  x.mutable_grad().zero_();
+  w.mutable_grad().zero_();
+  loss.backward();
+  EXPECT_TRUE(torch::equal(x.grad(), dx));
+  EXPECT_TRUE(torch::equal(w.grad(), dw));
+}
+
 TEST(ConvolutionTest, OnlyTheInputsGradientWhenTheWeightIsFrozen) {
   SKIP_WITHOUT_WINOGRAD();
   AlgorithmScope scope(ConvolutionAlgorithm::kWinograd);

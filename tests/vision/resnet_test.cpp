@@ -4,6 +4,9 @@
 // padding, and the blocks on a hand-built case.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <limits>
+#include <utility>
+#include <vector>
 
 #include "garden/vision/modeling/resnet.h"
 #include "test_util.h"
@@ -95,6 +98,59 @@ TEST(ResNetTest, SamePaddingIsTensorFlows) {
   EXPECT_EQ(out.reshape(-1)[3].item<float>(), 4);
 }
 
+// TensorFlow's max pooling with 'same' padding, by its definition: each
+// output is the largest input in its window, the window starting `before`
+// cells ahead of the image and cut at its edges.
+at::Tensor max_pool_by_definition(const at::Tensor& x, int64_t kernel, int64_t stride) {
+  const int64_t h = x.size(2), w = x.size(3);
+  const int64_t oh = (h + stride - 1) / stride, ow = (w + stride - 1) / stride;
+  const int64_t top = garden::vision::same_padding(h, kernel, stride).first;
+  const int64_t left = garden::vision::same_padding(w, kernel, stride).first;
+  at::Tensor out = torch::empty({x.size(0), x.size(1), oh, ow});
+  auto in = x.accessor<float, 4>();
+  auto o = out.accessor<float, 4>();
+  for (int64_t n = 0; n < x.size(0); ++n)
+    for (int64_t c = 0; c < x.size(1); ++c)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          float best = -std::numeric_limits<float>::infinity();
+          for (int64_t y = i * stride - top; y < i * stride - top + kernel; ++y)
+            for (int64_t z = j * stride - left; z < j * stride - left + kernel; ++z)
+              if (y >= 0 && y < h && z >= 0 && z < w) best = std::max(best, in[n][c][y][z]);
+          o[n][c][i][j] = best;
+        }
+  return out;
+}
+
+TEST(ResNetTest, SameMaxPoolingIsTensorFlowsWithTheGradientOfThePaddedPooling) {
+  torch::manual_seed(3);
+  for (const auto& [kernel, stride] :
+       std::vector<std::pair<int64_t, int64_t>>{{3, 2}, {2, 2}, {3, 1}})
+    for (int64_t h = 3; h <= 9; ++h)
+      for (int64_t w : {4, 7, 8}) {
+        SCOPED_TRACE("kernel " + std::to_string(kernel) + " stride " + std::to_string(stride) +
+                     ", " + std::to_string(h) + " x " + std::to_string(w));
+        // Random values, then ties everywhere: the gradient goes to the same
+        // cell as through the padded copy (the first largest in the window).
+        for (const at::Tensor& base : {torch::randn({2, 3, h, w}), torch::ones({2, 3, h, w})}) {
+          const at::Tensor x = base.clone().requires_grad_(true);
+          const at::Tensor y = garden::vision::max_pool_same(x, kernel, stride);
+          EXPECT_TRUE(torch::equal(y.detach(), max_pool_by_definition(base, kernel, stride)));
+          const auto [top, bottom] = garden::vision::same_padding(h, kernel, stride);
+          const auto [left, right] = garden::vision::same_padding(w, kernel, stride);
+          const at::Tensor x2 = base.clone().requires_grad_(true);
+          const at::Tensor y2 =
+              at::max_pool2d(at::constant_pad_nd(x2, {left, right, top, bottom},
+                                                 -std::numeric_limits<double>::infinity()),
+                             {kernel, kernel}, {stride, stride});
+          const at::Tensor g = torch::randn(y.sizes());
+          y.backward(g);
+          y2.backward(g);
+          EXPECT_TRUE(torch::equal(x.grad(), x2.grad()));
+        }
+      }
+}
+
 TEST(ResNetTest, ABasicBlockComputesItsDefinition) {
   // One residual block (1 channel, identity shortcut) in inference mode with
   // unit norms: relu(conv2(relu(conv1(x))) + x).
@@ -113,6 +169,37 @@ TEST(ResNetTest, ABasicBlockComputesItsDefinition) {
   const at::Tensor expected = torch::relu(4 * torch::relu(x) + x);
   EXPECT_TRUE(torch::allclose(block->forward(x), expected, 1e-6, 1e-6))
       << block->forward(x) << expected;
+}
+
+// In training on a channels-last batch the norms run fused with their
+// residual and ReLU (kernels::batch_norm_act); on an NCHW batch they run as
+// LibTorch's operators. The same network either way.
+TEST(ResNetTest, FusedNormsTrainAsTheModulesOperators) {
+  const auto run = [](at::MemoryFormat format) {
+    torch::manual_seed(7);
+    ClassificationModelOptions o = options(18, 3);
+    o.backbone.depth_multiplier = 0.25;
+    ClassificationModel model(o);
+    model->train();
+    torch::manual_seed(8);
+    const at::Tensor images = torch::randn({4, 3, 40, 40}).contiguous(format);
+    const at::Tensor logits = model->forward(images);
+    (logits * torch::randn(logits.sizes())).sum().backward();
+    std::vector<at::Tensor> out = {logits.detach()};
+    for (const auto& p : model->named_parameters()) out.push_back(p.value().grad());
+    for (const auto& b : model->named_buffers()) out.push_back(b.value().clone());
+    return out;
+  };
+  const auto fused = run(at::MemoryFormat::ChannelsLast);
+  const auto plain = run(at::MemoryFormat::Contiguous);
+  ASSERT_EQ(fused.size(), plain.size());
+  for (std::size_t i = 0; i < fused.size(); ++i) {
+    SCOPED_TRACE("tensor " + std::to_string(i));
+    ASSERT_TRUE(fused[i].defined());
+    const at::Tensor a = fused[i].to(torch::kDouble), b = plain[i].to(torch::kDouble);
+    EXPECT_LE((a - b).abs().max().item<double>(),
+              1e-3 * std::max(1.0, b.abs().max().item<double>()));
+  }
 }
 
 TEST(ResNetTest, TheL2TermCountsKernelsOnly) {

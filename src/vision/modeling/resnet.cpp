@@ -8,6 +8,7 @@
 
 #include "garden/base/error.h"
 #include "garden/base/initializers.h"
+#include "garden/kernels/batch_norm.h"
 #include "garden/kernels/convolution.h"
 
 namespace garden::vision {
@@ -31,14 +32,60 @@ at::Tensor activation(const std::string& name, const at::Tensor& x) {
   return x * at::sigmoid(x);  // swish
 }
 
-// TensorFlow's 'same' for pooling: pads with -inf.
-at::Tensor max_pool_same(const at::Tensor& x) {
-  const auto [top, bottom] = same_padding(x.size(2), 3, 2);
-  const auto [left, right] = same_padding(x.size(3), 3, 2);
+// activation(norm(x) + residual) (no residual where undefined; no
+// activation where `activation` is empty). One process's training with a
+// ReLU (or none) runs in kernels::batch_norm_act's fused passes where it
+// applies; otherwise the modules' own operators (and the workers' sync
+// batch norm).
+at::Tensor norm_act(torch::nn::BatchNorm2dImpl& norm, const at::Tensor& x,
+                    const at::Tensor& residual, const std::string& activation_name,
+                    const ReplicasPtr& replicas) {
+  const auto& o = norm.options;
+  if (norm.is_training() && (!replicas || replicas->count() < 2) &&
+      (activation_name.empty() || activation_name == "relu") && o.affine() &&
+      o.track_running_stats() && o.momentum() &&
+      kernels::batch_norm_act_applies(x, norm.weight, norm.bias, norm.running_mean,
+                                      norm.running_var, residual)) {
+    {
+      torch::NoGradGuard no_grad;
+      norm.num_batches_tracked.add_(1);
+    }
+    return kernels::batch_norm_act(x, norm.weight, norm.bias, norm.running_mean, norm.running_var,
+                                   *o.momentum(), o.eps(), residual, !activation_name.empty());
+  }
+  at::Tensor y = sync_batch_norm(norm, x, replicas);
+  if (residual.defined()) y = y + residual;
+  return activation_name.empty() ? y : activation(activation_name, y);
+}
+
+// The output size of LibTorch's max_pool2d along one side.
+int64_t pooled_size(int64_t size, int64_t kernel, int64_t stride, int64_t padding, bool ceil_mode) {
+  const int64_t span = size + 2 * padding - kernel;
+  int64_t out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+  if (ceil_mode && (out - 1) * stride >= size + padding) --out;
+  return out;
+}
+
+}  // namespace
+
+at::Tensor max_pool_same(const at::Tensor& x, int64_t kernel, int64_t stride) {
+  const auto [top, bottom] = same_padding(x.size(2), kernel, stride);
+  const auto [left, right] = same_padding(x.size(3), kernel, stride);
+  // TensorFlow's windows start `top` (`left`) cells before the image, as
+  // LibTorch's do with that padding; where the far side pads one more,
+  // ceil_mode adds the last window, cut at the image's edge, which is the
+  // same maximum as over -inf padding. No padded copy, forward or backward.
+  const bool ceil_mode = bottom > top || right > left;
+  if (bottom - top <= 1 && right - left <= 1 && 2 * top <= kernel && 2 * left <= kernel &&
+      pooled_size(x.size(2), kernel, stride, top, ceil_mode) == (x.size(2) + stride - 1) / stride &&
+      pooled_size(x.size(3), kernel, stride, left, ceil_mode) == (x.size(3) + stride - 1) / stride)
+    return at::max_pool2d(x, {kernel, kernel}, {stride, stride}, {top, left}, {1, 1}, ceil_mode);
   const at::Tensor padded =
       at::constant_pad_nd(x, {left, right, top, bottom}, -std::numeric_limits<double>::infinity());
-  return at::max_pool2d(padded, {3, 3}, {2, 2});
+  return at::max_pool2d(padded, {kernel, kernel}, {stride, stride});
 }
+
+namespace {
 
 // Keras' AveragePooling2D(2, 2, 'same'): the padded cells are not counted.
 at::Tensor avg_pool_same(const at::Tensor& x) {
@@ -160,12 +207,19 @@ at::Tensor ResNetBlockImpl::forward(const at::Tensor& input) {
   if (shortcut) {
     at::Tensor s = input;
     if (options_.resnetd_shortcut && stride_ > 1) s = avg_pool_same(s);
-    residual = sync_batch_norm(*shortcut_norm, shortcut->forward(s), options_.replicas);
+    residual = norm_act(*shortcut_norm, shortcut->forward(s), {}, "", options_.replicas);
   }
+  // The last norm takes the residual and the activation itself where
+  // nothing comes between them.
+  const bool plain_end = !se_reduce && !(is_training() && drop_rate_ > 0);
   at::Tensor x = input;
   for (std::size_t i = 0; i < convs.size(); ++i) {
-    x = sync_batch_norm(*norms[i], convs[i]->forward(x), options_.replicas);
-    if (i + 1 < convs.size()) x = activate(x);
+    const bool last = i + 1 == convs.size();
+    if (last && plain_end)
+      return norm_act(*norms[i], convs[i]->forward(x), residual, options_.activation,
+                      options_.replicas);
+    x = norm_act(*norms[i], convs[i]->forward(x), {}, last ? "" : options_.activation,
+                 options_.replicas);
   }
   if (se_reduce) {
     at::Tensor squeeze = x.mean({2, 3}, /*keepdim=*/true);
@@ -232,9 +286,10 @@ at::Tensor ResNetImpl::forward(const at::Tensor& images) {
                 std::to_string(images.dim()) + " dimensions");
   at::Tensor x = images;
   for (std::size_t i = 0; i < stem_convs->size(); ++i)
-    x = activate(sync_batch_norm(*stem_norms[i]->as<torch::nn::BatchNorm2d>(),
-                                 stem_convs[i]->as<Conv2dSame>()->forward(x), options_.replicas));
-  if (!options_.replace_stem_max_pool) x = max_pool_same(x);
+    x = norm_act(*stem_norms[i]->as<torch::nn::BatchNorm2d>(),
+                 stem_convs[i]->as<Conv2dSame>()->forward(x), {}, options_.activation,
+                 options_.replicas);
+  if (!options_.replace_stem_max_pool) x = max_pool_same(x, 3, 2);
   for (const auto& block : *blocks) x = block->as<ResNetBlock>()->forward(x);
   return x;
 }

@@ -62,6 +62,11 @@ TORCH_MODULE(Conv2dSame);
 // TensorFlow's 'same' padding for one dimension: (before, after).
 std::pair<int64_t, int64_t> same_padding(int64_t size, int64_t kernel, int64_t stride);
 
+// Max pooling with TensorFlow's 'same' padding (the padded cells count as
+// -inf): a kernel x kernel window every `stride` cells, ceil(size / stride)
+// outputs per side.
+at::Tensor max_pool_same(const at::Tensor& x, int64_t kernel, int64_t stride);
+
 // A residual block (ResidualBlock, two 3x3) or a bottleneck (1x1, 3x3 with
 // the stride, 1x1 to 4x the filters), each with its shortcut.
 class ResNetBlockImpl : public torch::nn::Module {
