@@ -67,6 +67,16 @@ __attribute__((always_inline)) inline float pre_activation(const Rows& r, const 
   return v;
 }
 
+// grad (dy or g) at i, through the ReLU's mask where the output had one.
+template <Act kAct>
+__attribute__((always_inline)) inline float masked(const Rows& r, const Columns& k,
+                                                   const float* grad, int64_t i, int64_t j) {
+  // Read whatever the mask says, so that the loops have no branch.
+  const float v = grad[i];
+  if constexpr (has_relu(kAct)) return pre_activation<kAct>(r, k, i, j) > 0.0f ? v : 0.0f;
+  return v;
+}
+
 // The sums of x - shift and of its square per column, added to sum[] and
 // square[].
 __attribute__((always_inline)) inline void stats_loop(const Rows& r, const Columns& k,
@@ -106,8 +116,7 @@ __attribute__((always_inline)) inline void gradient_sums_loop(const Rows& r, con
   float* __restrict g_out = r.g_out;
   for (int64_t i = 0; i < r.rows * r.c; i += r.c)
     for (int64_t j = 0; j < r.c; ++j) {
-      float v = dy[i + j];
-      if constexpr (has_relu(kAct)) v = pre_activation<kAct>(r, k, i + j, j) > 0.0f ? v : 0.0f;
+      const float v = masked<kAct>(r, k, dy, i + j, j);
       if constexpr (kAct == Act::kResidualRelu) g_out[i + j] = v;
       sum_g[j] += v;
       sum_gx[j] += static_cast<double>(v) * (static_cast<double>(x[i + j]) - mean[j]);
@@ -127,9 +136,7 @@ __attribute__((always_inline)) inline void input_gradient_loop(const Rows& r, co
   float* __restrict dx = r.out;
   for (int64_t i = 0; i < r.rows * r.c; i += r.c)
     for (int64_t j = 0; j < r.c; ++j) {
-      // Read whatever the mask says, so that the loop has no branch.
-      float g = grad[i + j];
-      if constexpr (kAct == Act::kRelu) g = pre_activation<kAct>(r, k, i + j, j) > 0.0f ? g : 0.0f;
+      const float g = kAct == Act::kRelu ? masked<kAct>(r, k, grad, i + j, j) : grad[i + j];
       dx[i + j] = g * kk[j] + x[i + j] * a[j] + b[j];
     }
 }
