@@ -485,6 +485,10 @@ struct WinogradConv : public torch::autograd::Function<WinogradConv> {
                                       forward_md(dnnl_query_src_md), s_md)},
                     DNNL_ARG_DIFF_WEIGHTS, query(dnnl, pd, dnnl_query_diff_weights_md), grad_w);
     }
+    // What this pass did not take (a gradient not asked for this time)
+    // goes now, not with the graph.
+    ctx->saved_data.erase("weight_in_layout");
+    ctx->saved_data.erase("x_in_layout");
     return {grad_x, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
