@@ -21,7 +21,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libtorch-dev libgloo-dev libopenblas0-pthread
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
-  libprotobuf-dev protobuf-compiler zlib1g-dev
+  libprotobuf-dev protobuf-compiler zlib1g-dev libjpeg62-turbo-dev libpng-dev libdnnl-dev
   libgtest-dev libgmock-dev
   libsentencepiece-dev sentencepiece libabsl-dev
   libcpp-httplib-dev
@@ -116,6 +116,18 @@ if [ ! -f "$marker" ]; then
   mmdebstrap --mode=root --variant=apt --aptopt='Acquire::Check-Valid-Until "false"' \
     --include="$(IFS=,; echo "${packages[*]}")" sid "$root" "$mirror"
   touch "$marker"
+fi
+
+# A ROOT made before a package joined the list gets it now.
+missing=()
+for p in "${packages[@]}"; do
+  chroot "$root" dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+  chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get -o Acquire::Check-Valid-Until=false update -qq
+  chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
 rm -rf "$root/garden"

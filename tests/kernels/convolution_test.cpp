@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "garden/base/torch_features.h"
 #include "garden/kernels/convolution.h"
 
 namespace garden::kernels {
@@ -164,9 +165,16 @@ TEST(ConvolutionTest, OtherConvolutionsAreLibTorchs) {
   EXPECT_FALSE(conv2d_uses_winograd(xd, wd, 1, 1, ConvolutionAlgorithm::kWinograd));  // double
   EXPECT_TRUE(torch::equal(conv2d(xd, wd, {}, 1, 1), at::conv2d(xd, wd, {}, {1, 1}, {1, 1})));
   {
+    // LibTorch 2.4 replaced the per-device setters (torch_features.h).
+#if GARDEN_HAS_DEVICE_TYPE_AUTOCAST
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    EXPECT_FALSE(conv2d_uses_winograd(x, w3, 1, 1, ConvolutionAlgorithm::kWinograd));
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+#else
     at::autocast::set_cpu_enabled(true);
     EXPECT_FALSE(conv2d_uses_winograd(x, w3, 1, 1, ConvolutionAlgorithm::kWinograd));
     at::autocast::set_cpu_enabled(false);
+#endif
   }
   // direct: never Winograd.
   EXPECT_FALSE(conv2d_uses_winograd(x, w3, 1, 1, ConvolutionAlgorithm::kDirect));
