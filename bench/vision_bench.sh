@@ -8,7 +8,8 @@
 #            workers), the same model, size, batch, threads and augmentation,
 #            and the peak memory of each;
 #   quality: each trains for BUDGET seconds (the cosine schedule spans STEPS
-#            steps), then its held-out accuracy (the same split).
+#            steps, Garden's GARDEN_STEPS), then its held-out accuracy (the
+#            same split) and the seconds each trained.
 #
 #   bash bench/vision_bench.sh IMAGE_DIR [speed|quality|both] [OUT]
 #
@@ -17,11 +18,12 @@
 # threads; Garden uses every core), WORKERS 2 (the peer's DataLoader
 # processes), SPEED_STEPS 40, ROUNDS 1 (speed: Garden then the peer, this
 # many times alternately, so the machine's drift falls on both; then the
-# median ratio), BUDGET 600, STEPS 2000, SEED 1 (both sides' initialization
+# median ratio), BUDGET 600, STEPS 2000, GARDEN_STEPS (STEPS; set it to
+# the steps Garden trains in the peer's time for STEPS), SEED 1 (both sides' initialization
 # and input order), AMP none (bf16: both sides'
 # forward and loss under bfloat16 autocast, Garden's
 # runtime.mixed_precision_dtype=bfloat16 and the peer's --amp bf16),
-# GARDEN_OVERRIDES (more of Garden's --params_override, e.g.
+# SIDES both (quality: garden or peer runs that half alone), GARDEN_OVERRIDES (more of Garden's --params_override, e.g.
 # task.train_data.crop_sampler=tensorflow).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,9 +40,11 @@ workers=${WORKERS:-2}
 speed_steps=${SPEED_STEPS:-40}
 budget=${BUDGET:-600}
 steps=${STEPS:-2000}
+garden_steps=${GARDEN_STEPS:-$steps}
 amp=${AMP:-none}
 seed=${SEED:-1}
 rounds=${ROUNDS:-1}
+sides=${SIDES:-both}
 mkdir -p "$out"
 records=$out/records
 [ -f "$records/labels.txt" ] || "$garden" create_image_records --image_dir="$images" \
@@ -50,7 +54,7 @@ common="task.train_data.input_path=$records/train-*,task.validation_data.input_p
 task.model.num_classes=$classes,task.model.backbone.resnet.model_id=$model_id,\
 task.model.backbone.resnet.depth_multiplier=1.0,task.model.input_size=[$size,$size,3],\
 task.train_data.global_batch_size=$batch,task.validation_data.global_batch_size=$batch,\
-trainer.optimizer_config.learning_rate.cosine.decay_steps=$steps,runtime.seed=$seed"
+runtime.seed=$seed"
 [ -z "${GARDEN_OVERRIDES:-}" ] || common="$common,$GARDEN_OVERRIDES"
 peer=("$python" "$here/bench/peers/peer_image_classification.py" --data "$images" --split "$records"
   --model "resnet$model_id" --size "$size" --batch "$batch" --threads "$threads" --workers "$workers"
@@ -87,15 +91,25 @@ trainer.steps_per_loop=5,trainer.summary_interval=5,trainer.checkpoint_interval=
 fi
 
 if [ "$mode" = quality ] || [ "$mode" = both ]; then
-  rm -rf "$out/garden_quality"
-  timeout -s TERM "$budget" "$garden" train --experiment=vision/flowers --mode=train \
-    --model_dir="$out/garden_quality" --params_override="$common,trainer.train_steps=$steps,\
+  garden_result="not run" peer_result="not run"
+  if [ "$sides" != peer ]; then
+    rm -rf "$out/garden_quality"
+    garden_start=$(date +%s.%N)
+    timeout -s TERM "$budget" "$garden" train --experiment=vision/flowers --mode=train \
+      --model_dir="$out/garden_quality" --params_override="$common,trainer.train_steps=$garden_steps,\
+trainer.optimizer_config.learning_rate.cosine.decay_steps=$garden_steps,\
 trainer.checkpoint_interval=100000" > "$out/garden_quality.log" 2>&1 || true
-  "$garden" train --experiment=vision/flowers --mode=eval --model_dir="$out/garden_quality" \
-    --params_override="$common" > "$out/garden_eval.log" 2>&1
-  garden_step=$(ls "$out/garden_quality" | sed -n 's/^ckpt-\([0-9]*\)$/\1/p' | sort -n | tail -1)
-  garden_acc=$(sed -n 's/^evaluation:  accuracy \([0-9.]*\).*/\1/p' "$out/garden_eval.log")
-  "${peer[@]}" --mode quality --budget "$budget" > "$out/peer_quality.log" 2>&1
-  echo "quality, $budget s each, amp $amp, seed $seed: Garden accuracy $garden_acc (step $garden_step), peer $(tail -1 "$out/peer_quality.log")"
+    garden_seconds=$(awk -v s="$garden_start" -v e="$(date +%s.%N)" 'BEGIN {printf "%.0f", e - s}')
+    "$garden" train --experiment=vision/flowers --mode=eval --model_dir="$out/garden_quality" \
+      --params_override="$common" > "$out/garden_eval.log" 2>&1
+    garden_step=$(ls "$out/garden_quality" | sed -n 's/^ckpt-\([0-9]*\)$/\1/p' | sort -n | tail -1)
+    garden_acc=$(sed -n 's/^evaluation:  accuracy \([0-9.]*\).*/\1/p' "$out/garden_eval.log")
+    garden_result="accuracy $garden_acc (step $garden_step, $garden_seconds s)"
+  fi
+  if [ "$sides" != garden ]; then
+    "${peer[@]}" --mode quality --budget "$budget" > "$out/peer_quality.log" 2>&1
+    peer_result=$(tail -1 "$out/peer_quality.log")
+  fi
+  echo "quality, at most $budget s each, amp $amp, seed $seed: Garden $garden_result, peer $peer_result"
 fi
 echo "outputs: $out"
