@@ -60,6 +60,10 @@ class MirroredStrategy final : public DistributionStrategy {
     std::vector<at::Tensor> parameters;
     for (const auto& parameter : optimizer.parameters()) parameters.push_back(parameter.tensor);
     const auto bucket_bytes = static_cast<int64_t>(config.runtime.bucket_cap_mb * 1024.0 * 1024.0);
+    if (config.runtime.gradient_compression == "fp16" && !group_->can_sum(at::kHalf))
+      throw Error("runtime.gradient_compression: fp16 needs float16 sums, which this LibTorch's " +
+                  std::string(group_->device().is_cuda() ? "NCCL" : "Gloo") +
+                  " does not have; leave it at none");
     gradient_sync_ = std::make_unique<distribute::GradientSync>(
         group_, parameters, bucket_bytes,
         config.runtime.gradient_compression == "fp16" ? distribute::GradientSync::Wire::kFloat16

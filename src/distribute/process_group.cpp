@@ -289,6 +289,18 @@ std::vector<double> ProcessGroup::sum(const std::vector<double>& values, const s
   return std::vector<double>(data, data + tensor.numel());
 }
 
+bool ProcessGroup::can_sum(at::ScalarType type) {
+  std::vector<at::Tensor> one = {torch::zeros({1}, torch::dtype(type).device(impl_->device))};
+  try {
+    impl_->allreduce(one, ReduceOp::kSum)->wait(timeout_);
+    return true;
+  } catch (const c10::Error& e) {
+    // The backend's type switch refuses before anything crosses the wire.
+    if (message_of(e).find("Invalid scalar type") != std::string::npos) return false;
+    fail("a " + std::string(c10::toString(type)) + " all-reduce", first_line(message_of(e)));
+  }
+}
+
 ProcessGroup::Pending ProcessGroup::all_reduce_async(at::Tensor tensor, const std::string& what) {
   Pending pending;
   pending.group_ = this;

@@ -63,7 +63,7 @@ void InstanceDataset::restore(const nlohmann::json& state) {
 }
 
 Transformed InstanceDataset::batch(const Batch& rows) const {
-  const at::Tensor& tensor = batch_tensor(rows, kRows, "TensorFX");
+  const at::Tensor tensor = batch_tensor(rows, kRows, "TensorFX");
   const at::Tensor cpu = tensor.to(torch::kCPU, torch::kLong).contiguous();
   return reader().take(
       std::vector<int64_t>(cpu.data_ptr<int64_t>(), cpu.data_ptr<int64_t>() + cpu.numel()));

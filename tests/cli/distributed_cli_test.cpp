@@ -57,6 +57,16 @@ TEST_F(DistributedCliTest, Float16GradientsOnTheWireTrainNearOneProcessButNotAsF
   const CliRun one = iris(path("one"), 1, kIris);
   ASSERT_EQ(one.status, 0) << one.err;
   const CliRun run = iris(path("fp16"), 2, kIris + ",runtime.gradient_compression=fp16");
+  if (run.status != 0 && run.err.find("float16 sums") != std::string::npos) {
+    // A LibTorch whose Gloo cannot sum float16 (Debian's 2.14): refused
+    // before the first step, on every worker, with one line.
+    EXPECT_NE(run.err.find("garden: error: runtime.gradient_compression: fp16 needs float16 sums, "
+                           "which this LibTorch's Gloo does not have; leave it at none"),
+              std::string::npos)
+        << run.err;
+    EXPECT_EQ(run.err.find("I train |"), std::string::npos) << run.err;
+    return;
+  }
   ASSERT_EQ(run.status, 0) << run.err;
   // float16 keeps about 3 significant digits of each step's gradients:
   // after 60 SGD steps the weights are near one process's, not within

@@ -57,6 +57,10 @@ class ProcessGroup {
   void all_reduce(std::vector<at::Tensor>& tensors, ReduceOp op, const std::string& what);
   // Sums of the ranks' values, element by element (float64).
   std::vector<double> sum(const std::vector<double>& values, const std::string& what);
+  // Whether the backend can sum tensors of `type` (a collective: every rank
+  // asks alike). Debian's LibTorch 2.14 builds Gloo's all-reduce without
+  // float16 and bfloat16; 1.13's sums float16.
+  bool can_sum(at::ScalarType type);
 
   // An all-reduce (sum) started now and finished by wait(), so that
   // communication overlaps computation.

@@ -153,7 +153,7 @@ ModelPtr ImageClassificationTask::build_model() {
 Batch ImageClassificationTask::call_model(Model& model, const Batch& features, bool) {
   auto& network = model_as<ClassificationModelImpl>(model, kTask, "ClassificationModel");
   Batch out;
-  const at::Tensor& images = batch_tensor(features, "image", kTask);
+  const at::Tensor images = batch_tensor(features, "image", kTask);
   out["logits"] = network.forward(images.contiguous(at::MemoryFormat::ChannelsLast));
   // In evaluations too: Model Garden's validation loss includes model.losses.
   if (config_.losses.l2_weight_decay > 0)
@@ -163,7 +163,7 @@ Batch ImageClassificationTask::call_model(Model& model, const Batch& features, b
 
 Losses ImageClassificationTask::build_losses(const Batch& labels, const Batch& outputs,
                                              const at::Tensor& aux_losses) {
-  const at::Tensor& logits = batch_tensor(outputs, "logits", kTask);
+  const at::Tensor logits = batch_tensor(outputs, "logits", kTask);
   const at::Tensor label = batch_tensor(labels, "label", kTask).reshape(-1);
   // Keras' categorical cross-entropy of one-hot labels smoothed to
   // y (1 - s) + s / classes: PyTorch's label_smoothing is the same.
