@@ -25,6 +25,7 @@ packages=(
   libgtest-dev libgmock-dev
   libsentencepiece-dev sentencepiece libabsl-dev
   libcpp-httplib-dev
+  libgrpc++-dev protobuf-compiler-grpc python3-grpcio python3-grpc-tools
 )
 # The mirror mmdebstrap downloads from: the Debian archive this machine's apt
 # already uses, the first "deb" entry of /etc/apt/sources.list,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# usage: check_layering.sh <compiler> <probe dir>
+# usage: check_layering.sh <compiler> <probe dir> [C++ standard: 17]
 # <probe dir>/probes.txt lists "<layer>:control:" and
 # "<layer>:includes_<other>:<header>" probes; <layer>.flags holds the include
 # folders and definitions of that layer's sources. Each control probe must
@@ -8,6 +8,7 @@
 set -uo pipefail
 compiler=$1
 probe_dir=$2
+standard=-std=c++${3:-17}
 read -r -a probes <"$probe_dir/probes.txt"
 failures=0
 controls=0
@@ -20,7 +21,7 @@ for probe in "${probes[@]}"; do
   source="$probe_dir/${layer}_$kind.cpp"
   if [[ $kind == control ]]; then
     controls=$((controls + 1))
-    if ! "$compiler" -std=c++17 "${flags[@]}" -E -o /dev/null "$source" >"$log" 2>&1; then
+    if ! "$compiler" "$standard" "${flags[@]}" -E -o /dev/null "$source" >"$log" 2>&1; then
       echo "layering: FAIL: the control probe of layer $layer (headers it may include) did not preprocess:"
       tail -n 20 "$log"
       failures=$((failures + 1))
@@ -28,7 +29,7 @@ for probe in "${probes[@]}"; do
     continue
   fi
   upward=$((upward + 1))
-  if "$compiler" -std=c++17 "${flags[@]}" -E -o /dev/null "$source" >"$log" 2>&1; then
+  if "$compiler" "$standard" "${flags[@]}" -E -o /dev/null "$source" >"$log" 2>&1; then
     echo "layering: FAIL: layer $layer may not include $header, but it was found"
     failures=$((failures + 1))
   elif ! grep -qE "$header: No such file or directory|'$header' file not found" "$log"; then  # gcc, clang
