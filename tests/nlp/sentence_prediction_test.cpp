@@ -210,7 +210,7 @@ TEST_F(SentencePredictionTest, GlueLayoutsAreReadAsModelGardenReadsThem) {
 TEST_F(SentencePredictionTest, BadInputNamesTheFileLineAndColumn) {
   using garden::nlp::classifier_processor;
   using garden::nlp::read_classifier_examples;
-  const auto& sst = classifier_processor("SST-2");
+  const auto sst = classifier_processor("SST-2");
   const std::string short_line =
       garden_test::write_text_file(dir_ / "short.tsv", "sentence\tlabel\nok\t1\nno label\n");
   EXPECT_THROW_MSG(read_classifier_examples(sst, short_line), garden::Error,

@@ -128,7 +128,7 @@ fs::path TaggingTest::dir_;
 std::string TaggingTest::vocab_;
 
 TEST_F(TaggingTest, FilesAreReadAsWordAndLabelLinesAndBadLinesNamed) {
-  const auto& panx = garden::nlp::tagging_labels("panx");
+  const auto panx = garden::nlp::tagging_labels("panx");
   const std::string file = garden_test::write_text_file(
       dir_ / "two.tsv", "alpha\tB-PER\nbravo\tI-PER\n\n\nthe\tO\r\necho\tB-LOC\n");
   const auto examples = garden::nlp::read_tagging_examples(file, panx);
