@@ -45,6 +45,10 @@ amp=${AMP:-none}
 seed=${SEED:-1}
 rounds=${ROUNDS:-1}
 sides=${SIDES:-both}
+case $sides in
+  both | garden | peer) ;;
+  *) echo "SIDES must be both, garden or peer, got '$sides'" >&2; exit 2 ;;
+esac
 mkdir -p "$out"
 records=$out/records
 [ -f "$records/labels.txt" ] || "$garden" create_image_records --image_dir="$images" \
