@@ -14,8 +14,10 @@
 # global_batch_size=64); FINETUNE_OVERRIDES, PRETRAINED_OVERRIDES and SEQ_LENGTH go to
 # finetune_quality.sh. TEXT=FILE pretrains on that text instead (one
 # sentence a line, documents separated by blank lines: the bundled man pages
-# are data/pretraining/man_en_train.txt). An OUT given again keeps the
-# tokenizer and records made there before.
+# are data/pretraining/man_en_train.txt). ALIBI_SLOPE=S gives both encoders
+# of the pretraining and both fine-tuning arms attention biases
+# (`alibi_slope` S; docs/tasks/sentence_prediction.md). An OUT given again
+# keeps the tokenizer and records made there before.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 garden=${GARDEN:-$here/build/garden}
@@ -62,7 +64,8 @@ start=$(date +%s)
 status=0
 timeout -s TERM "$budget" "$garden" train --experiment=electra/tiny --mode=train \
   --model_dir="$out/electra" --params_override="task.train_data.input_path=$out/pretrain.tfrecord,\
-trainer.train_steps=1000000${PRETRAIN_OVERRIDES:+,$PRETRAIN_OVERRIDES}" \
+trainer.train_steps=1000000,task.model.generator_encoder.bert.alibi_slope=${ALIBI_SLOPE:-0},\
+task.model.discriminator_encoder.bert.alibi_slope=${ALIBI_SLOPE:-0}${PRETRAIN_OVERRIDES:+,$PRETRAIN_OVERRIDES}" \
   > "$out/electra.log" 2>&1 || status=$?
 # timeout's SIGTERM is the expected end: the run saves a checkpoint and exits.
 if [ "$status" -ne 0 ] && ! grep -q "received SIGTERM" "$out/electra.log"; then
@@ -72,5 +75,5 @@ if [ "$status" -ne 0 ] && ! grep -q "received SIGTERM" "$out/electra.log"; then
 fi
 step=$(ls "$out/electra" | sed -n 's/^ckpt-\([0-9]*\)$/\1/p' | sort -n | tail -1)
 echo "pretrained electra/tiny for $(( $(date +%s) - start )) s: $step steps ($out/electra)"
-GLUE_DIR=$glue_dir TASK=$task bash "$here/bench/finetune_quality.sh" "$out/electra" "$out/sp.model" "$seeds" \
+ALIBI_SLOPE=${ALIBI_SLOPE:-0} GLUE_DIR=$glue_dir TASK=$task bash "$here/bench/finetune_quality.sh" "$out/electra" "$out/sp.model" "$seeds" \
   "$out/finetune"

@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "garden/nlp/modeling/bert_encoder.h"
@@ -160,11 +161,14 @@ struct EncoderInputs {
   at::Tensor type_ids = ids({{0, 0, 1, 1, 0}, {0, 1, 1, 1, 1}});
 };
 
-class BertEncoderGradients : public ::testing::TestWithParam<bool> {};
+// (norm_first, alibi_slope)
+class BertEncoderGradients : public ::testing::TestWithParam<std::tuple<bool, double>> {};
 
 TEST_P(BertEncoderGradients, MatchFiniteDifferences) {
   torch::manual_seed(7);
-  BertEncoder encoder(tiny_encoder(GetParam()));
+  BertEncoderOptions options = tiny_encoder(std::get<0>(GetParam()));
+  options.alibi_slope = std::get<1>(GetParam());
+  BertEncoder encoder(options);
   encoder->to(torch::kDouble);
   EncoderInputs in;
   at::Tensor projection = torch::randn({2, 5, 8}, kF64);
@@ -185,7 +189,7 @@ TEST_P(BertEncoderGradients, MatchFiniteDifferences) {
                                     "layer_1.feed_forward.output.weight",
                                     "layer_0.self_attention_layer_norm.weight",
                                     "layer_1.output_layer_norm.bias"};
-  if (GetParam()) names.push_back("final_layer_norm.weight");
+  if (std::get<0>(GetParam())) names.push_back("final_layer_norm.weight");
   auto parameters = encoder->named_parameters();
   const double eps = 1e-6;
   for (const auto& name : names) {
@@ -216,7 +220,8 @@ TEST_P(BertEncoderGradients, MatchFiniteDifferences) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(PostAndPreLayerNorm, BertEncoderGradients, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(PostAndPreLayerNormWithAndWithoutAlibi, BertEncoderGradients,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(0.0, 0.8)));
 
 TEST(BertEncoder, PaddingIsNotAttendedTo) {
   torch::manual_seed(8);
@@ -232,6 +237,77 @@ TEST(BertEncoder, PaddingIsNotAttendedTo) {
   at::Tensor unmasked = encoder->forward(changed, torch::ones_like(in.mask), in.type_ids);
   at::Tensor before = encoder->forward(in.word_ids, torch::ones_like(in.mask), in.type_ids);
   EXPECT_FALSE(torch::allclose(unmasked[0][0], before[0][0], 1e-6, 1e-6));
+}
+
+// alibi_slope's biases by hand: head h adds -slope * 2^-h * |i - j|.
+TEST(BertEncoder, AlibiBiasesByHand) {
+  const at::Tensor biases = alibi_biases(torch::arange(3, kLong), 2, 0.5, torch::kDouble);
+  const at::Tensor expected = torch::tensor({0.0, -0.5, -1.0,    //
+                                             -0.5, 0.0, -0.5,    //
+                                             -1.0, -0.5, 0.0,    // head 0: slope 0.5
+                                             0.0, -0.25, -0.5,   //
+                                             -0.25, 0.0, -0.25,  //
+                                             -0.5, -0.25, 0.0},  // head 1: 0.25
+                                            kF64)
+                                  .view({1, 2, 3, 3});
+  expect_equal(biases, expected);
+  // Positions per example: the distances are the ids'.
+  const at::Tensor per_example = alibi_biases(ids({{0, 1, 2}, {0, 0, 4}}), 2, 0.5, torch::kDouble);
+  ASSERT_EQ(per_example.sizes(), (std::vector<int64_t>{2, 2, 3, 3}));
+  expect_equal(per_example[0], expected[0]);
+  EXPECT_EQ(per_example[1][0][0][2].item<double>(), -2.0);
+  EXPECT_EQ(per_example[1][1][0][1].item<double>(), 0.0);
+}
+
+// With a steep slope every query attends to its own position alone, so a
+// token's output no longer depends on the others; without it, it does.
+TEST(BertEncoder, SteepAlibiSlopeKeepsEachTokenToItself) {
+  for (double slope : {0.0, 1e4}) {
+    BertEncoderOptions o = tiny_encoder(false);
+    o.alibi_slope = slope;
+    torch::manual_seed(9);
+    BertEncoder encoder(o);
+    encoder->eval();
+    EncoderInputs in;
+    const at::Tensor out = encoder->forward(in.word_ids, in.mask, in.type_ids);
+    at::Tensor changed = in.word_ids.clone();
+    changed[1][3] = 2;
+    const at::Tensor again = encoder->forward(changed, in.mask, in.type_ids);
+    const bool others_same =
+        torch::allclose(again[1].slice(0, 0, 3), out[1].slice(0, 0, 3), 1e-6, 1e-6);
+    EXPECT_EQ(others_same, slope > 0) << "alibi_slope " << slope;
+    EXPECT_FALSE(torch::allclose(again[1][3], out[1][3], 1e-6, 1e-6));
+  }
+}
+
+// The biases reach float32's fused attention as they reach the unfused path
+// in double, with and without padding.
+TEST(BertEncoder, AlibiInFloat32AgreesWithDouble) {
+  BertEncoderOptions o = tiny_encoder(false);
+  o.alibi_slope = 0.7;
+  torch::manual_seed(10);
+  BertEncoder encoder(o);
+  encoder->eval();
+  BertEncoder twin(o);
+  twin->eval();
+  {
+    torch::NoGradGuard no_grad;
+    auto from = encoder->named_parameters();
+    for (auto& p : twin->named_parameters()) p.value().copy_(from[p.key()]);
+  }
+  twin->to(torch::kDouble);
+  EncoderInputs in;
+  for (const at::Tensor& mask : {in.mask, torch::ones_like(in.mask)}) {
+    const at::Tensor single = encoder->forward(in.word_ids, mask, in.type_ids);
+    const at::Tensor twice = twin->forward(in.word_ids, mask, in.type_ids);
+    EXPECT_TRUE(torch::allclose(single.to(torch::kDouble), twice, 1e-5, 1e-5));
+  }
+}
+
+TEST(BertEncoder, RefusesANegativeAlibiSlope) {
+  BertEncoderOptions o = tiny_encoder(false);
+  o.alibi_slope = -1.0;
+  EXPECT_NE(error_of([&] { BertEncoder encoder(o); }).find("alibi_slope"), std::string::npos);
 }
 
 TEST(BertEncoder, RefusesAnUnknownActivationByName) {

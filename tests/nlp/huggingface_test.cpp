@@ -140,6 +140,12 @@ TEST_F(HuggingFaceTest, WritingBackGivesTheFilesNamesShapesAndValues) {
               garden::nlp::huggingface_encoder_config(fixture_options(true), "bert");
             }).find("export it as electra"),
             std::string::npos);
+  auto alibi = fixture_options(true);
+  alibi.alibi_slope = 0.5;
+  EXPECT_NE(garden_test::error_of([&] {
+              garden::nlp::huggingface_encoder_config(alibi, "electra");
+            }).find("alibi_slope 0.500000 has no Hugging Face BERT or ELECTRA equivalent"),
+            std::string::npos);
 }
 
 // bert/sentence_prediction sized as the fixture, from its directory.
@@ -237,6 +243,12 @@ TEST_F(HuggingFaceTest, MismatchesAreOneLineNamingTheKeyOrTensor) {
   EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::check_huggingface_encoder_config(hf, options, "x.");
             }).find("hidden_act 'gelu' differs from x.hidden_activation 'relu'"),
+            std::string::npos);
+  options = fixture_options(false);
+  options.alibi_slope = 1.0;
+  EXPECT_NE(garden_test::error_of([&] {
+              garden::nlp::check_huggingface_encoder_config(hf, options, "x.");
+            }).find("BERT and ELECTRA have no attention biases; x.alibi_slope 1.000000 differs"),
             std::string::npos);
   // A tensor of the wrong shape names it, the shape found and the one
   // expected.

@@ -168,6 +168,9 @@ void check_huggingface_encoder_config(const HuggingFaceModel& model,
   if (options.norm_first)
     throw Error(where + "BERT and ELECTRA are post-layer-norm; " + garden_prefix +
                 "norm_first true differs");
+  if (options.alibi_slope != 0.0)
+    throw Error(where + "BERT and ELECTRA have no attention biases; " + garden_prefix +
+                "alibi_slope " + std::to_string(options.alibi_slope) + " differs");
 }
 
 std::map<std::string, at::Tensor> huggingface_encoder_tensors(const HuggingFaceModel& model,
@@ -276,6 +279,9 @@ json huggingface_encoder_config(const BertEncoderOptions& o, const std::string& 
                 std::to_string(o.embedding_width()) + " differs from hidden_size " +
                 std::to_string(o.hidden_size) + " (export it as electra)");
   if (o.norm_first) throw Error("norm_first true has no Hugging Face BERT or ELECTRA equivalent");
+  if (o.alibi_slope != 0.0)
+    throw Error("alibi_slope " + std::to_string(o.alibi_slope) +
+                " has no Hugging Face BERT or ELECTRA equivalent (0 has)");
   json c = {{"model_type", model_type},
             {"vocab_size", o.vocab_size},
             {"hidden_size", o.hidden_size},

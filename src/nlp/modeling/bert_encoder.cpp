@@ -54,6 +54,9 @@ void validate(const BertEncoderOptions& o) {
   if (!(o.initializer_range > 0.0))
     throw Error("bert encoder: initializer_range must be positive, got " +
                 std::to_string(o.initializer_range));
+  if (!(o.alibi_slope >= 0.0 && std::isfinite(o.alibi_slope)))
+    throw Error("bert encoder: alibi_slope must be finite and >= 0, got " +
+                std::to_string(o.alibi_slope));
 }
 
 TransformerBlockOptions block_options(const BertEncoderOptions& o) {
@@ -89,6 +92,19 @@ void init_bert_weights(torch::nn::Module& module, double initializer_range) {
       if (norm->bias.defined()) norm->bias.zero_();
     }
   });
+}
+
+at::Tensor alibi_biases(const at::Tensor& positions, int64_t heads, double slope,
+                        c10::ScalarType dtype) {
+  // Head h's slope is slope * 2^-h: ALiBi's geometric slopes, from `slope`.
+  // Computed where the positions are, without a copy from the host (which a
+  // CUDA graph's capture would refuse).
+  const auto p = positions.to(at::kDouble);
+  const auto distance = (p.unsqueeze(-1) - p.unsqueeze(-2)).abs_().unsqueeze(-3);  // [.., 1, S, S]
+  const auto per_head =
+      at::exp2(torch::arange(heads, p.options()).neg_()).mul_(-slope).view({heads, 1, 1});
+  auto biases = (distance * per_head).to(dtype);
+  return biases.dim() == 3 ? biases.unsqueeze(0) : biases;
 }
 
 // ---- BertEncoder ------------------------------------------------------------------
@@ -156,6 +172,12 @@ at::Tensor BertEncoderImpl::forward(const at::Tensor& word_ids, const at::Tensor
   // free there) skips those passes. Elsewhere the mask is always applied.
   if (mask.defined() && (!mask.device().is_cpu() || (mask == 0).any().item<bool>()))
     attention_mask = (mask == 0).to(x.scalar_type()).mul_(kMaskedValue).view({batch, 1, 1, length});
+  if (options_.alibi_slope > 0.0) {
+    const auto biases = alibi_biases(
+        position_ids.defined() ? position_ids : torch::arange(length, x.options().dtype(at::kLong)),
+        options_.num_attention_heads, options_.alibi_slope, x.scalar_type());
+    attention_mask = attention_mask.defined() ? attention_mask + biases : biases;
+  }
   // Each layer's output goes on with its second handle (forward_with_skip).
   at::Tensor skip = x;
   for (auto& layer : layers) {

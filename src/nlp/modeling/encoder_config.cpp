@@ -41,6 +41,9 @@ void BertEncoderConfig::visit(config::Visitor& v) {
   v("return_attention_scores", return_attention_scores,
     "Model Garden: the attention scores; not in Garden.");
   v("norm_first", norm_first, "Pre-layer-norm blocks (with a final layer norm) when true.");
+  v("alibi_slope", alibi_slope,
+    "Garden's: linear attention biases (ALiBi, as MosaicBERT): head h (from 0) adds "
+    "-alibi_slope * 2^-h * |i - j| to its scores; 0: none, as BERT.");
 }
 
 void BertEncoderConfig::validate() const {
@@ -61,6 +64,7 @@ void BertEncoderConfig::validate() const {
   check_range("type_vocab_size", type_vocab_size, Range::at_least(1));
   check_range("initializer_range", initializer_range, Range::above(0));
   check_range("embedding_size", embedding_size, Range::at_least(1));
+  check_range("alibi_slope", alibi_slope, Range::at_least(0));
   if (output_range)
     config::refuse("output_range", std::to_string(*output_range) +
                                        " is not implemented in Garden; only null is accepted");
@@ -96,6 +100,7 @@ BertEncoderOptions BertEncoderConfig::options() const {
   o.initializer_range = c.initializer_range;
   o.embedding_size = c.embedding_size.value_or(-1);
   o.norm_first = c.norm_first;
+  o.alibi_slope = c.alibi_slope;
   return o;
 }
 

@@ -34,6 +34,10 @@ struct BertEncoderOptions {
   double initializer_range = 0.02;  // stddev of the truncated normal
   int64_t embedding_size = -1;      // -1: hidden_size (no projection)
   bool norm_first = false;          // pre-layer-norm blocks
+  // Linear attention biases (ALiBi, as MosaicBERT puts them in a BERT): head
+  // h (from 0) adds -alibi_slope * 2^-h * |i - j| to its scores between
+  // positions i and j. 0: none, as BERT.
+  double alibi_slope = 0.0;
   double norm_epsilon = 1e-12;
 
   int64_t embedding_width() const { return embedding_size > 0 ? embedding_size : hidden_size; }
@@ -43,6 +47,12 @@ struct BertEncoderOptions {
 // included): Linear and Embedding weights truncated_normal_(range), biases
 // zero, LayerNorm weight 1 and bias 0.
 void init_bert_weights(torch::nn::Module& module, double initializer_range);
+
+// The additive attention biases of BertEncoderOptions::alibi_slope for
+// `heads` heads: [1, heads, S, S] from positions [S], [B, heads, S, S] from
+// [B, S], in `dtype`.
+at::Tensor alibi_biases(const at::Tensor& positions, int64_t heads, double slope,
+                        c10::ScalarType dtype);
 
 class BertEncoderImpl : public torch::nn::Module {
  public:
@@ -56,7 +66,8 @@ class BertEncoderImpl : public torch::nn::Module {
 
   // word_ids, type_ids [B, S] int64; mask [B, S] 1 for real tokens, 0 for
   // padding (any integer or float dtype); position_ids [B, S] or undefined
-  // (0 .. S-1). Returns the sequence output [B, S, hidden_size].
+  // (0 .. S-1), which alibi_slope's distances are measured in too. Returns
+  // the sequence output [B, S, hidden_size].
   at::Tensor forward(const at::Tensor& word_ids, const at::Tensor& mask, const at::Tensor& type_ids,
                      const at::Tensor& position_ids = {});
 

@@ -33,6 +33,7 @@ struct BertEncoderConfig : config::Config {
   bool return_all_encoder_outputs = false;
   bool return_attention_scores = false;
   bool norm_first = false;
+  double alibi_slope = 0.0;  // Garden's: linear attention biases (BertEncoderOptions)
   void visit(config::Visitor& v) override;
   void validate() const override;
   BertEncoderOptions options() const;
