@@ -18,6 +18,11 @@
 #             the bundled SpamAssassin subjects (SST-2's layout) by default
 #   TASK      its --classification_task_name: SST-2 (default), COLA, MRPC,
 #             QQP, MNLI, QNLI, RTE, WNLI; COLA reports matthews_corrcoef
+#   EPOCHS    fine-tune both arms for this many passes over train.tsv, with
+#             a tenth of the steps as warmup, as ELECTRA's authors fine-tune
+#             GLUE (3 epochs); the experiment's 300 steps by default. Sets
+#             trainer.train_steps and the warmup: not also in
+#             FINETUNE_OVERRIDES
 #   FINETUNE_OVERRIDES  more --params_override keys for both arms, e.g.
 #             trainer.train_steps=2000
 #   PRETRAINED_OVERRIDES  keys for the pretrained arm alone, e.g.
@@ -51,11 +56,19 @@ rm -f "$out/results.txt"
   --sp_model_file="$sp_model" --nodo_lower_case --max_seq_length="$seq_length" > /dev/null
 classes=$(tr -d ' \n' < "$out/meta.json" | sed -n 's/.*"num_labels":\([0-9]*\).*/\1/p')
 echo "$task from $glue_dir: $classes classes, sequences of $seq_length; metric $metric"
+steps=""
+if [ -n "${EPOCHS:-}" ]; then
+  examples=$(tr -d ' \n' < "$out/meta.json" | sed -n 's/.*"train_data_size":\([0-9]*\).*/\1/p')
+  # Batches of 32 (bert/sentence_prediction_tiny), the last one rounded up.
+  train_steps=$(( (EPOCHS * examples + 31) / 32 ))
+  steps="trainer.train_steps=$train_steps,trainer.optimizer_config.warmup.polynomial.warmup_steps=$(( (train_steps + 9) / 10 ))"
+  echo "$EPOCHS epochs of $examples examples: $train_steps steps"
+fi
 printf '%-11s %4s %12s %8s %8s\n' arm seed "$metric" f1 seconds
 for seed in $seeds; do
   for arm in pretrained random; do
     init=""
-    extra=task.model.encoder.bert.alibi_slope=${ALIBI_SLOPE:-0}${FINETUNE_OVERRIDES:+,$FINETUNE_OVERRIDES}
+    extra=task.model.encoder.bert.alibi_slope=${ALIBI_SLOPE:-0}${steps:+,$steps}${FINETUNE_OVERRIDES:+,$FINETUNE_OVERRIDES}
     if [ "$arm" = pretrained ]; then
       init=$pretrained
       extra=$extra${PRETRAINED_OVERRIDES:+,$PRETRAINED_OVERRIDES}

@@ -11,8 +11,8 @@
 # BUDGET_S: seconds of pretraining (1800; the run stops on SIGTERM and
 # keeps its checkpoint). SEEDS: "1 2 3". PRETRAIN_OVERRIDES adds
 # --params_override keys to the pretraining (e.g. task.train_data.
-# global_batch_size=64); FINETUNE_OVERRIDES, PRETRAINED_OVERRIDES and SEQ_LENGTH go to
-# finetune_quality.sh. TEXT=FILE pretrains on that text instead (one
+# global_batch_size=64); FINETUNE_OVERRIDES, PRETRAINED_OVERRIDES, SEQ_LENGTH and EPOCHS go
+# to finetune_quality.sh. TEXT=FILE pretrains on that text instead (one
 # sentence a line, documents separated by blank lines: the bundled man pages
 # are data/pretraining/man_en_train.txt). ALIBI_SLOPE=S gives both encoders
 # of the pretraining and both fine-tuning arms attention biases
