@@ -42,6 +42,9 @@ out=${4:-$(mktemp -d /tmp/finetune_quality.XXXXXX)}
 glue_dir=${GLUE_DIR:-$here/data/sentence_prediction}
 task=${TASK:-SST-2}
 seq_length=${SEQ_LENGTH:-64}
+case "${EPOCHS:-1}" in
+  *[!0-9]* | 0*) echo "finetune_quality: EPOCHS must be a whole number of epochs, 1 or more, not '$EPOCHS'" >&2; exit 2 ;;
+esac
 metric=cls_accuracy
 metric_type=accuracy
 if [ "${task^^}" = COLA ]; then
@@ -82,7 +85,11 @@ task.validation_data.input_path=$out/eval.tfrecord,task.train_data.vocab_file=$s
 task.train_data.seq_length=$seq_length,task.validation_data.seq_length=$seq_length,\
 task.model.num_classes=$classes,task.metric_type=$metric_type,\
 task.init_checkpoint=$init,runtime.seed=$seed${extra:+,$extra}" \
-      > "$dir.log" 2>&1
+      > "$dir.log" 2>&1 || {
+      echo "finetune_quality: the $arm run of seed $seed failed ($dir.log):" >&2
+      tail -1 "$dir.log" >&2
+      exit 1
+    }
     seconds=$(( $(date +%s) - start ))
     line=$(grep 'evaluation:' "$dir.log" | tail -1 || true)
     value=$(sed -n "s/.*$metric \([-0-9.e]*\).*/\1/p" <<< "$line")
