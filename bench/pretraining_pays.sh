@@ -26,6 +26,10 @@ task=$2
 budget=${3:-1800}
 seeds=${4:-1 2 3}
 out=${5:-$(mktemp -d /tmp/pretraining_pays.XXXXXX)}
+# Checked here too, so that a bad value fails before the pretraining.
+case "${EPOCHS:-1}" in
+  *[!0-9]* | 0*) echo "pretraining_pays: EPOCHS must be a whole number of epochs, 1 or more, not '$EPOCHS'" >&2; exit 2 ;;
+esac
 mkdir -p "$out"
 
 # The text columns of each task's train.tsv (1-based), and whether it has a
