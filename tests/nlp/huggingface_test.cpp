@@ -285,6 +285,16 @@ TEST_F(HuggingFaceTest, MismatchesAreOneLineNamingTheKeyOrTensor) {
                 .find("classifier.dense.bias (ElectraForSequenceClassification's head) has no "
                       "place in this task's model"),
             std::string::npos);
+  // A classifier of the mean of the tokens' outputs: BertForSequenceClassification
+  // classifies [CLS], so the export is refused, not written wrong.
+  experiment = classifier_experiment((kFixtures / "bert").string(),
+                                     ",task.model.num_classes=2,task.model.pooling=mean");
+  task = garden::get_task(experiment->task, "");
+  model = task->build_model();
+  EXPECT_NE(garden_test::error_of([&] { garden::nlp::huggingface_export(*task, *model); })
+                .find("task.model.pooling is 'mean', but BertForSequenceClassification "
+                      "classifies the [CLS] output"),
+            std::string::npos);
   // A module the directory does not hold for the task.
   experiment = classifier_experiment((kFixtures / "bert").string(),
                                      ",task.model.num_classes=2,"

@@ -147,6 +147,8 @@ class SentencePredictionTest : public ::testing::Test {
     return experiment;
   }
 
+  static void learn_and_serve(const std::string& pooling);
+
   static std::shared_ptr<const FinetuningTokenizer> wordpiece() {
     return FinetuningTokenizer::open(FinetuningTokenizer::Kind::kWordPiece, vocab_, true, "vocab");
   }
@@ -380,11 +382,22 @@ TEST_F(SentencePredictionTest, TheLoaderGivesModelGardensFeatureNames) {
                    "eval.tfrecord', record 0: feature 'input_ids' holds");
 }
 
+// With the [CLS] output classified (Model Garden's head) and with the mean of
+// the tokens' outputs (task.model.pooling=mean), each export serving what the
+// task computes.
 TEST_F(SentencePredictionTest, ATinyModelLearnsASeparableSetAndItsExportServesRawText) {
+  for (const std::string pooling : {"cls", "mean"}) {
+    SCOPED_TRACE("task.model.pooling=" + pooling);
+    learn_and_serve(pooling);
+  }
+}
+
+void SentencePredictionTest::learn_and_serve(const std::string& pooling) {
   garden::set_quiet(true);
   auto experiment = tiny_experiment(120);
+  static_cast<garden::nlp::SentencePredictionConfig&>(*experiment->task).model.pooling = pooling;
   garden::RunOptions options;
-  options.model_dir = (dir_ / "run").string();
+  options.model_dir = (dir_ / ("run_" + pooling)).string();
   options.mode = "train_and_eval";
   const garden::Logs logs = garden::run_experiment(experiment, options);
   EXPECT_GE(garden::to_double(logs.at("cls_accuracy")), 0.95);
@@ -393,7 +406,7 @@ TEST_F(SentencePredictionTest, ATinyModelLearnsASeparableSetAndItsExportServesRa
   garden::serving::ExportOptions export_options;
   export_options.experiment = "bert/sentence_prediction_tiny";
   export_options.model_dir = options.model_dir;
-  export_options.export_dir = (dir_ / "export").string();
+  export_options.export_dir = (dir_ / ("export_" + pooling)).string();
   const auto exported = garden::serving::export_model(export_options);
   EXPECT_TRUE(fs::exists(fs::path(exported.directory) / "assets" / "vocab.txt"));
   garden::serving::Predictor predictor(exported.directory);
@@ -418,6 +431,75 @@ TEST_F(SentencePredictionTest, ATinyModelLearnsASeparableSetAndItsExportServesRa
   EXPECT_THROW_MSG(predictor.predict(std::vector<json>{json{{"text", "x"}}}), garden::Error,
                    "instance 0: input 'sentence' must be a string, not object");
   garden::set_quiet(false);
+}
+
+// task.model.pooling=mean: the head (dense, tanh, output layer) reads the
+// mean of the encoder's outputs over the tokens the mask keeps, computed here
+// by hand in double; padding, whatever its ids and however long, changes
+// nothing.
+TEST(MeanPooling, TheHeadClassifiesTheMeanOfTheKeptTokensOutputs) {
+  garden::nlp::BertClassifierOptions o;
+  o.encoder.vocab_size = 30;
+  o.encoder.hidden_size = 16;
+  o.encoder.num_layers = 2;
+  o.encoder.num_attention_heads = 2;
+  o.encoder.intermediate_size = 32;
+  o.encoder.max_position_embeddings = 16;
+  o.num_classes = 3;
+  o.pooling = "mean";
+  torch::manual_seed(3);
+  garden::nlp::BertClassifier model(o);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  at::Tensor ids = torch::randint(3, 30, {2, 8}, torch::kLong);
+  at::Tensor mask = torch::ones({2, 8}, torch::kLong);
+  mask.index_put_({1, torch::indexing::Slice(5)}, 0);  // row 1: 5 tokens, then padding
+  const at::Tensor types = torch::zeros({2, 8}, torch::kLong);
+  const at::Tensor logits = model->forward(ids, mask, types);
+  ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{2, 3}));
+
+  const at::Tensor sequence = model->encoder->forward(ids, mask, types).to(torch::kDouble);
+  const auto& head = model->classifier;
+  const at::Tensor w1 = head->dense->weight.to(torch::kDouble);
+  const at::Tensor b1 = head->dense->bias.to(torch::kDouble);
+  const at::Tensor w2 = head->out_proj->weight.to(torch::kDouble);
+  const at::Tensor b2 = head->out_proj->bias.to(torch::kDouble);
+  for (int64_t b = 0; b < 2; ++b) {
+    const int64_t tokens = b == 0 ? 8 : 5;
+    std::vector<double> mean(16, 0.0);
+    for (int64_t s = 0; s < tokens; ++s)
+      for (int64_t w = 0; w < 16; ++w) mean[w] += sequence[b][s][w].item<double>() / tokens;
+    std::vector<double> inner(16);
+    for (int64_t i = 0; i < 16; ++i) {
+      double z = b1[i].item<double>();
+      for (int64_t w = 0; w < 16; ++w) z += w1[i][w].item<double>() * mean[w];
+      inner[i] = std::tanh(z);
+    }
+    for (int64_t c = 0; c < 3; ++c) {
+      double z = b2[c].item<double>();
+      for (int64_t i = 0; i < 16; ++i) z += w2[c][i].item<double>() * inner[i];
+      EXPECT_NEAR(logits[b][c].item<double>(), z, 1e-5) << "row " << b << ", class " << c;
+    }
+  }
+  // Other padding ids, and four more padding positions: the same logits.
+  at::Tensor other = ids.clone();
+  other.index_put_({1, torch::indexing::Slice(5)}, 7);
+  EXPECT_LT((model->forward(other, mask, types) - logits).abs().max().item<double>(), 1e-6);
+  const at::Tensor longer_ids = torch::cat({ids, torch::full({2, 4}, 9, torch::kLong)}, 1);
+  const at::Tensor longer_mask = torch::cat({mask, torch::zeros({2, 4}, torch::kLong)}, 1);
+  const at::Tensor longer =
+      model->forward(longer_ids, longer_mask, torch::zeros({2, 12}, torch::kLong));
+  EXPECT_LT((longer - logits).abs().max().item<double>(), 1e-5);
+  // The [CLS] head on the same weights classifies something else.
+  o.pooling = "cls";
+  garden::nlp::BertClassifier cls(o);
+  cls->eval();
+  auto targets = cls->named_parameters();
+  for (const auto& item : model->named_parameters()) targets[item.key()].copy_(item.value());
+  EXPECT_GT((cls->forward(ids, mask, types) - logits).abs().max().item<double>(), 1e-3);
+  o.pooling = "max";
+  EXPECT_THROW_MSG(garden::nlp::BertClassifier{o}, garden::Error,
+                   "pooling 'max' is not one of cls, mean");
 }
 
 TEST_F(SentencePredictionTest, TheEncoderStartsFromAnElectraDiscriminator) {
@@ -689,6 +771,7 @@ TEST_F(SentencePredictionTest, ConfigsModelGardenRejectsOrGardenLacksAreRefused)
     EXPECT_THROW_MSG(garden::config::validate_config(*experiment), garden::Error, message);
   };
   refused("task.model.use_encoder_pooler=true", "task.model.use_encoder_pooler");
+  refused("task.model.pooling=max", "task.model.pooling: 'max' is not one of cls, mean");
   refused("task.metric_type=auc", "task.metric_type");
   refused("task.model.num_classes=1", "task.train_data.label_type");
   refused("task.class_names=[a,b,c]", "task.class_names");

@@ -7,7 +7,20 @@
 
 namespace garden::nlp {
 
+at::Tensor mean_pool(const at::Tensor& sequence, const at::Tensor& mask) {
+  if (sequence.dim() != 3 || mask.dim() != 2 || mask.size(0) != sequence.size(0) ||
+      mask.size(1) != sequence.size(1))
+    throw Error(
+        "mean pooling: expects a sequence [batch, length, width] and a mask [batch, "
+        "length]");
+  const at::Tensor kept = mask.ne(0).unsqueeze(-1).to(at::kFloat);  // [B, S, 1]
+  const at::Tensor sums = at::sum(sequence.to(at::kFloat) * kept, {1});
+  return (sums / kept.sum(1).clamp_min(1.0)).to(sequence.scalar_type());
+}
+
 BertClassifierImpl::BertClassifierImpl(const BertClassifierOptions& options) : options_(options) {
+  if (options.pooling != "cls" && options.pooling != "mean")
+    throw Error("classifier: pooling '" + options.pooling + "' is not one of cls, mean");
   encoder = register_module("encoder", BertEncoder(options.encoder));
   ClassificationHeadOptions head;
   head.input_width = options.encoder.hidden_size;
@@ -22,7 +35,10 @@ BertClassifierImpl::BertClassifierImpl(const BertClassifierOptions& options) : o
 
 at::Tensor BertClassifierImpl::forward(const at::Tensor& word_ids, const at::Tensor& mask,
                                        const at::Tensor& type_ids) {
-  return classifier->forward(encoder->forward(word_ids, mask, type_ids));
+  const at::Tensor sequence = encoder->forward(word_ids, mask, type_ids);
+  if (options_.pooling == "mean")  // the head reads position 0 of [B, 1, W]
+    return classifier->forward(mean_pool(sequence, mask).unsqueeze(1));
+  return classifier->forward(sequence);
 }
 
 }  // namespace garden::nlp

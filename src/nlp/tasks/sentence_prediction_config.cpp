@@ -8,6 +8,9 @@ void SentencePredictionModelConfig::visit(config::Visitor& v) {
   v("num_classes", num_classes, "Classes of the output; 1: a regression output.");
   v("use_encoder_pooler", use_encoder_pooler,
     "Classify the encoder's pooled output (Garden's encoder has no pooler: only false).");
+  v("pooling", pooling,
+    "Garden's: what the head classifies: cls, the [CLS] output (Model Garden's); mean, the mean "
+    "of the outputs of the sequence's tokens, padding left out.");
   v("encoder", encoder, "The encoder a pretraining run's checkpoint fills.");
 }
 
@@ -19,12 +22,15 @@ void SentencePredictionModelConfig::validate() const {
     config::refuse("use_encoder_pooler",
                    "true is not implemented: Garden's BERT encoder has no pooler; the "
                    "classification head reads the [CLS] output (the default, false)");
+  if (pooling != "cls" && pooling != "mean")
+    config::refuse("pooling", "'" + pooling + "' is not one of cls, mean");
 }
 
 BertClassifierOptions SentencePredictionModelConfig::options() const {
   BertClassifierOptions o;
   o.encoder = encoder.bert.options();
   o.num_classes = num_classes;
+  o.pooling = pooling;
   return o;
 }
 

@@ -171,6 +171,10 @@ const FinetuningTokenizer& SentencePredictionTask::tokenizer() { return text_tok
 HuggingFaceExport SentencePredictionTask::to_huggingface(Task& task, Model& model) {
   const auto* c = &dynamic_cast<const SentencePredictionConfig&>(task.task_config());
   const BertEncoderOptions o = c->model.encoder.bert.options();
+  if (c->model.pooling != "cls")
+    throw Error("--format=huggingface: task.model.pooling is '" + c->model.pooling +
+                "', but BertForSequenceClassification classifies the [CLS] output: no Hugging "
+                "Face architecture computes this model");
   if (encoder_projects(o))
     throw Error(
         "--format=huggingface: this encoder projects its embeddings (embedding_size " +

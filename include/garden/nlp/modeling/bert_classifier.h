@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include <torch/nn/module.h>
@@ -18,7 +19,15 @@ struct BertClassifierOptions {
   BertEncoderOptions encoder;
   int64_t num_classes = 2;  // 1: a regression output
   double dropout_rate = 0.1;
+  // What the head classifies: "cls", the first token's output (Model
+  // Garden's, BERT's); "mean", the mean of the outputs of the tokens `mask`
+  // keeps (Garden's; sentence-transformers' mean pooling).
+  std::string pooling = "cls";
 };
+
+// sequence [B, S, W], mask [B, S] (nonzero: a token) -> [B, W]: the mean of
+// each row's kept outputs, summed in float (0 for a row with none).
+at::Tensor mean_pool(const at::Tensor& sequence, const at::Tensor& mask);
 
 class BertClassifierImpl : public torch::nn::Module {
  public:

@@ -16,6 +16,8 @@ namespace garden::nlp {
 struct SentencePredictionModelConfig : config::Config {
   int64_t num_classes = 0;  // 1: regression
   bool use_encoder_pooler = false;
+  // Garden's: "cls" (Model Garden's head) or "mean" (BertClassifierOptions).
+  std::string pooling = "cls";
   EncoderConfig encoder;
   void visit(config::Visitor& v) override;
   void validate() const override;
