@@ -490,6 +490,11 @@ TEST(MeanPooling, TheHeadClassifiesTheMeanOfTheKeptTokensOutputs) {
   const at::Tensor longer =
       model->forward(longer_ids, longer_mask, torch::zeros({2, 12}, torch::kLong));
   EXPECT_LT((longer - logits).abs().max().item<double>(), 1e-5);
+  // Without a mask every position counts; a mask of the wrong shape is one line.
+  const at::Tensor all = model->encoder->forward(ids, at::Tensor(), types);
+  EXPECT_TRUE(torch::allclose(garden::nlp::mean_pool(all, at::Tensor()), all.mean(1)));
+  EXPECT_THROW_MSG(garden::nlp::mean_pool(all, mask.slice(1, 1)), garden::Error,
+                   "mean pooling: expects a sequence [batch, length, width] and a mask");
   // The [CLS] head on the same weights classifies something else.
   o.pooling = "cls";
   garden::nlp::BertClassifier cls(o);

@@ -8,6 +8,8 @@
 namespace garden::nlp {
 
 at::Tensor mean_pool(const at::Tensor& sequence, const at::Tensor& mask) {
+  if (sequence.dim() == 3 && !mask.defined())
+    return sequence.to(at::kFloat).mean(1).to(sequence.scalar_type());
   if (sequence.dim() != 3 || mask.dim() != 2 || mask.size(0) != sequence.size(0) ||
       mask.size(1) != sequence.size(1))
     throw Error(

@@ -25,8 +25,9 @@ struct BertClassifierOptions {
   std::string pooling = "cls";
 };
 
-// sequence [B, S, W], mask [B, S] (nonzero: a token) -> [B, W]: the mean of
-// each row's kept outputs, summed in float (0 for a row with none).
+// sequence [B, S, W], mask [B, S] (nonzero: a token; undefined: every
+// position) -> [B, W]: the mean of each row's kept outputs, summed in float
+// (0 for a row with none).
 at::Tensor mean_pool(const at::Tensor& sequence, const at::Tensor& mask);
 
 class BertClassifierImpl : public torch::nn::Module {
