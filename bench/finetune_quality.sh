@@ -17,7 +17,8 @@
 #   GLUE_DIR  a GLUE task's directory as distributed (train.tsv, dev.tsv);
 #             the bundled SpamAssassin subjects (SST-2's layout) by default
 #   TASK      its --classification_task_name: SST-2 (default), COLA, MRPC,
-#             QQP, MNLI, QNLI, RTE, WNLI; COLA reports matthews_corrcoef
+#             QQP, MNLI, QNLI, RTE, WNLI, STS-B; COLA reports
+#             matthews_corrcoef, STS-B (a regression) pearson_spearman_corr
 #   EPOCHS    fine-tune both arms for this many passes over train.tsv, with
 #             a tenth of the steps as warmup, as ELECTRA's authors fine-tune
 #             GLUE (3 epochs); the experiment's 300 steps by default. Sets
@@ -47,16 +48,24 @@ case "${EPOCHS:-1}" in
 esac
 metric=cls_accuracy
 metric_type=accuracy
+task_type=classification
 if [ "${task^^}" = COLA ]; then
   metric=matthews_corrcoef
   metric_type=matthews_corrcoef
+elif [ "${task^^}" = STS-B ]; then
+  metric=pearson_spearman_corr
+  metric_type=pearson_spearman_corr
+  task_type=regression
 fi
+label_types=""
+[ "$task_type" = regression ] &&
+  label_types="task.train_data.label_type=float,task.validation_data.label_type=float,"
 mkdir -p "$out"
 rm -f "$out/results.txt"
 "$garden" create_finetuning_data --classification_task_name="$task" \
-  --input_data_dir="$glue_dir" --train_data_output_path="$out/train.tfrecord" \
-  --eval_data_output_path="$out/eval.tfrecord" --meta_data_file_path="$out/meta.json" \
-  --sp_model_file="$sp_model" --nodo_lower_case --max_seq_length="$seq_length" > /dev/null
+  --fine_tuning_task_type="$task_type" --input_data_dir="$glue_dir" \
+  --train_data_output_path="$out/train.tfrecord" --eval_data_output_path="$out/eval.tfrecord" \
+  --meta_data_file_path="$out/meta.json" --sp_model_file="$sp_model" --nodo_lower_case --max_seq_length="$seq_length" > /dev/null
 classes=$(tr -d ' \n' < "$out/meta.json" | sed -n 's/.*"num_labels":\([0-9]*\).*/\1/p')
 echo "$task from $glue_dir: $classes classes, sequences of $seq_length; metric $metric"
 steps=""
@@ -83,7 +92,7 @@ for seed in $seeds; do
       --model_dir="$dir" --params_override="task.train_data.input_path=$out/train.tfrecord,\
 task.validation_data.input_path=$out/eval.tfrecord,task.train_data.vocab_file=$sp_model,\
 task.train_data.seq_length=$seq_length,task.validation_data.seq_length=$seq_length,\
-task.model.num_classes=$classes,task.metric_type=$metric_type,\
+task.model.num_classes=$classes,task.metric_type=$metric_type,${label_types}\
 task.init_checkpoint=$init,runtime.seed=$seed${extra:+,$extra}" \
       > "$dir.log" 2>&1 || {
       echo "finetune_quality: the $arm run of seed $seed failed ($dir.log):" >&2

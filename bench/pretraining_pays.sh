@@ -7,7 +7,7 @@
 #   bash bench/pretraining_pays.sh GLUE_TASK_DIR TASK [BUDGET_S] [SEEDS] [OUT]
 #
 # GLUE_TASK_DIR holds train.tsv and dev.tsv as GLUE distributes them; TASK is
-# their --classification_task_name (SST-2, COLA, MRPC, RTE, QNLI, ...).
+# their --classification_task_name (SST-2, COLA, MRPC, RTE, QNLI, STS-B, ...).
 # BUDGET_S: seconds of pretraining (1800; the run stops on SIGTERM and
 # keeps its checkpoint). SEEDS: "1 2 3". PRETRAIN_OVERRIDES adds
 # --params_override keys to the pretraining (e.g. task.train_data.
@@ -41,6 +41,7 @@ case "${task^^}" in
   QQP) columns=4,5 header=1 ;;
   MNLI) columns=9,10 header=1 ;;
   QNLI | RTE | WNLI) columns=2,3 header=1 ;;
+  STS-B) columns=8,9 header=1 ;;
   *) echo "pretraining_pays: no text columns known for task '$task'" >&2; exit 2 ;;
 esac
 text=${TEXT:-}
