@@ -49,6 +49,7 @@ esac
 metric=cls_accuracy
 metric_type=accuracy
 task_type=classification
+label_types=""
 if [ "${task^^}" = COLA ]; then
   metric=matthews_corrcoef
   metric_type=matthews_corrcoef
@@ -56,16 +57,15 @@ elif [ "${task^^}" = STS-B ]; then
   metric=pearson_spearman_corr
   metric_type=pearson_spearman_corr
   task_type=regression
-fi
-label_types=""
-[ "$task_type" = regression ] &&
   label_types="task.train_data.label_type=float,task.validation_data.label_type=float,"
+fi
 mkdir -p "$out"
 rm -f "$out/results.txt"
 "$garden" create_finetuning_data --classification_task_name="$task" \
   --fine_tuning_task_type="$task_type" --input_data_dir="$glue_dir" \
   --train_data_output_path="$out/train.tfrecord" --eval_data_output_path="$out/eval.tfrecord" \
-  --meta_data_file_path="$out/meta.json" --sp_model_file="$sp_model" --nodo_lower_case --max_seq_length="$seq_length" > /dev/null
+  --meta_data_file_path="$out/meta.json" --sp_model_file="$sp_model" --nodo_lower_case \
+  --max_seq_length="$seq_length" > /dev/null
 classes=$(tr -d ' \n' < "$out/meta.json" | sed -n 's/.*"num_labels":\([0-9]*\).*/\1/p')
 echo "$task from $glue_dir: $classes classes, sequences of $seq_length; metric $metric"
 steps=""
