@@ -83,12 +83,16 @@ void write_checkpoint_file(const std::string& path, const CheckpointData& data,
   out.commit();
 }
 
-CheckpointData read_checkpoint_file(const std::string& path) {
+namespace {
+
+// The verified header text of the checkpoint at `path` (magic, size and CRC
+// checked), leaving `in` just after it; `file_size` is the file's size.
+std::string read_header_text(const std::string& path, std::ifstream& in, uint64_t& file_size) {
   check_input_file(path, "checkpoint");
-  std::ifstream in(path, std::ios::binary);
+  in.open(path, std::ios::binary);
   if (!in) throw Error("cannot open checkpoint '" + path + "': " + errno_text());
   std::error_code ec;
-  const uint64_t file_size = fs::file_size(path, ec);
+  file_size = fs::file_size(path, ec);
   if (ec) throw Error("cannot read checkpoint '" + path + "': " + ec.message());
   char magic[8];
   uint64_t header_size = 0;
@@ -105,6 +109,27 @@ CheckpointData read_checkpoint_file(const std::string& path) {
     throw Error("checkpoint '" + path + "' is truncated (in the header)");
   if (garden::unmask_crc(header_crc) != garden::crc32c(header_text.data(), header_text.size()))
     throw Error("checkpoint '" + path + "' is corrupt (header CRC mismatch)");
+  return header_text;
+}
+
+}  // namespace
+
+nlohmann::json read_checkpoint_meta(const std::string& path) {
+  std::ifstream in;
+  uint64_t file_size = 0;
+  const std::string header_text = read_header_text(path, in, file_size);
+  try {
+    return nlohmann::json::parse(header_text).at("meta");
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("checkpoint '" + path + "' has a malformed header: " + e.what());
+  }
+}
+
+CheckpointData read_checkpoint_file(const std::string& path) {
+  std::ifstream in;
+  uint64_t file_size = 0;
+  const std::string header_text = read_header_text(path, in, file_size);
+  const uint64_t header_size = header_text.size();
   const uint64_t data_start = 8 + 8 + header_size + 4;
   const uint64_t data_size = file_size - data_start;
 

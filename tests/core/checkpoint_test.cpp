@@ -59,6 +59,33 @@ TEST_F(CheckpointTest, FileRoundTripKeepsEveryTensorAndTheMeta) {
   EXPECT_EQ(back.meta, data.meta);
 }
 
+// The meta alone (what a fine-tuning reads of its init_checkpoint's
+// config) is the meta written; a damaged tensor does not concern it, a
+// damaged header does.
+TEST_F(CheckpointTest, TheMetaReadsBackWithoutTheTensors) {
+  fs::create_directories(dir_);
+  const auto path = (dir_ / "ckpt-2").string();
+  const auto data = sample(2);
+  garden::write_checkpoint_file(path, data);
+  EXPECT_EQ(garden::read_checkpoint_meta(path), data.meta);
+  const auto size = fs::file_size(path);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size - 3));
+    f.put('\x5a');
+  }
+  EXPECT_EQ(garden::read_checkpoint_meta(path), data.meta);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(20);  // inside the header's JSON
+    f.put('\x01');
+  }
+  EXPECT_EQ(error_of([&] { garden::read_checkpoint_meta(path); }),
+            "checkpoint '" + path + "' is corrupt (header CRC mismatch)");
+  EXPECT_EQ(error_of([&] { garden::read_checkpoint_meta((dir_ / "missing").string()); }),
+            "checkpoint '" + (dir_ / "missing").string() + "' does not exist");
+}
+
 TEST_F(CheckpointTest, NonContiguousTensorsAreSavedByValue) {
   fs::create_directories(dir_);
   garden::CheckpointData data;

@@ -25,6 +25,7 @@
 #include "garden/config/registry.h"
 #include "garden/config/yaml_io.h"
 #include "garden/core/checkpoint.h"
+#include "garden/core/init_checkpoint_config.h"
 #include "garden/core/runtime.h"
 #include "garden/core/serving_module.h"
 #include "garden/core/train_lib.h"
@@ -571,33 +572,45 @@ TEST_F(SentencePredictionTest, TheEncoderStartsFromAnElectraDiscriminator) {
 // pretrainer's discriminator (not its generator) computed, padding and
 // segment ids included: every tensor taken, the same sizes, activation,
 // layer-norm epsilon and embedding projection on both sides.
-TEST_F(SentencePredictionTest, TheRestoredEncoderComputesWhatTheDiscriminatorComputed) {
-  garden::set_quiet(true);
+namespace {
+
+// electra/tiny for 2 steps into `model_dir`; `extra`: more overrides.
+void pretrain_tiny_electra(const std::string& model_dir, const std::string& extra = "") {
   auto electra = garden::config::get_experiment_config("electra/tiny");
   garden::config::apply_override(
       *electra,
       "task.train_data.input_path=dummy,task.train_data.global_batch_size=4,"
       "trainer.train_steps=2,trainer.steps_per_loop=2,trainer.checkpoint_interval=2,"
-      "trainer.summary_interval=2,trainer.validation_interval=1000,runtime.seed=5");
+      "trainer.summary_interval=2,trainer.validation_interval=1000,runtime.seed=5" +
+          (extra.empty() ? "" : "," + extra));
   garden::finalize_config(*electra);
   garden::RunOptions options;
-  options.model_dir = (dir_ / "electra_shipped").string();
+  options.model_dir = model_dir;
   options.mode = "train";
   garden::run_experiment(electra, options);
+}
 
+struct EncoderOutputs {
+  at::Tensor discriminator, generator, restored;
+};
+
+// On one batch of pairs with padding: what the pretrainer in `model_dir`
+// (its ckpt-2, electra/tiny with `extra`) computes with its discriminator
+// and generator, and what `experiment`'s encoder restored from it does.
+EncoderOutputs encoder_outputs(const std::string& model_dir, const std::string& extra,
+                               garden::config::ExperimentConfig& experiment) {
+  auto electra = garden::config::get_experiment_config("electra/tiny");
+  if (!extra.empty()) garden::config::apply_override(*electra, extra);
   auto electra_task = garden::get_task(electra->task, "");
   auto pretrainer_model = electra_task->build_model();
   garden::load_model_state(
       *pretrainer_model,
-      garden::read_checkpoint_file((dir_ / "electra_shipped" / "ckpt-2").string()).tensors, "model/",
+      garden::read_checkpoint_file((fs::path(model_dir) / "ckpt-2").string()).tensors, "model/",
       /*strict=*/true);
   pretrainer_model->eval();
   auto& pretrainer = dynamic_cast<garden::nlp::ElectraPretrainerImpl&>(*pretrainer_model);
 
-  auto experiment = garden::config::get_experiment_config("bert/sentence_prediction_tiny");
-  auto& config = static_cast<garden::nlp::SentencePredictionConfig&>(*experiment->task);
-  config.init_checkpoint = options.model_dir;
-  auto task = garden::get_task(experiment->task, "");
+  auto task = garden::get_task(experiment.task, "");
   auto model = task->build_model();
   task->initialize(*model);
   model->eval();
@@ -611,12 +624,98 @@ TEST_F(SentencePredictionTest, TheRestoredEncoderComputesWhatTheDiscriminatorCom
   at::Tensor type_ids = torch::zeros({3, 24}, torch::kLong);
   type_ids.index_put_({torch::indexing::Slice(), torch::indexing::Slice(10)}, 1);  // a pair
   torch::NoGradGuard no_grad;
-  const at::Tensor discriminator = pretrainer.discriminator->forward(word_ids, mask, type_ids);
-  const at::Tensor restored = classifier.encoder->forward(word_ids, mask, type_ids);
-  EXPECT_TRUE(torch::equal(restored, discriminator));
+  return {pretrainer.discriminator->forward(word_ids, mask, type_ids),
+          pretrainer.generator->forward(word_ids, mask, type_ids),
+          classifier.encoder->forward(word_ids, mask, type_ids)};
+}
+
+}  // namespace
+
+TEST_F(SentencePredictionTest, TheRestoredEncoderComputesWhatTheDiscriminatorComputed) {
+  garden::set_quiet(true);
+  const std::string model_dir = (dir_ / "electra_shipped").string();
+  pretrain_tiny_electra(model_dir);
+  auto experiment = garden::config::get_experiment_config("bert/sentence_prediction_tiny");
+  experiment->task->init_checkpoint = model_dir;
+  const auto outputs = encoder_outputs(model_dir, "", *experiment);
+  EXPECT_TRUE(torch::equal(outputs.restored, outputs.discriminator));
   // ... and not what the generator computes.
-  const at::Tensor generator = pretrainer.generator->forward(word_ids, mask, type_ids);
-  EXPECT_FALSE(generator.sizes() == restored.sizes() && torch::equal(generator, restored));
+  EXPECT_FALSE(outputs.generator.sizes() == outputs.restored.sizes() &&
+               torch::equal(outputs.generator, outputs.restored));
+  garden::set_quiet(false);
+}
+
+// A pretraining with attention biases (alibi_slope, which no tensor holds):
+// the fine-tuning's config takes them from the checkpoint's params, so the
+// restored encoder computes what the discriminator did; without that it
+// computes something else. The user may still set the biases (kept, with a
+// line), but not a size the weights contradict.
+TEST_F(SentencePredictionTest, AFineTuningTakesThePretrainedEncodersSettingsFromItsCheckpoint) {
+  garden::set_quiet(true);
+  const std::string model_dir = (dir_ / "electra_alibi").string();
+  const std::string biases =
+      "task.model.generator_encoder.bert.alibi_slope=1.0,"
+      "task.model.discriminator_encoder.bert.alibi_slope=1.0,"
+      "task.model.discriminator_encoder.bert.dropout_rate=0.05";
+  pretrain_tiny_electra(model_dir, biases);
+  const auto fine_tuning = [&] {
+    auto experiment = garden::config::get_experiment_config("bert/sentence_prediction_tiny");
+    experiment->task->init_checkpoint = model_dir;
+    return experiment;
+  };
+  const auto bert = [](garden::config::ExperimentConfig & experiment) -> auto& {
+    return static_cast<garden::nlp::SentencePredictionConfig&>(*experiment.task).model.encoder.bert;
+  };
+
+  // The defect: the experiment as it stands has no biases.
+  auto unadopted = fine_tuning();
+  ASSERT_EQ(bert(*unadopted).alibi_slope, 0.0);
+  const auto without = encoder_outputs(model_dir, biases, *unadopted);
+  EXPECT_FALSE(torch::equal(without.restored, without.discriminator));
+
+  auto adopted = fine_tuning();
+  const auto lines = garden::adopt_from_init_checkpoint(*adopted, {});
+  garden::config::validate_config(*adopted);
+  EXPECT_EQ(bert(*adopted).alibi_slope, 1.0);
+  EXPECT_EQ(bert(*adopted).dropout_rate, 0.05);
+  const std::string checkpoint = (fs::path(model_dir) / "ckpt-2").string();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], "from " + checkpoint +
+                          ": task.model.encoder.bert.dropout_rate 0.05, "
+                          "task.model.encoder.bert.alibi_slope 1");
+  const auto with = encoder_outputs(model_dir, biases, *adopted);
+  EXPECT_TRUE(torch::equal(with.restored, with.discriminator));
+
+  // The user's own biases are kept, and said so.
+  auto own = fine_tuning();
+  garden::config::SetKeys set;
+  garden::config::apply_override(*own, "task.model.encoder.bert.alibi_slope=0.5", &set);
+  const auto own_lines = garden::adopt_from_init_checkpoint(*own, set);
+  EXPECT_EQ(bert(*own).alibi_slope, 0.5);
+  ASSERT_EQ(own_lines.size(), 2u);
+  EXPECT_EQ(own_lines[1],
+            "keeps task.model.encoder.bert.alibi_slope 0.5 (set by "
+            "--params_override) instead of " +
+                checkpoint + " task.model.discriminator_encoder.bert.alibi_slope 1");
+
+  // A size the weights contradict is refused, naming both.
+  auto wrong = fine_tuning();
+  garden::config::SetKeys wrong_set;
+  garden::config::apply_override(*wrong, "task.model.encoder.bert.num_layers=3", &wrong_set);
+  try {
+    garden::adopt_from_init_checkpoint(*wrong, wrong_set);
+    ADD_FAILURE() << "a num_layers the checkpoint contradicts was taken";
+  } catch (const garden::Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "task.model.encoder.bert.num_layers 3 (set by --params_override) differs from " +
+                  checkpoint + " task.model.discriminator_encoder.bert.num_layers 4");
+  }
+
+  // Renamed tensors come from elsewhere: nothing is taken.
+  auto renamed = fine_tuning();
+  renamed->task->init_checkpoint_rename = {{"discriminator.", "encoder."}};
+  EXPECT_TRUE(garden::adopt_from_init_checkpoint(*renamed, {}).empty());
+  EXPECT_EQ(bert(*renamed).alibi_slope, 0.0);
   garden::set_quiet(false);
 }
 

@@ -34,6 +34,9 @@ void write_checkpoint_file(const std::string& path, const CheckpointData& data,
 // Reads and verifies every CRC. Throws garden::Error naming the path and what
 // is wrong (not a checkpoint, truncated, corrupt tensor '...').
 CheckpointData read_checkpoint_file(const std::string& path);
+// The meta of the checkpoint at `path` (its header, CRC checked), without
+// reading its tensors; errors as read_checkpoint_file's.
+nlohmann::json read_checkpoint_meta(const std::string& path);
 
 class CheckpointManager {
  public:

@@ -1,6 +1,7 @@
 #include "garden/nlp/tasks/huggingface_adoption.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
@@ -9,6 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "garden/base/error.h"
+#include "garden/config/validation.h"
+#include "garden/config/yaml_io.h"
+#include "garden/core/checkpoint.h"
 #include "garden/nlp/interop/huggingface.h"
 #include "garden/nlp/interop/huggingface_config.h"
 #include "garden/nlp/interop/marian.h"
@@ -75,6 +79,89 @@ void adopt_encoder_task(const HuggingFaceModel& hf, EncoderConfig& encoder,
                   "/config.json max_position_embeddings " + std::to_string(positions));
 }
 
+// A Garden checkpoint's encoder, as Model Garden's fine-tuning reads the
+// pretrainer's encoder config: what the restored weights need to compute
+// what they computed there. The module restored as the task's "encoder"
+// (the checkpoint's checkpoint_items: an ELECTRA run's "discriminator") has
+// its config at task.model.<module>_encoder or task.model.<module> of the
+// params the checkpoint carries. Its shapes, heads, activation and
+// normalization are taken (a different value the user set is refused: the
+// weights would compute something else); its dropouts, initializer and
+// attention biases too, unless the user set them, since a fine-tuning may
+// change those (a line says which the user's value replaces).
+void adopt_garden_encoder(const config::TaskConfig& task, BertEncoderConfig& encoder,
+                          const config::SetKeys& set_by_user, std::vector<std::string>& lines) {
+  if (task.init_checkpoint.empty() || !task.init_checkpoint_rename.empty()) return;
+  const auto& modules = task.init_checkpoint_modules;
+  if (std::find(modules.begin(), modules.end(), "encoder") == modules.end()) return;
+  const auto file = latest_checkpoint(task.init_checkpoint);
+  if (!file) return;  // refused when the task initializes, naming the path
+  const json meta = read_checkpoint_meta(*file);
+  if (!meta.contains("params") || !meta.at("params").is_string()) return;  // older checkpoints
+  std::string module = "encoder";
+  if (const auto items = meta.value("checkpoint_items", json::object());
+      items.is_object() && items.contains("encoder") && items.at("encoder").is_string())
+    module = items.at("encoder").get<std::string>();
+  YAML::Node model;
+  try {
+    model = YAML::Load(meta.at("params").get<std::string>())["task"]["model"];
+  } catch (const YAML::Exception& e) {
+    throw Error("checkpoint '" + *file + "': its params are not YAML: " + e.what());
+  }
+  std::string path;
+  YAML::Node node;
+  for (const std::string& name : {module + "_encoder", module}) {
+    if (!model.IsMap() || !model[name].IsMap() || !model[name]["bert"].IsMap()) continue;
+    path = "task.model." + name + ".bert.";
+    node = model[name]["bert"];
+    break;
+  }
+  if (!node) return;  // not a BERT encoder's checkpoint
+  BertEncoderConfig source;
+  config::read_config(source, node, path.substr(0, path.size() - 1));
+
+  ConfigAdoption adoption(*file, set_by_user);
+  const std::string prefix = "task.model.encoder.bert.";
+  const auto from = [&](const char* key) { return *file + " " + path + key; };
+  const auto take_integer = [&](const char* key, int64_t& field, int64_t value) {
+    adoption.take(prefix + key, field, value, from(key));
+  };
+  take_integer("vocab_size", encoder.vocab_size, source.vocab_size);
+  take_integer("hidden_size", encoder.hidden_size, source.hidden_size);
+  take_integer("num_layers", encoder.num_layers, source.num_layers);
+  take_integer("num_attention_heads", encoder.num_attention_heads, source.num_attention_heads);
+  adoption.take(prefix + "hidden_activation", encoder.hidden_activation, source.hidden_activation,
+                from("hidden_activation"));
+  take_integer("intermediate_size", encoder.intermediate_size, source.intermediate_size);
+  take_integer("max_position_embeddings", encoder.max_position_embeddings,
+               source.max_position_embeddings);
+  take_integer("type_vocab_size", encoder.type_vocab_size, source.type_vocab_size);
+  // null means hidden_size: compared as the width the weights have.
+  const int64_t width = source.embedding_size.value_or(source.hidden_size);
+  if (encoder.embedding_size.value_or(encoder.hidden_size) != width)
+    adoption.take(prefix + "embedding_size", encoder.embedding_size, std::optional<int64_t>(width),
+                  from("embedding_size"));
+  adoption.take(prefix + "norm_first", encoder.norm_first, source.norm_first, from("norm_first"));
+  std::vector<std::string> kept;
+  const auto take_real = [&](const char* key, double& field, double value) {
+    if (adoption.set_by_user(prefix + key)) {
+      if (std::abs(field - value) > 1e-12 * std::max({1.0, std::abs(field), std::abs(value)}))
+        kept.push_back(prefix + key + " " + config::number_text(field) + " (set by " +
+                       adoption.where_set(prefix + key) + ") instead of " + from(key) + " " +
+                       config::number_text(value));
+      return;
+    }
+    adoption.take(prefix + key, field, value, from(key));
+  };
+  take_real("dropout_rate", encoder.dropout_rate, source.dropout_rate);
+  take_real("attention_dropout_rate", encoder.attention_dropout_rate,
+            source.attention_dropout_rate);
+  take_real("initializer_range", encoder.initializer_range, source.initializer_range);
+  take_real("alibi_slope", encoder.alibi_slope, source.alibi_slope);
+  for (const auto& line : kept) adoption.note("keeps " + line);
+  for (auto& line : adoption.log_lines()) lines.push_back(std::move(line));
+}
+
 // id2label of a model with a head ("0": "LABEL_0", ...), in id order.
 config::NameList huggingface_labels(const HuggingFaceModel& hf) {
   const auto it = hf.config.find("id2label");
@@ -117,7 +204,11 @@ std::vector<std::string> adopt_bert_task(config::TaskConfig& base,
                                          const char* lower_case_key, Head head) {
   auto& task = static_cast<Config&>(base);
   const auto hf = huggingface_checkpoint(task);
-  if (!hf) return {};
+  if (!hf) {
+    std::vector<std::string> lines;
+    adopt_garden_encoder(task, task.model.encoder.bert, set_by_user, lines);
+    return lines;
+  }
   ConfigAdoption adoption(hf->dir, set_by_user);
   head(task, *hf, adoption);
   std::vector<TextData> data;

@@ -20,7 +20,18 @@
 //     MarianMT computes: use_bias, norm_first false, norm_epsilon 1e-5,
 //     position_encoding marian, output_bias, zero_pad_embedding false
 //
-// Nothing is done when init_checkpoint names no Hugging Face directory.
+// A Garden checkpoint (a model_dir or ckpt-N file) instead gives the BERT-
+// family tasks its encoder's config, from the params it carries: the
+// module its checkpoint_items restores as "encoder" (an ELECTRA run's
+// discriminator), at task.model.<module>_encoder.bert or
+// task.model.<module>.bert. Sizes, heads, activation and norm_first are
+// taken (the user's different value is refused); dropout_rate,
+// attention_dropout_rate, initializer_range and alibi_slope are taken
+// unless the user set them (a line names each the user's value replaces).
+// Nothing is taken with init_checkpoint_rename set, without "encoder" in
+// init_checkpoint_modules, or from a checkpoint that carries no params.
+//
+// Nothing is done when init_checkpoint names neither.
 #pragma once
 
 #include <string>
