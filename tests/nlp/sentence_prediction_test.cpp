@@ -711,6 +711,24 @@ TEST_F(SentencePredictionTest, AFineTuningTakesThePretrainedEncodersSettingsFrom
                   checkpoint + " task.model.discriminator_encoder.bert.num_layers 4");
   }
 
+  // Params this version does not read (another version's key): nothing is
+  // taken, and a line says why.
+  garden::CheckpointData other;
+  other.tensors["model/encoder.x"] = torch::zeros({1});
+  other.meta = {{"checkpoint_items", {{"encoder", "encoder"}}},
+                {"params", "task:\n  model:\n    encoder:\n      bert:\n        no_such_key: 1\n"}};
+  const std::string other_file = (dir_ / "other" / "ckpt-1").string();
+  fs::create_directories(dir_ / "other");
+  garden::write_checkpoint_file(other_file, other);
+  auto unread = fine_tuning();
+  unread->task->init_checkpoint = other_file;
+  const auto unread_lines = garden::adopt_from_init_checkpoint(*unread, {});
+  ASSERT_EQ(unread_lines.size(), 1u);
+  EXPECT_EQ(unread_lines[0].rfind("took nothing from " + other_file + "'s params: ", 0), 0u)
+      << unread_lines[0];
+  EXPECT_NE(unread_lines[0].find("no_such_key"), std::string::npos) << unread_lines[0];
+  EXPECT_EQ(bert(*unread).alibi_slope, 0.0);
+
   // Renamed tensors come from elsewhere: nothing is taken.
   auto renamed = fine_tuning();
   renamed->task->init_checkpoint_rename = {{"discriminator.", "encoder."}};

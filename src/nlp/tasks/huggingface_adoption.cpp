@@ -118,7 +118,13 @@ void adopt_garden_encoder(const config::TaskConfig& task, BertEncoderConfig& enc
   }
   if (!node) return;  // not a BERT encoder's checkpoint
   BertEncoderConfig source;
-  config::read_config(source, node, path.substr(0, path.size() - 1));
+  try {
+    config::read_config(source, node, path.substr(0, path.size() - 1));
+  } catch (const Error& e) {
+    // A checkpoint of another Garden version, say: its weights may still load.
+    lines.push_back("took nothing from " + *file + "'s params: " + e.what());
+    return;
+  }
 
   ConfigAdoption adoption(*file, set_by_user);
   const std::string prefix = "task.model.encoder.bert.";
