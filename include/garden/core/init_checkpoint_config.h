@@ -1,7 +1,8 @@
 // What a task's config takes from the checkpoint it starts from, as
 // transformers' from_pretrained takes a model's shape from its config.json:
 // each task config family registers an adopter (the BERT-family tasks and
-// translation read a Hugging Face directory named by task.init_checkpoint),
+// translation read a Hugging Face directory named by task.init_checkpoint;
+// the BERT-family tasks also a Garden checkpoint's params),
 // and the experiment's resolution runs the one for its task after the
 // config files and overrides, before validation, so that train, import,
 // config and export all see the same resolved config.
