@@ -22,7 +22,9 @@
 # eight examples a document. PRETRAIN_SEQ_LENGTH=N (128) pretrains on
 # records of N tokens, N*20/128 of them masked, in batches of 32*128/N
 # (the same tokens a batch). DUPE_FACTOR: create_pretraining_data's (5).
-# An OUT given again keeps the tokenizer and records made there before.
+# An OUT given again keeps the tokenizer and records made there before
+# (delete pretrain.tfrecord there to change PAIR_DOCUMENTS,
+# PRETRAIN_SEQ_LENGTH or DUPE_FACTOR).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 garden=${GARDEN:-$here/build/garden}
@@ -31,7 +33,6 @@ task=$2
 budget=${3:-1800}
 seeds=${4:-1 2 3}
 out=${5:-$(mktemp -d /tmp/pretraining_pays.XXXXXX)}
-# Checked here too, so that a bad value fails before the pretraining.
 pretrain_length=${PRETRAIN_SEQ_LENGTH:-128}
 case "$pretrain_length" in
   *[!0-9]* | 0*) echo "pretraining_pays: PRETRAIN_SEQ_LENGTH must be a whole number of tokens, not '$pretrain_length'" >&2; exit 2 ;;
@@ -41,6 +42,7 @@ if [ "$pretrain_length" -lt 8 ] || [ $(( 4096 % pretrain_length )) -ne 0 ]; then
   exit 2
 fi
 masked=$(( pretrain_length * 20 / 128 ))
+# Checked here too, so that a bad value fails before the pretraining.
 case "${EPOCHS:-1}" in
   *[!0-9]* | 0*) echo "pretraining_pays: EPOCHS must be a whole number of epochs, 1 or more, not '$EPOCHS'" >&2; exit 2 ;;
 esac

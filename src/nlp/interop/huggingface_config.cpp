@@ -98,6 +98,16 @@ void ConfigAdoption::take(const std::string& key, double& field, double value,
                           const std::string& from) {
   take_value(key, field, value, from, real_text);
 }
+void ConfigAdoption::offer(const std::string& key, double& field, double value,
+                           const std::string& from) {
+  if (set_by_user(key)) {
+    if (!same_real(field, value))
+      note("keeps " + key + " " + real_text(field) + " (set by " + where_set(key) +
+           ") instead of " + from + " " + real_text(value));
+    return;
+  }
+  take(key, field, value, from);
+}
 void ConfigAdoption::take(const std::string& key, bool& field, bool value,
                           const std::string& from) {
   take_value(key, field, value, from, bool_text);

@@ -1,7 +1,6 @@
 #include "garden/nlp/tasks/huggingface_adoption.h"
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
@@ -10,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "garden/base/error.h"
-#include "garden/config/validation.h"
 #include "garden/config/yaml_io.h"
 #include "garden/core/checkpoint.h"
 #include "garden/nlp/interop/huggingface.h"
@@ -148,23 +146,13 @@ void adopt_garden_encoder(const config::TaskConfig& task, BertEncoderConfig& enc
     adoption.take(prefix + "embedding_size", encoder.embedding_size, std::optional<int64_t>(width),
                   from("embedding_size"));
   adoption.take(prefix + "norm_first", encoder.norm_first, source.norm_first, from("norm_first"));
-  std::vector<std::string> kept;
-  const auto take_real = [&](const char* key, double& field, double value) {
-    if (adoption.set_by_user(prefix + key)) {
-      if (std::abs(field - value) > 1e-12 * std::max({1.0, std::abs(field), std::abs(value)}))
-        kept.push_back(prefix + key + " " + config::number_text(field) + " (set by " +
-                       adoption.where_set(prefix + key) + ") instead of " + from(key) + " " +
-                       config::number_text(value));
-      return;
-    }
-    adoption.take(prefix + key, field, value, from(key));
+  const auto offer = [&](const char* key, double& field, double value) {
+    adoption.offer(prefix + key, field, value, from(key));
   };
-  take_real("dropout_rate", encoder.dropout_rate, source.dropout_rate);
-  take_real("attention_dropout_rate", encoder.attention_dropout_rate,
-            source.attention_dropout_rate);
-  take_real("initializer_range", encoder.initializer_range, source.initializer_range);
-  take_real("alibi_slope", encoder.alibi_slope, source.alibi_slope);
-  for (const auto& line : kept) adoption.note("keeps " + line);
+  offer("dropout_rate", encoder.dropout_rate, source.dropout_rate);
+  offer("attention_dropout_rate", encoder.attention_dropout_rate, source.attention_dropout_rate);
+  offer("initializer_range", encoder.initializer_range, source.initializer_range);
+  offer("alibi_slope", encoder.alibi_slope, source.alibi_slope);
   for (auto& line : adoption.log_lines()) lines.push_back(std::move(line));
 }
 

@@ -38,6 +38,11 @@ class ConfigAdoption {
   void take(const std::string& key, config::NameList& field, const config::NameList& value,
             const std::string& from);
 
+  // As take, for a key the user may set differently (a dropout, say): the
+  // user's different value is kept, and a note says so ("keeps KEY VALUE
+  // (set by WHERE) instead of FROM VALUE").
+  void offer(const std::string& key, double& field, double value, const std::string& from);
+
   // Whether the user set `key`, and where ("--params_override", ...).
   bool set_by_user(const std::string& key) const;
   std::string where_set(const std::string& key) const;
