@@ -8,6 +8,8 @@
 # for Garden: its training stream (its SentencePiece model, packing and
 # 15 % masking, four passes) and its 1,024 masked validation sequences, so
 # both train on the same sequences and are scored on the same inputs.
+# Garden's run has no attention biases, as the peer (electra/tiny ships
+# alibi_slope 1.0).
 #
 #   bash bench/electra_quality.sh [BUDGET_SECONDS=1800] [OUT=runs/electra_quality] [EVAL_STEPS=600] [PART=all]
 #
@@ -45,7 +47,7 @@ echo "== Garden: $budget s"
 rm -rf "$out/garden"
 set +e
 timeout --signal=INT "$budget" build/garden train --experiment=electra/tiny --model_dir="$out/garden" \
-  --params_override="task.train_data.input_path=$out/train.tfrecord,task.train_data.use_v2_feature_names=true,task.validation_data.input_path=$out/valid.tfrecord,task.validation_data.use_v2_feature_names=true,trainer.train_steps=1000000,trainer.validation_interval=$eval_steps,trainer.checkpoint_interval=$eval_steps,trainer.validation_steps=-1,runtime.seed=1"
+  --params_override="task.model.generator_encoder.bert.alibi_slope=0,task.model.discriminator_encoder.bert.alibi_slope=0,task.train_data.input_path=$out/train.tfrecord,task.train_data.use_v2_feature_names=true,task.validation_data.input_path=$out/valid.tfrecord,task.validation_data.use_v2_feature_names=true,trainer.train_steps=1000000,trainer.validation_interval=$eval_steps,trainer.checkpoint_interval=$eval_steps,trainer.validation_steps=-1,runtime.seed=1"
 set -e
 # The checkpoint saved when the budget ran out, scored as the peer's last
 # evaluation is (the peer's clock includes its evaluations; so does Garden's).

@@ -31,8 +31,9 @@
 #             pretrained encoder; after 30 minutes of electra/tiny it cost
 #             SST-2 7.8 points in one run, docs/tasks/sentence_prediction.md)
 #   SEQ_LENGTH  --max_seq_length of the records (64; 128 for pairs)
-#   ALIBI_SLOPE  task.model.encoder.bert.alibi_slope of both arms (0): the
-#             pretraining's own, for an encoder pretrained with attention biases
+#   ALIBI_SLOPE  task.model.encoder.bert.alibi_slope of both arms; unset,
+#             the pretrained arm takes its checkpoint's (electra/tiny's 1.0)
+#             and the random arm the experiment's (1.0)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 garden=${GARDEN:-$here/build/garden}
@@ -80,7 +81,10 @@ printf '%-11s %4s %12s %8s %8s\n' arm seed "$metric" f1 seconds
 for seed in $seeds; do
   for arm in pretrained random; do
     init=""
-    extra=task.model.encoder.bert.alibi_slope=${ALIBI_SLOPE:-0}${steps:+,$steps}${FINETUNE_OVERRIDES:+,$FINETUNE_OVERRIDES}
+    extra=${ALIBI_SLOPE:+task.model.encoder.bert.alibi_slope=$ALIBI_SLOPE}
+    for more in "$steps" "${FINETUNE_OVERRIDES:-}"; do
+      [ -z "$more" ] || extra=${extra:+$extra,}$more
+    done
     if [ "$arm" = pretrained ]; then
       init=$pretrained
       extra=$extra${PRETRAINED_OVERRIDES:+,$PRETRAINED_OVERRIDES}

@@ -8,7 +8,9 @@
 # timed loop on one fixed batch, with Garden's process settings (`garden
 # env`: OpenBLAS's kernels for this CPU, OpenMP's wait policy; not
 # GOMP_SPINCOUNT, as bench/peer.h runs the peers) and as many threads as
-# Garden uses (every core) unless PEER_FLAGS says otherwise.
+# Garden uses (every core) unless PEER_FLAGS says otherwise. Garden's run
+# is the peer's model: the [CLS] head and no attention biases (the
+# experiment ships the tokens' mean and biases of slope 1.0).
 #
 #   bash bench/finetune_speed.sh [ROUNDS] [PEER_FLAGS]   e.g. "--threads 1"
 #   PYTHON=bench/peers/peer-sid-python PEER_COMPILE=1 bash bench/finetune_speed.sh
@@ -34,7 +36,7 @@ trap 'rm -rf "$out"' EXIT
 for round in $(seq "$rounds"); do
   rm -rf "$out/run"
   "$garden" train --experiment=bert/sentence_prediction_tiny --mode=train --model_dir="$out/run" \
-    --params_override="task.train_data.input_path=$out/train.tfrecord,trainer.train_steps=300" > "$out/garden.log" 2>&1
+    --params_override="task.model.pooling=cls,task.model.encoder.bert.alibi_slope=0,task.train_data.input_path=$out/train.tfrecord,trainer.train_steps=300" > "$out/garden.log" 2>&1
   garden_rate=$(grep -o 'steps_per_second: [0-9.]*' "$out/garden.log" | awk 'NR>1{print $2}' | sort -n |
     awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}')
   peer=$(eval "$("$garden" env 2>/dev/null | grep '^export')"; unset GOMP_SPINCOUNT

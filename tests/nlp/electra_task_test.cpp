@@ -342,6 +342,9 @@ TEST(ElectraTaskTest, ModelGardenDefaultsAndTheRegisteredExperiments) {
   EXPECT_EQ(*task.model.generator_encoder.bert.embedding_size, 128);
   EXPECT_EQ(task.train_data.seq_length, 128);
   EXPECT_EQ(task.train_data.max_predictions_per_seq, 20);
+  // Garden's attention biases on both encoders (docs/tasks/electra.md).
+  EXPECT_EQ(task.model.discriminator_encoder.bert.alibi_slope, 1.0);
+  EXPECT_EQ(task.model.generator_encoder.bert.alibi_slope, 1.0);
 }
 
 TEST(ElectraTaskTest, WhatGardenCannotHonourIsRefusedNamingTheKey) {

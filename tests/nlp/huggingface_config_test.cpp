@@ -125,6 +125,77 @@ TEST_F(HuggingFaceConfigTest, AClassifierDirectoryAloneGivesTransformersLogits) 
   EXPECT_LT(garden_test::max_abs_difference(logits, expected), 1e-5);
 }
 
+// bert/sentence_prediction_tiny ships attention biases and a head on the
+// tokens' mean (for a start from electra/tiny): a Hugging Face BERT has
+// neither, so the directory's replace them and the model still gives
+// transformers' logits; the user's own values are refused where the
+// directory's weights would compute something else.
+TEST_F(HuggingFaceConfigTest, TheTinyExperimentsBiasesAndMeanHeadGiveWayToTheDirectorysBert) {
+  const std::string classifier = (kHfDir / "bert_classifier").string();
+  const std::string init =
+      "task.init_checkpoint=" + classifier + ",task.init_checkpoint_modules=[all]";
+  const auto params = resolve_hf("bert/sentence_prediction_tiny", init);
+  auto& config = adopted_task<garden::nlp::SentencePredictionConfig>(params);
+  EXPECT_EQ(config.model.encoder.bert.alibi_slope, 0.0);
+  EXPECT_EQ(config.model.pooling, "cls");
+  auto task = garden::get_task(params->task, "");
+  auto model = task->build_model();
+  task->initialize(*model);
+  model->eval();
+  const auto inputs = json::parse(std::ifstream(kHfDir / "inputs.json"));
+  const auto tensor = [&](const char* key) {
+    const auto rows = inputs.at(key).get<std::vector<std::vector<int64_t>>>();
+    at::Tensor t = at::empty({static_cast<int64_t>(rows.size()), 8}, at::kLong);
+    for (std::size_t r = 0; r < rows.size(); ++r)
+      for (std::size_t c = 0; c < 8; ++c)
+        t[static_cast<int64_t>(r)][static_cast<int64_t>(c)] = rows[r].at(c);
+    return t;
+  };
+  torch::NoGradGuard no_grad;
+  const at::Tensor logits = task->call_model(*model,
+                                             {{"input_word_ids", tensor("input_ids")},
+                                              {"input_mask", tensor("attention_mask")},
+                                              {"input_type_ids", tensor("token_type_ids")}},
+                                             false)
+                                .at("logits");
+  const at::Tensor expected =
+      garden::read_safetensors((kHfDir / "bert_classifier" / "expected.safetensors").string())
+          .tensors.at("logits");
+  EXPECT_LT(garden_test::max_abs_difference(logits, expected), 1e-5);
+
+  // The user's biases, or the mean under a trained classifier's head: one
+  // line naming both values.
+  EXPECT_EQ(garden_test::error_of([&] {
+              resolve_hf("bert/sentence_prediction_tiny",
+                         init + ",task.model.encoder.bert.alibi_slope=0.5");
+            }),
+            "task.model.encoder.bert.alibi_slope 0.5 (set by --params_override) differs from " +
+                classifier + "/config.json's bert computes no attention biases: 0");
+  EXPECT_EQ(garden_test::error_of([&] {
+              resolve_hf("bert/sentence_prediction_tiny", init + ",task.model.pooling=mean");
+            }),
+            "task.model.pooling 'mean' (set by --params_override) differs from " + classifier +
+                "'s bert pools the [CLS] output: 'cls'");
+  EXPECT_EQ(garden_test::error_of([&] {
+              resolve_hf("bert/tagging", "task.init_checkpoint=" + classifier +
+                                             ",task.class_names=[O],"
+                                             "task.model.encoder.bert.norm_first=true");
+            }),
+            "task.model.encoder.bert.norm_first true (set by --params_override) differs from " +
+                classifier + "/config.json's bert computes post-layer-norm blocks: false");
+  // A bare encoder's pooler (BertModel's) may classify the mean, as the
+  // user says; left alone, it reads [CLS] as in transformers.
+  const std::string bare = "task.init_checkpoint=" + (kHfDir / "bert").string();
+  EXPECT_EQ(adopted_task<garden::nlp::SentencePredictionConfig>(
+                resolve_hf("bert/sentence_prediction_tiny", bare))
+                .model.pooling,
+            "cls");
+  EXPECT_EQ(adopted_task<garden::nlp::SentencePredictionConfig>(
+                resolve_hf("bert/sentence_prediction_tiny", bare + ",task.model.pooling=mean"))
+                .model.pooling,
+            "mean");
+}
+
 TEST_F(HuggingFaceConfigTest, AKeyTheUserSetToAnotherValueIsOneLineNamingBoth) {
   const std::string bert = (kHfDir / "bert").string();
   const std::string base = "task.init_checkpoint=" + bert + ",task.class_names=[O]";

@@ -645,17 +645,18 @@ TEST_F(SentencePredictionTest, TheRestoredEncoderComputesWhatTheDiscriminatorCom
   garden::set_quiet(false);
 }
 
-// A pretraining with attention biases (alibi_slope, which no tensor holds):
-// the fine-tuning's config takes them from the checkpoint's params, so the
-// restored encoder computes what the discriminator did; without that it
-// computes something else. The user may still set the biases (kept, with a
-// line), but not a size the weights contradict.
+// A pretraining with attention biases of its own slope (alibi_slope, which
+// no tensor holds; 0.5, not the experiments' 1.0): the fine-tuning's config
+// takes them from the checkpoint's params, so the restored encoder computes
+// what the discriminator did; without that it computes something else.
+// The user may still set the biases (kept, with a line), but not a size
+// the weights contradict.
 TEST_F(SentencePredictionTest, AFineTuningTakesThePretrainedEncodersSettingsFromItsCheckpoint) {
   garden::set_quiet(true);
   const std::string model_dir = (dir_ / "electra_alibi").string();
   const std::string biases =
-      "task.model.generator_encoder.bert.alibi_slope=1.0,"
-      "task.model.discriminator_encoder.bert.alibi_slope=1.0,"
+      "task.model.generator_encoder.bert.alibi_slope=0.5,"
+      "task.model.discriminator_encoder.bert.alibi_slope=0.5,"
       "task.model.discriminator_encoder.bert.dropout_rate=0.05";
   pretrain_tiny_electra(model_dir, biases);
   const auto fine_tuning = [&] {
@@ -667,36 +668,36 @@ TEST_F(SentencePredictionTest, AFineTuningTakesThePretrainedEncodersSettingsFrom
     return static_cast<garden::nlp::SentencePredictionConfig&>(*experiment.task).model.encoder.bert;
   };
 
-  // The defect: the experiment as it stands has no biases.
+  // The defect: the experiment as it stands has its own slope.
   auto unadopted = fine_tuning();
-  ASSERT_EQ(bert(*unadopted).alibi_slope, 0.0);
+  ASSERT_EQ(bert(*unadopted).alibi_slope, 1.0);
   const auto without = encoder_outputs(model_dir, biases, *unadopted);
   EXPECT_FALSE(torch::equal(without.restored, without.discriminator));
 
   auto adopted = fine_tuning();
   const auto lines = garden::adopt_from_init_checkpoint(*adopted, {});
   garden::config::validate_config(*adopted);
-  EXPECT_EQ(bert(*adopted).alibi_slope, 1.0);
+  EXPECT_EQ(bert(*adopted).alibi_slope, 0.5);
   EXPECT_EQ(bert(*adopted).dropout_rate, 0.05);
   const std::string checkpoint = (fs::path(model_dir) / "ckpt-2").string();
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0], "from " + checkpoint +
                           ": task.model.encoder.bert.dropout_rate 0.05, "
-                          "task.model.encoder.bert.alibi_slope 1");
+                          "task.model.encoder.bert.alibi_slope 0.5");
   const auto with = encoder_outputs(model_dir, biases, *adopted);
   EXPECT_TRUE(torch::equal(with.restored, with.discriminator));
 
   // The user's own biases are kept, and said so.
   auto own = fine_tuning();
   garden::config::SetKeys set;
-  garden::config::apply_override(*own, "task.model.encoder.bert.alibi_slope=0.5", &set);
+  garden::config::apply_override(*own, "task.model.encoder.bert.alibi_slope=0.25", &set);
   const auto own_lines = garden::adopt_from_init_checkpoint(*own, set);
-  EXPECT_EQ(bert(*own).alibi_slope, 0.5);
+  EXPECT_EQ(bert(*own).alibi_slope, 0.25);
   ASSERT_EQ(own_lines.size(), 2u);
   EXPECT_EQ(own_lines[1],
-            "keeps task.model.encoder.bert.alibi_slope 0.5 (set by "
+            "keeps task.model.encoder.bert.alibi_slope 0.25 (set by "
             "--params_override) instead of " +
-                checkpoint + " task.model.discriminator_encoder.bert.alibi_slope 1");
+                checkpoint + " task.model.discriminator_encoder.bert.alibi_slope 0.5");
 
   // A size the weights contradict is refused, naming both.
   auto wrong = fine_tuning();
@@ -727,13 +728,13 @@ TEST_F(SentencePredictionTest, AFineTuningTakesThePretrainedEncodersSettingsFrom
   EXPECT_EQ(unread_lines[0].rfind("took nothing from " + other_file + "'s params: ", 0), 0u)
       << unread_lines[0];
   EXPECT_NE(unread_lines[0].find("no_such_key"), std::string::npos) << unread_lines[0];
-  EXPECT_EQ(bert(*unread).alibi_slope, 0.0);
+  EXPECT_EQ(bert(*unread).alibi_slope, 1.0);
 
   // Renamed tensors come from elsewhere: nothing is taken.
   auto renamed = fine_tuning();
   renamed->task->init_checkpoint_rename = {{"discriminator.", "encoder."}};
   EXPECT_TRUE(garden::adopt_from_init_checkpoint(*renamed, {}).empty());
-  EXPECT_EQ(bert(*renamed).alibi_slope, 0.0);
+  EXPECT_EQ(bert(*renamed).alibi_slope, 1.0);
   garden::set_quiet(false);
 }
 

@@ -108,6 +108,16 @@ void ConfigAdoption::offer(const std::string& key, double& field, double value,
   }
   take(key, field, value, from);
 }
+void ConfigAdoption::offer(const std::string& key, std::string& field, const std::string& value,
+                           const std::string& from) {
+  if (set_by_user(key)) {
+    if (field != value)
+      note("keeps " + key + " " + string_text(field) + " (set by " + where_set(key) +
+           ") instead of " + from + " " + string_text(value));
+    return;
+  }
+  take(key, field, value, from);
+}
 void ConfigAdoption::take(const std::string& key, bool& field, bool value,
                           const std::string& from) {
   take_value(key, field, value, from, bool_text);
@@ -205,6 +215,14 @@ void adopt_huggingface_encoder(const HuggingFaceModel& model, BertEncoderConfig&
                   electra ? std::optional<int64_t>(width) : std::optional<int64_t>(),
                   electra ? adoption.config_key("embedding_size")
                           : model.dir + "/config.json model_type bert (no embedding projection):");
+  // What BERT and ELECTRA do not compute: an experiment's attention biases
+  // (bert/sentence_prediction_tiny's) or pre-layer-norm blocks are replaced;
+  // the user's are refused, naming both values.
+  const std::string computes = model.dir + "/config.json's " + model.model_type + " computes";
+  adoption.take(prefix + "alibi_slope", encoder.alibi_slope, 0.0,
+                computes + " no attention biases:");
+  adoption.take(prefix + "norm_first", encoder.norm_first, false,
+                computes + " post-layer-norm blocks:");
   // What the config cannot express: refused now, not at the first step.
   check_huggingface_encoder_config(model, encoder.options(), prefix);
 }

@@ -219,7 +219,15 @@ std::vector<std::string> adopt_sentence_prediction_checkpoint(config::TaskConfig
                                                               const config::SetKeys& set_by_user) {
   const auto head = [](SentencePredictionConfig& task, const HuggingFaceModel& hf,
                        ConfigAdoption& adoption) {
-    if (!architecture_ends_with(hf, "ForSequenceClassification")) return;
+    // BERT's pooler (the head's dense layer) and ELECTRA's head read the
+    // [CLS] output: a trained classifier's head is refused another input; a
+    // bare encoder's pooler may be given the tokens' mean (a line says so).
+    const std::string cls = hf.dir + "'s " + hf.model_type + " pools the [CLS] output:";
+    if (!architecture_ends_with(hf, "ForSequenceClassification")) {
+      adoption.offer("task.model.pooling", task.model.pooling, std::string("cls"), cls);
+      return;
+    }
+    adoption.take("task.model.pooling", task.model.pooling, std::string("cls"), cls);
     const auto labels = huggingface_labels(hf);
     if (labels.empty()) return;
     const auto count = static_cast<int64_t>(labels.size());

@@ -42,6 +42,8 @@ class ConfigAdoption {
   // user's different value is kept, and a note says so ("keeps KEY VALUE
   // (set by WHERE) instead of FROM VALUE").
   void offer(const std::string& key, double& field, double value, const std::string& from);
+  void offer(const std::string& key, std::string& field, const std::string& value,
+             const std::string& from);
 
   // Whether the user set `key`, and where ("--params_override", ...).
   bool set_by_user(const std::string& key) const;
