@@ -44,6 +44,36 @@ Config& adopted_task(const std::shared_ptr<ExperimentConfig>& params) {
   return dynamic_cast<Config&>(*params->task);
 }
 
+// The largest difference between the logits of the sentence prediction
+// model `params` builds and initializes and those transformers computed
+// with bert_classifier on the fixture's inputs.
+double classifier_difference(const std::shared_ptr<ExperimentConfig>& params) {
+  auto task = garden::get_task(params->task, "");
+  auto model = task->build_model();
+  task->initialize(*model);
+  model->eval();
+  const auto inputs = json::parse(std::ifstream(kHfDir / "inputs.json"));
+  const auto tensor = [&](const char* key) {
+    const auto rows = inputs.at(key).get<std::vector<std::vector<int64_t>>>();
+    at::Tensor t = at::empty({static_cast<int64_t>(rows.size()), 8}, at::kLong);
+    for (std::size_t r = 0; r < rows.size(); ++r)
+      for (std::size_t c = 0; c < 8; ++c)
+        t[static_cast<int64_t>(r)][static_cast<int64_t>(c)] = rows[r].at(c);
+    return t;
+  };
+  torch::NoGradGuard no_grad;
+  const at::Tensor logits = task->call_model(*model,
+                                             {{"input_word_ids", tensor("input_ids")},
+                                              {"input_mask", tensor("attention_mask")},
+                                              {"input_type_ids", tensor("token_type_ids")}},
+                                             false)
+                                .at("logits");
+  const at::Tensor expected =
+      garden::read_safetensors((kHfDir / "bert_classifier" / "expected.safetensors").string())
+          .tensors.at("logits");
+  return garden_test::max_abs_difference(logits, expected);
+}
+
 class HuggingFaceConfigTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { garden::register_builtins(); }
@@ -99,30 +129,7 @@ TEST_F(HuggingFaceConfigTest, AClassifierDirectoryAloneGivesTransformersLogits) 
   auto& config = adopted_task<garden::nlp::SentencePredictionConfig>(params);
   EXPECT_EQ(config.model.num_classes, 3);
   EXPECT_EQ(config.model.encoder.bert.embedding_size, std::nullopt);
-  auto task = garden::get_task(params->task, "");
-  auto model = task->build_model();
-  task->initialize(*model);
-  model->eval();
-  const auto inputs = json::parse(std::ifstream(kHfDir / "inputs.json"));
-  const auto tensor = [&](const char* key) {
-    const auto rows = inputs.at(key).get<std::vector<std::vector<int64_t>>>();
-    at::Tensor t = at::empty({static_cast<int64_t>(rows.size()), 8}, at::kLong);
-    for (std::size_t r = 0; r < rows.size(); ++r)
-      for (std::size_t c = 0; c < 8; ++c)
-        t[static_cast<int64_t>(r)][static_cast<int64_t>(c)] = rows[r].at(c);
-    return t;
-  };
-  torch::NoGradGuard no_grad;
-  const at::Tensor logits = task->call_model(*model,
-                                             {{"input_word_ids", tensor("input_ids")},
-                                              {"input_mask", tensor("attention_mask")},
-                                              {"input_type_ids", tensor("token_type_ids")}},
-                                             false)
-                                .at("logits");
-  const at::Tensor expected =
-      garden::read_safetensors((kHfDir / "bert_classifier" / "expected.safetensors").string())
-          .tensors.at("logits");
-  EXPECT_LT(garden_test::max_abs_difference(logits, expected), 1e-5);
+  EXPECT_LT(classifier_difference(params), 1e-5);
 }
 
 // bert/sentence_prediction_tiny ships attention biases and a head on the
@@ -138,30 +145,7 @@ TEST_F(HuggingFaceConfigTest, TheTinyExperimentsBiasesAndMeanHeadGiveWayToTheDir
   auto& config = adopted_task<garden::nlp::SentencePredictionConfig>(params);
   EXPECT_EQ(config.model.encoder.bert.alibi_slope, 0.0);
   EXPECT_EQ(config.model.pooling, "cls");
-  auto task = garden::get_task(params->task, "");
-  auto model = task->build_model();
-  task->initialize(*model);
-  model->eval();
-  const auto inputs = json::parse(std::ifstream(kHfDir / "inputs.json"));
-  const auto tensor = [&](const char* key) {
-    const auto rows = inputs.at(key).get<std::vector<std::vector<int64_t>>>();
-    at::Tensor t = at::empty({static_cast<int64_t>(rows.size()), 8}, at::kLong);
-    for (std::size_t r = 0; r < rows.size(); ++r)
-      for (std::size_t c = 0; c < 8; ++c)
-        t[static_cast<int64_t>(r)][static_cast<int64_t>(c)] = rows[r].at(c);
-    return t;
-  };
-  torch::NoGradGuard no_grad;
-  const at::Tensor logits = task->call_model(*model,
-                                             {{"input_word_ids", tensor("input_ids")},
-                                              {"input_mask", tensor("attention_mask")},
-                                              {"input_type_ids", tensor("token_type_ids")}},
-                                             false)
-                                .at("logits");
-  const at::Tensor expected =
-      garden::read_safetensors((kHfDir / "bert_classifier" / "expected.safetensors").string())
-          .tensors.at("logits");
-  EXPECT_LT(garden_test::max_abs_difference(logits, expected), 1e-5);
+  EXPECT_LT(classifier_difference(params), 1e-5);
 
   // The user's biases, or the mean under a trained classifier's head: one
   // line naming both values.
