@@ -73,14 +73,19 @@ std::string ConfigAdoption::config_key(const std::string& key) const {
 
 template <class T>
 void ConfigAdoption::take_value(const std::string& key, T& field, const T& value,
-                                const std::string& from, std::string (*text)(const T&)) {
+                                const std::string& from, std::string (*text)(const T&),
+                                bool keep_users) {
   bool equal;
   if constexpr (std::is_same_v<T, double>)
     equal = same_real(field, value);
   else
     equal = field == value;
   if (set_by_user(key)) {
-    if (!equal)
+    if (equal) return;
+    if (keep_users)
+      note("keeps " + key + " " + text(field) + " (set by " + where_set(key) + ") instead of " +
+           from + " " + text(value));
+    else
       throw Error(key + " " + text(field) + " (set by " + where_set(key) + ") differs from " +
                   from + " " + text(value));
     return;
@@ -100,23 +105,11 @@ void ConfigAdoption::take(const std::string& key, double& field, double value,
 }
 void ConfigAdoption::offer(const std::string& key, double& field, double value,
                            const std::string& from) {
-  if (set_by_user(key)) {
-    if (!same_real(field, value))
-      note("keeps " + key + " " + real_text(field) + " (set by " + where_set(key) +
-           ") instead of " + from + " " + real_text(value));
-    return;
-  }
-  take(key, field, value, from);
+  take_value(key, field, value, from, real_text, /*keep_users=*/true);
 }
 void ConfigAdoption::offer(const std::string& key, std::string& field, const std::string& value,
                            const std::string& from) {
-  if (set_by_user(key)) {
-    if (field != value)
-      note("keeps " + key + " " + string_text(field) + " (set by " + where_set(key) +
-           ") instead of " + from + " " + string_text(value));
-    return;
-  }
-  take(key, field, value, from);
+  take_value(key, field, value, from, string_text, /*keep_users=*/true);
 }
 void ConfigAdoption::take(const std::string& key, bool& field, bool value,
                           const std::string& from) {

@@ -60,8 +60,10 @@ class ConfigAdoption {
 
  private:
   template <class T>
+  // A value the user set and `value` contradicts: refused, or with
+  // `keep_users` kept with a note (offer).
   void take_value(const std::string& key, T& field, const T& value, const std::string& from,
-                  std::string (*text)(const T&));
+                  std::string (*text)(const T&), bool keep_users = false);
   std::string dir_;
   const config::SetKeys& set_by_user_;
   std::vector<std::string> changed_, notes_;
