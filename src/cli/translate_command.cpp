@@ -41,6 +41,7 @@ struct TranslateFlags {
   std::string model_dir;
   std::string checkpoint;
   std::optional<int64_t> beam_size;
+  std::optional<int64_t> no_repeat_ngram_size;
   int64_t batch_size = 32;
   std::string input;
   std::string output;
@@ -56,6 +57,8 @@ struct Line {
 void run_translate(const TranslateFlags& flags) {
   if (flags.batch_size < 1) throw Error("--batch_size must be >= 1");
   if (flags.beam_size && *flags.beam_size < 1) throw Error("--beam_size must be >= 1");
+  if (flags.no_repeat_ngram_size && *flags.no_repeat_ngram_size < 0)
+    throw Error("--no_repeat_ngram_size must be >= 0");
   if (flags.parallel_batches < 0) throw Error("--parallel_batches must be >= 0 (0: one per core)");
   // Files first, before the model loads: a bad path fails at once.
   if (!flags.input.empty()) {
@@ -78,6 +81,8 @@ void run_translate(const TranslateFlags& flags) {
     throw Error("'" + params_path + "' is not a translation experiment's: " + e.what());
   }
   if (flags.beam_size) task_config->model.beam_size = *flags.beam_size;
+  if (flags.no_repeat_ngram_size)
+    task_config->model.no_repeat_ngram_size = *flags.no_repeat_ngram_size;
   config::validate_config(*params);
   apply_runtime(params->runtime);
   const std::string checkpoint =
@@ -218,6 +223,9 @@ CLI::App* add_translate_command(CLI::App& app) {
                         "Checkpoint file or directory, or `best` (default: the latest)");
   translate->add_option("--beam_size", flags->beam_size,
                         "Beam width (default: the model's beam_size); 1 is greedy");
+  translate->add_option("--no_repeat_ngram_size", flags->no_repeat_ngram_size,
+                        "No output repeats an n-gram of this many tokens (default: the model's "
+                        "no_repeat_ngram_size); 0 is off");
   translate->add_option("--batch_size", flags->batch_size, "Sentences decoded at once")
       ->capture_default_str();
   translate->add_option("--input", flags->input,

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -305,6 +306,46 @@ TEST_F(TranslateCliTest, MissingPiecesAreOneLineErrors) {
   one_line_error(translate("x\n", "--checkpoint '" + path("missing-ckpt") + "'"),
                  "is not a checkpoint");
   one_line_error(translate("x\n", "--checkpoint best"), "exported no best checkpoint");
+}
+
+// --no_repeat_ngram_size reaches the search (the searches' bans are
+// checked in tests/nlp): the half-trained checkpoint repeats words, and
+// banning every repeated piece changes those lines; 0 is the model's own
+// setting (none); a negative size is a one-line error.
+TEST_F(TranslateCliTest, NoRepeatNgramSizeChangesRepeatingLinesAndANegativeOneIsRefused) {
+  std::string input;
+  for (const auto& s : sources_) input += s + "\n";
+  const std::string older = "--checkpoint '" + model_dir() + "/ckpt-200' ";
+  const CliRun plain = translate(input, older);
+  const CliRun zero = translate(input, older + "--no_repeat_ngram_size 0");
+  const CliRun blocked = translate(input, older + "--no_repeat_ngram_size 1");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(zero.status, 0) << zero.err;
+  ASSERT_EQ(blocked.status, 0) << blocked.err;
+  EXPECT_EQ(zero.out, plain.out);
+  const std::vector<std::string> plain_lines = lines_of(plain.out);
+  const std::vector<std::string> blocked_lines = lines_of(blocked.out);
+  ASSERT_EQ(blocked_lines.size(), plain_lines.size());
+  const auto repeats_a_word = [](const std::string& line) {
+    std::istringstream words(line);
+    std::set<std::string> seen;
+    std::string word;
+    while (words >> word)
+      if (!seen.insert(word).second) return true;
+    return false;
+  };
+  int repeating = 0;
+  for (std::size_t i = 0; i < plain_lines.size(); ++i) {
+    if (!repeats_a_word(plain_lines[i])) continue;
+    ++repeating;
+    EXPECT_NE(blocked_lines[i], plain_lines[i]) << "line " << i + 1;
+  }
+  EXPECT_GT(repeating, 0) << plain.out;
+
+  const CliRun negative = translate(input, "--no_repeat_ngram_size -1");
+  EXPECT_EQ(negative.status, 1);
+  EXPECT_EQ(negative.out, "");
+  EXPECT_EQ(negative.err, "garden: error: --no_repeat_ngram_size must be >= 0\n");
 }
 
 // The output is never a file the command reads, however it is named:

@@ -15,13 +15,18 @@
 
 #include "garden/base/error.h"
 #include "garden/nlp/modeling/beam_search.h"
+#include "garden/nlp/modeling/decoding.h"
 
 namespace {
 
 using garden::nlp::BeamSearchResult;
+using garden::nlp::BeamSearchRules;
+using garden::nlp::BeamSearchState;
 using garden::nlp::Cache;
 using garden::nlp::greedy_decode;
 using garden::nlp::length_normalization;
+using garden::nlp::no_repeat_ngram_ban;
+using garden::nlp::repeated_ngram_tokens;
 using garden::nlp::sequence_beam_search;
 using garden::nlp::SymbolsToLogitsFn;
 
@@ -71,6 +76,44 @@ Scored exhaustive_best(const at::Tensor& table, int64_t example, int64_t initial
         if (score > best.score) best = {score, tokens};
       } else {
         visit(token, next);
+      }
+      tokens.pop_back();
+    }
+  };
+  visit(initial_id, 0.0);
+  return best;
+}
+
+// Whether some n-gram of `tokens` occurs twice (a plain set of n-grams).
+bool has_repeated_ngram(const std::vector<int64_t>& tokens, int64_t n) {
+  std::set<std::vector<int64_t>> seen;
+  for (std::size_t i = 0; i + static_cast<std::size_t>(n) <= tokens.size(); ++i)
+    if (!seen.insert({tokens.begin() + static_cast<std::ptrdiff_t>(i),
+                      tokens.begin() + static_cast<std::ptrdiff_t>(i) + n})
+             .second)
+      return true;
+  return false;
+}
+
+// exhaustive_best over the sequences with no n-gram of `n` tokens twice.
+Scored exhaustive_best_without_repeats(const at::Tensor& table, int64_t example, int64_t initial_id,
+                                       int64_t max_length, double alpha, int64_t n) {
+  auto lp = table.select(0, example);
+  Scored best;
+  std::vector<int64_t> tokens;
+  std::function<void(int64_t, double)> visit = [&](int64_t prev, double log_prob) {
+    const int64_t step = static_cast<int64_t>(tokens.size());
+    if (step == max_length) return;
+    for (int64_t token = 0; token < kBeamVocab; ++token) {
+      tokens.push_back(token);
+      if (!has_repeated_ngram(tokens, n)) {
+        const double next = log_prob + lp[step][prev][token].item<double>();
+        if (token == kEos) {
+          const double score = next / length_normalization(alpha, step + 1);
+          if (score > best.score) best = {score, tokens};
+        } else {
+          visit(token, next);
+        }
       }
       tokens.pop_back();
     }
@@ -629,6 +672,115 @@ TEST(SequenceBeamSearch, HostAndTensorStateGiveTheSameBits) {
     const BeamSearchResult chosen = sequence_beam_search(model, torch::tensor(initial), cache,
                                                          kBeamVocab, c.beam, c.alpha, limits, kEos);
     EXPECT_TRUE(chosen.scores.equal(host.scores)) << "seed " << c.seed;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(RepeatedNgramTokens, NamesTheTokensThatWouldCompleteARepeat) {
+  const std::vector<int64_t> tokens = {5, 6, 7, 5, 6};
+  const auto banned = [&](int64_t length, int64_t n) {
+    return repeated_ngram_tokens(tokens.data(), length, n);
+  };
+  // The next trigram starts "5 6", as the first did: 7 would repeat it.
+  EXPECT_EQ(banned(5, 3), (std::vector<int64_t>{7}));
+  // Bigrams starting with 6: "6 7".
+  EXPECT_EQ(banned(5, 2), (std::vector<int64_t>{7}));
+  // After "5 6 7 5" the bigram "5 6" is taken.
+  EXPECT_EQ(banned(4, 2), (std::vector<int64_t>{6}));
+  // Unigrams: every token so far, each occurrence once.
+  EXPECT_EQ(banned(5, 1), (std::vector<int64_t>{5, 6, 7, 5, 6}));
+  // No earlier 4-gram starts "6 7 5"; none fits in 2 tokens; 0 is off.
+  EXPECT_TRUE(banned(5, 4).empty());
+  EXPECT_TRUE(banned(2, 4).empty());
+  EXPECT_TRUE(banned(5, 0).empty());
+  EXPECT_TRUE(repeated_ngram_tokens(tokens.data(), 0, 2).empty());
+}
+
+TEST(BlockRepeatedNgrams, FullBeamMatchesExhaustiveSearchWithoutRepeats) {
+  // Vocabulary 5, up to 6 tokens: the unconstrained best repeats n-grams
+  // often; a beam of 1,024 keeps every alive prefix (4^5), so the search
+  // must find the best sequence with no n-gram twice.
+  const int64_t max_length = 6;
+  const int64_t beam = 1024;
+  const std::vector<int64_t> initial = {0, 3};
+  int repeats_without_blocking = 0;
+  for (uint64_t seed : {4, 5, 6}) {
+    // EOS made rarer, so that the best sequences run long enough to repeat.
+    torch::manual_seed(seed);
+    at::Tensor logits = torch::randn({2, max_length, kBeamVocab, kBeamVocab}, torch::kDouble) * 2.0;
+    logits.select(3, kEos).sub_(2.0);
+    const at::Tensor table = torch::log_softmax(logits, -1);
+    for (int64_t n : {1, 2, 3}) {
+      for (double alpha : {0.6, 2.0}) {
+        for (BeamSearchState state : {BeamSearchState::kHost, BeamSearchState::kTensors}) {
+          const BeamSearchResult result = sequence_beam_search(
+              table_model(table), torch::tensor(initial), example_cache({0, 1}), kBeamVocab, beam,
+              alpha, torch::full({2}, max_length, torch::kLong), kEos, state,
+              BeamSearchRules::kModelGarden, no_repeat_ngram_ban(n));
+          for (int64_t e = 0; e < 2; ++e) {
+            const Scored best =
+                exhaustive_best_without_repeats(table, e, initial[e], max_length, alpha, n);
+            const Scored free = exhaustive_best(table, e, initial[e], max_length, alpha);
+            if (state == BeamSearchState::kHost)
+              repeats_without_blocking += has_repeated_ngram(free.tokens, n) ? 1 : 0;
+            std::vector<int64_t> expected = {initial[e]};
+            expected.insert(expected.end(), best.tokens.begin(), best.tokens.end());
+            const at::Tensor top = result.sequences[e][0];
+            expected.resize(top.size(0), 0);
+            EXPECT_EQ(to_vector(top), expected)
+                << "seed " << seed << " n " << n << " alpha " << alpha;
+            EXPECT_NEAR(result.scores[e][0].item<double>(), best.score, 1e-9);
+          }
+        }
+      }
+    }
+  }
+  // Several of the 36 cases must be ones where blocking changes the answer.
+  EXPECT_GE(repeats_without_blocking, 5);
+}
+
+TEST(BlockRepeatedNgrams, GreedyTakesTheBestTokenThatRepeatsNoNgram) {
+  const int64_t max_length = 6;
+  const at::Tensor table = random_table(1, max_length, 9);
+  for (int64_t n : {1, 2}) {
+    const BeamSearchResult result = greedy_decode(
+        table_model(table), torch::tensor(std::vector<int64_t>{0}), example_cache({0}),
+        torch::full({1}, max_length, torch::kLong), kEos, no_repeat_ngram_ban(n));
+    // The argmax at each step over the tokens that repeat no n-gram,
+    // computed here from the table.
+    std::vector<int64_t> tokens;
+    int64_t prev = 0;
+    for (int64_t step = 0; step < max_length; ++step) {
+      int64_t pick = -1;
+      for (int64_t t = 0; t < kBeamVocab; ++t) {
+        tokens.push_back(t);
+        const bool allowed = !has_repeated_ngram(tokens, n);
+        tokens.pop_back();
+        if (allowed && (pick < 0 || table[0][step][prev][t].item<double>() >
+                                        table[0][step][prev][pick].item<double>()))
+          pick = t;
+      }
+      tokens.push_back(pick);
+      if (pick == kEos) break;
+      prev = pick;
+    }
+    std::vector<int64_t> expected = {0};
+    expected.insert(expected.end(), tokens.begin(), tokens.end());
+    const at::Tensor row = result.sequences[0][0];
+    expected.resize(row.size(0), 0);
+    EXPECT_EQ(to_vector(row), expected) << "n " << n;
+    // Its score is the tokens' log-probabilities as the model gave them,
+    // not renormalized over the tokens left.
+    double log_prob = 0.0;
+    prev = 0;
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      log_prob += table[0][static_cast<int64_t>(i)][prev][tokens[i]].item<double>();
+      prev = tokens[i];
+    }
+    EXPECT_NEAR(result.scores[0][0].item<double>(), log_prob, 1e-12) << "n " << n;
   }
 }
 

@@ -412,6 +412,69 @@ TEST_F(TranslationTest, BeamOneIsGreedyAndABatchDecodesAsEachSentenceAlone) {
   }
 }
 
+// task.model.no_repeat_ngram_size reaches the decoder: greedy outputs are
+// the argmax over the tokens that repeat no bigram, recomputed here by full
+// forward passes, and no beam output repeats a bigram.
+TEST_F(TranslationTest, NoRepeatNgramSizeKeepsEveryOutputFreeOfRepeats) {
+  auto config = small_config(path("unused.tsv"), path("unused.tsv"));
+  config->model.no_repeat_ngram_size = 2;
+  config->model.decode_max_length = 12;
+  auto experiment = std::make_shared<garden::config::ExperimentConfig>();
+  experiment->task = config;
+  garden::config::validate_config(*experiment);
+  garden::nlp::DecodeOptions options = TranslationTask(config).decode_options();
+  ASSERT_EQ(options.no_repeat_ngram_size, 2);
+  auto model = seeded_model();
+  auto& transformer = *model->as<garden::nlp::Seq2SeqTransformerImpl>();
+  const at::Tensor batch = three_sentences();
+  const int64_t eos = 1;
+  const auto repeats = [](const std::vector<int64_t>& tokens) {
+    std::set<std::pair<int64_t, int64_t>> seen;
+    for (std::size_t i = 0; i + 1 < tokens.size(); ++i)
+      if (!seen.insert({tokens[i], tokens[i + 1]}).second) return true;
+    return false;
+  };
+  // Without the option the untrained model repeats itself.
+  garden::nlp::DecodeOptions plain = options;
+  plain.no_repeat_ngram_size = 0;
+  plain.beam_size = 1;
+  int repeating = 0;
+  for (const auto& output : garden::nlp::translate_ids(transformer, batch, eos, plain))
+    repeating += repeats(output) ? 1 : 0;
+  EXPECT_GT(repeating, 0);
+
+  options.beam_size = 1;
+  const auto greedy = garden::nlp::translate_ids(transformer, batch, eos, options);
+  options.beam_size = 3;
+  const auto beam = garden::nlp::translate_ids(transformer, batch, eos, options);
+  torch::NoGradGuard no_grad;
+  for (int64_t b = 0; b < batch.size(0); ++b) {
+    const int64_t length = (batch[b] != 0).sum().item<int64_t>();
+    const at::Tensor source = batch.slice(0, b, b + 1).slice(1, 0, length);
+    std::vector<int64_t> decoded = {0};
+    std::vector<int64_t> expected;
+    for (int step = 0; step < 12; ++step) {
+      const at::Tensor logits = transformer.forward(source, torch::tensor(decoded).unsqueeze(0));
+      const at::Tensor row = logits[0][-1];
+      int64_t next = -1;
+      for (int64_t t = 0; t < row.size(0); ++t) {
+        std::vector<int64_t> extended = expected;
+        extended.push_back(t);
+        if (repeats(extended)) continue;
+        if (next < 0 || row[t].item<float>() > row[next].item<float>()) next = t;
+      }
+      if (next == eos) break;
+      expected.push_back(next);
+      decoded.push_back(next);
+    }
+    EXPECT_EQ(greedy[static_cast<std::size_t>(b)], expected) << "sentence " << b;
+    EXPECT_FALSE(repeats(beam[static_cast<std::size_t>(b)])) << "sentence " << b;
+  }
+
+  config->model.no_repeat_ngram_size = -1;
+  EXPECT_THROW(garden::config::validate_config(*experiment), garden::config::ConfigError);
+}
+
 // Device-parameterized, as CTranslate2's tests are: every case runs on the
 // CPU, and on CUDA when a GPU is present (skipped with a message otherwise).
 // On a device, the model's weights decode to the ids the CPU decodes them

@@ -373,14 +373,17 @@ json marian_config(const Seq2SeqTransformerOptions& o, double embedding_dropout,
           {"torch_dtype", "float32"}};
 }
 
-json marian_generation_config(int64_t marian_pad, int64_t marian_eos, int64_t beam_size) {
-  return {{"decoder_start_token_id", marian_pad},
-          {"pad_token_id", marian_pad},
-          {"eos_token_id", marian_eos},
-          {"forced_eos_token_id", marian_eos},
-          {"bad_words_ids", json::array({json::array({marian_pad})})},
-          {"num_beams", beam_size},
-          {"max_length", 512}};
+json marian_generation_config(int64_t marian_pad, int64_t marian_eos, int64_t beam_size,
+                              int64_t no_repeat_ngram_size) {
+  json config = {{"decoder_start_token_id", marian_pad},
+                 {"pad_token_id", marian_pad},
+                 {"eos_token_id", marian_eos},
+                 {"forced_eos_token_id", marian_eos},
+                 {"bad_words_ids", json::array({json::array({marian_pad})})},
+                 {"num_beams", beam_size},
+                 {"max_length", 512}};
+  if (no_repeat_ngram_size > 0) config["no_repeat_ngram_size"] = no_repeat_ngram_size;
+  return config;
 }
 
 }  // namespace garden::nlp

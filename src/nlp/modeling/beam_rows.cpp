@@ -53,6 +53,48 @@ at::Tensor next_logits(const SymbolsToLogitsFn& fn, const at::Tensor& ids, int64
   return logits.detach();
 }
 
+at::Tensor ban_tokens(const BannedTokensFn& banned, const at::Tensor& ids, at::Tensor& logits) {
+  if (!banned) return {};
+  const std::vector<std::pair<int64_t, int64_t>> pairs = banned(ids);
+  if (pairs.empty()) return {};
+  const int64_t rows = logits.size(0);
+  const int64_t vocab = logits.size(1);
+  std::vector<int64_t> touched;  // the rows with a ban, each once, in order
+  std::vector<int64_t> position(static_cast<std::size_t>(rows), -1);
+  std::vector<int64_t> at_row;  // each pair's row in `touched`
+  std::vector<int64_t> row_of;  // and in the logits
+  std::vector<int64_t> tokens;
+  for (const auto& [row, token] : pairs) {
+    if (row < 0 || row >= rows || token < 0 || token >= vocab)
+      throw Error("beam search: banned token (" + std::to_string(row) + ", " +
+                  std::to_string(token) + ") is outside the step's logits [" +
+                  std::to_string(rows) + ", " + std::to_string(vocab) + "]");
+    auto& p = position[static_cast<std::size_t>(row)];
+    if (p < 0) {
+      p = static_cast<int64_t>(touched.size());
+      touched.push_back(row);
+    }
+    at_row.push_back(p);
+    row_of.push_back(row);
+    tokens.push_back(token);
+  }
+  const auto device = logits.device();
+  const auto to_index = [&](const std::vector<int64_t>& v) {
+    return torch::tensor(v, torch::kLong).to(device);
+  };
+  const at::Tensor touched_index = to_index(touched);
+  const at::Tensor token_index = to_index(tokens);
+  const double inf = std::numeric_limits<double>::infinity();
+  at::Tensor some = logits.index_select(0, touched_index).to(torch::kDouble);
+  const at::Tensor before = some.logsumexp(1);
+  some.index_put_({to_index(at_row), token_index}, -inf);
+  const at::Tensor after = some.logsumexp(1);
+  if (after.isinf().any().item<bool>()) throw Error("beam search: every token of a row is banned");
+  logits.index_put_({to_index(row_of), token_index}, -inf);
+  return torch::zeros({rows}, logits.options().dtype(torch::kDouble))
+      .index_copy_(0, touched_index, before - after);
+}
+
 // Picks beams along dim 1: out[b, j, ...] = values[b, indices[b, j], ...].
 at::Tensor gather_beams(const at::Tensor& values, const at::Tensor& indices) {
   at::Tensor index = indices;

@@ -26,6 +26,12 @@ void check_cache_rows(const Cache& cache, int64_t examples, int64_t rows, const 
 // The model's logits [examples * beams, V] for the step's ids.
 at::Tensor next_logits(const SymbolsToLogitsFn& fn, const at::Tensor& ids, int64_t step,
                        Cache& cache, int64_t examples, int64_t vocab_size);
+// Applies `banned` (beam_search.h) to the step's logits [rows, V] in place:
+// its (row, token) pairs get -inf. Returns, per row, how much the row's
+// log-softmax normalizer fell (double [rows], 0 where nothing is banned):
+// subtracted from the row's score, it keeps the other tokens'
+// log-probabilities as the model gave them. Undefined when nothing is banned.
+at::Tensor ban_tokens(const BannedTokensFn& banned, const at::Tensor& ids, at::Tensor& logits);
 at::Tensor gather_beams(const at::Tensor& values, const at::Tensor& indices);
 std::vector<int64_t> host_indices(const at::Tensor& indices);
 at::Tensor select_rows(const std::string& name, const at::Tensor& tensor, const at::Tensor& rows,

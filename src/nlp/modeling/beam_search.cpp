@@ -38,7 +38,8 @@ namespace {
 BeamSearchResult tensor_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
                                const at::Tensor& initial_ids, Cache initial_cache,
                                int64_t vocab_size, int64_t beams, double alpha,
-                               const std::vector<int64_t>& limits, int64_t eos_id) {
+                               const std::vector<int64_t>& limits, int64_t eos_id,
+                               const BannedTokensFn& banned) {
   const int64_t batch = initial_ids.size(0);
   // The search's state lives on the device of the ids it extends (the
   // model's: a GPU's when it decodes there).
@@ -122,14 +123,17 @@ BeamSearchResult tensor_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
     const int64_t n = examples.size(0);
     const int64_t length = step + 1;  // tokens so far, initial id included
     const at::Tensor flat_ids = alive_seq.view({n * beams, length});
-    const at::Tensor logits =
-        next_logits(symbols_to_logits_fn, flat_ids, step, cache, n, vocab_size);
+    at::Tensor logits = next_logits(symbols_to_logits_fn, flat_ids, step, cache, n, vocab_size);
+    const at::Tensor lost = ban_tokens(banned, flat_ids, logits);
 
     // Grow: the best 2 * beams (beam, token) extensions of each example, by
     // log-probability plus the beam's own, in double.
     const int64_t candidates = std::min(2 * beams, beams * vocab_size);
-    auto [top_log_probs, top_indices] =
-        kernels::top_log_prob_extensions(logits, alive_log_probs, candidates);
+    auto [top_log_probs, top_indices] = kernels::top_log_prob_extensions(
+        logits,
+        lost.defined() ? alive_log_probs - lost.to(alive_log_probs.device()).view({n, beams})
+                       : alive_log_probs,
+        candidates);
     const at::Tensor top_beams = at::div(top_indices, vocab_size, "floor");
     const at::Tensor top_ids = top_indices.remainder(vocab_size);
     const at::Tensor top_seq =
@@ -177,7 +181,7 @@ BeamSearchResult tensor_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
 BeamSearchResult host_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
                              const at::Tensor& initial_ids, Cache initial_cache, int64_t vocab_size,
                              int64_t beams, double alpha, const std::vector<int64_t>& limits,
-                             int64_t eos_id, BeamSearchRules rules) {
+                             int64_t eos_id, BeamSearchRules rules, const BannedTokensFn& banned) {
   const bool transformers = rules == BeamSearchRules::kTransformers;
   const int64_t batch = initial_ids.size(0);
   const auto long_opts = torch::TensorOptions().dtype(torch::kLong);
@@ -348,8 +352,11 @@ BeamSearchResult host_search(const SymbolsToLogitsFn& symbols_to_logits_fn,
     // Grow: the best 2 * beams (beam, token) extensions of each example.
     const int64_t candidates = std::min(2 * beams, beams * vocab_size);
     const auto C = static_cast<std::size_t>(candidates);
-    const at::Tensor alive_tensor =
+    at::Tensor alive_tensor =
         as_tensor(alive_log_probs, {static_cast<int64_t>(n), beams}, score_opts).clone();
+    const at::Tensor lost = ban_tokens(banned, flat_ids, logits);
+    if (lost.defined())
+      alive_tensor.sub_(lost.to(torch::kCPU).view({static_cast<int64_t>(n), beams}));
     auto [top_log_probs, top_indices] =
         kernels::top_log_prob_extensions(logits, alive_tensor, candidates);
     top_log_probs = top_log_probs.contiguous();
@@ -467,7 +474,8 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
                                       const at::Tensor& initial_ids, Cache initial_cache,
                                       int64_t vocab_size, int64_t beam_size, double alpha,
                                       const at::Tensor& max_decode_lengths, int64_t eos_id,
-                                      BeamSearchState state, BeamSearchRules rules) {
+                                      BeamSearchState state, BeamSearchRules rules,
+                                      const BannedTokensFn& banned) {
   check_initial_ids(initial_ids);
   if (vocab_size < 1 || beam_size < 1)
     throw Error("beam search: vocab_size and beam_size must be >= 1");
@@ -478,14 +486,14 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
     if (!initial_ids.device().is_cpu())
       throw Error("beam search: the host search needs initial_ids on the CPU");
     return host_search(symbols_to_logits_fn, initial_ids, std::move(initial_cache), vocab_size,
-                       beam_size, alpha, limits, eos_id, rules);
+                       beam_size, alpha, limits, eos_id, rules, banned);
   }
   if (rules == BeamSearchRules::kTransformers)
     throw Error(
         "beam search: transformers' rules (task.model.beam_search: transformers) run with "
         "the search's state on the host: decode on the CPU");
   return tensor_search(symbols_to_logits_fn, initial_ids, std::move(initial_cache), vocab_size,
-                       beam_size, alpha, limits, eos_id);
+                       beam_size, alpha, limits, eos_id, banned);
 }
 
 BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
@@ -498,7 +506,8 @@ BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
 
 BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
                                const at::Tensor& initial_ids, Cache initial_cache,
-                               const at::Tensor& max_decode_lengths, int64_t eos_id) {
+                               const at::Tensor& max_decode_lengths, int64_t eos_id,
+                               const BannedTokensFn& banned) {
   check_initial_ids(initial_ids);
   torch::NoGradGuard no_grad;
   const int64_t batch = initial_ids.size(0);
@@ -532,9 +541,13 @@ BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
       for (at::Tensor* t : {&examples, &seq, &scores, &limit}) *t = t->index_select(0, staying);
       keep_rows(cache, staying, staying, step);
     }
-    const at::Tensor logits = next_logits(symbols_to_logits_fn, seq, step, cache, seq.size(0), -1);
-    auto [best_log_prob, best_id] =
-        kernels::top_log_prob_extensions(logits, torch::zeros({seq.size(0), 1}, score_opts), 1);
+    at::Tensor logits = next_logits(symbols_to_logits_fn, seq, step, cache, seq.size(0), -1);
+    const at::Tensor lost = ban_tokens(banned, seq, logits);
+    auto [best_log_prob, best_id] = kernels::top_log_prob_extensions(
+        logits,
+        lost.defined() ? lost.to(score_opts.device()).neg().view({-1, 1})
+                       : torch::zeros({seq.size(0), 1}, score_opts),
+        1);
     scores = scores + best_log_prob.view({-1});
     seq = torch::cat({seq, best_id}, 1);
     finished = best_id.view({-1}).eq(eos_id).logical_or(limit.le(step + 1));

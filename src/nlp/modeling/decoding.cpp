@@ -2,9 +2,41 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "garden/nlp/modeling/beam_search.h"
 
 namespace garden::nlp {
+
+std::vector<int64_t> repeated_ngram_tokens(const int64_t* tokens, int64_t length,
+                                           int64_t ngram_size) {
+  std::vector<int64_t> banned;
+  if (ngram_size <= 0 || length < ngram_size - 1) return banned;
+  // The next n-gram would start with the last ngram_size - 1 tokens.
+  const int64_t* prefix = tokens + (length - (ngram_size - 1));
+  for (int64_t i = 0; i + ngram_size - 1 < length; ++i)
+    if (std::equal(tokens + i, tokens + i + ngram_size - 1, prefix))
+      banned.push_back(tokens[i + ngram_size - 1]);
+  return banned;
+}
+
+BannedTokensFn no_repeat_ngram_ban(int64_t ngram_size) {
+  if (ngram_size <= 0) return {};
+  return [ngram_size](const at::Tensor& ids) {
+    std::vector<std::pair<int64_t, int64_t>> banned;
+    // ids [N, step + 1]: the initial id, then the generated tokens. The
+    // first n-gram that can repeat one needs ngram_size of them.
+    if (ids.size(1) - 1 < ngram_size) return banned;
+    const at::Tensor host = ids.to(torch::kCPU, torch::kLong).contiguous();
+    const int64_t width = host.size(1);
+    const int64_t* data = host.data_ptr<int64_t>();
+    for (int64_t r = 0; r < host.size(0); ++r)
+      for (int64_t token : repeated_ngram_tokens(data + r * width + 1, width - 1, ngram_size))
+        banned.emplace_back(r, token);
+    return banned;
+  };
+}
 
 std::vector<std::vector<int64_t>> translate_ids(Seq2SeqTransformerImpl& model,
                                                 const at::Tensor& source_ids, int64_t eos_id,
@@ -27,16 +59,17 @@ std::vector<std::vector<int64_t>> translate_ids(Seq2SeqTransformerImpl& model,
   const SymbolsToLogitsFn step_fn = [&model](const at::Tensor& ids, int64_t step, Cache& c) {
     return model.decode_step(ids.select(1, step), step, c);
   };
+  const BannedTokensFn banned = no_repeat_ngram_ban(options.no_repeat_ngram_size);
   // The search runs where the model does (the source ids' device).
   const at::Tensor initial = torch::zeros({batch}, source_ids.options().dtype(torch::kLong));
   const BeamSearchResult result =
       options.beam_size <= 1
-          ? greedy_decode(step_fn, initial, std::move(cache), max_lengths, eos_id)
+          ? greedy_decode(step_fn, initial, std::move(cache), max_lengths, eos_id, banned)
           : sequence_beam_search(
                 step_fn, initial, std::move(cache), model.options().vocab_size, options.beam_size,
                 options.alpha, max_lengths, eos_id,
                 initial.device().is_cpu() ? BeamSearchState::kHost : BeamSearchState::kTensors,
-                options.rules);
+                options.rules, banned);
   // The best sequence of each example, without the initial id, up to EOS.
   const at::Tensor best = result.sequences.select(1, 0).slice(1, 1).contiguous().cpu();
   std::vector<std::vector<int64_t>> outputs(static_cast<std::size_t>(batch));

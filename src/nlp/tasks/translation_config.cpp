@@ -45,6 +45,9 @@ void TranslationModelConfig::visit(config::Visitor& v) {
   v("extra_decode_length", extra_decode_length, "Tokens allowed beyond the input length.");
   v("beam_size", beam_size, "Beam width; 1 decodes greedily.");
   v("alpha", alpha, "Length penalty ((5 + length) / 6)^alpha of beam search.");
+  v("no_repeat_ngram_size", no_repeat_ngram_size,
+    "Decoding never repeats an n-gram of this many tokens in an output (transformers' "
+    "no_repeat_ngram_size); 0: off.");
   v("label_smoothing", label_smoothing, "Label smoothing of the training loss.");
   v("position_encoding", position_encoding,
     "Sinusoids added to the embeddings: model_garden, or marian (MarianMT's timescales).");
@@ -88,6 +91,7 @@ void TranslationModelConfig::validate() const {
   check_range("extra_decode_length", extra_decode_length, Range::at_least(0));
   check_range("beam_size", beam_size, Range::at_least(1));
   check_range("alpha", alpha, Range::at_least(0));
+  check_range("no_repeat_ngram_size", no_repeat_ngram_size, Range::at_least(0));
   check_range("label_smoothing", label_smoothing, Range::at_least(0).below(1));
   if (beam_search != "model_garden" && beam_search != "transformers")
     config::refuse("beam_search", "'" + beam_search + "' is not one of model_garden, transformers");

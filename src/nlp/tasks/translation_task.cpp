@@ -99,6 +99,7 @@ DecodeOptions TranslationTask::decode_options() const {
   DecodeOptions options;
   options.beam_size = config_.model.beam_size;
   options.alpha = config_.model.alpha;
+  options.no_repeat_ngram_size = config_.model.no_repeat_ngram_size;
   options.decode_max_length = config_.model.decode_max_length;
   options.extra_decode_length = config_.model.extra_decode_length;
   options.rules = config_.model.beam_search == "transformers" ? BeamSearchRules::kTransformers
@@ -373,7 +374,10 @@ HuggingFaceExport TranslationTask::to_huggingface(Task& task, Model& model) {
       marian_config(transformer->options(), translation->config().model.dropout_rate, pad, eos);
   out.tensors = garden_to_marian(*transformer, pad);
   out.files["generation_config.json"] =
-      marian_generation_config(pad, eos, translation->config().model.beam_size).dump(2) + "\n";
+      marian_generation_config(pad, eos, translation->config().model.beam_size,
+                               translation->config().model.no_repeat_ngram_size)
+          .dump(2) +
+      "\n";
   out.files["tokenizer_config.json"] =
       nlohmann::json({{"tokenizer_class", "MarianTokenizer"}, {"model_max_length", 512}}).dump(2) +
       "\n";

@@ -70,6 +70,8 @@ nlohmann::json marian_config(const Seq2SeqTransformerOptions& options, double em
                              int64_t marian_pad, int64_t marian_eos);
 // generation_config.json: decoding starts with <pad>, ends with </s>, never
 // emits <pad> (as OPUS-MT's), with `beam_size` beams.
-nlohmann::json marian_generation_config(int64_t marian_pad, int64_t marian_eos, int64_t beam_size);
+// A no_repeat_ngram_size above 0 is written as generate's key of that name.
+nlohmann::json marian_generation_config(int64_t marian_pad, int64_t marian_eos, int64_t beam_size,
+                                        int64_t no_repeat_ngram_size = 0);
 
 }  // namespace garden::nlp

@@ -48,6 +48,9 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
+
 #include "garden/nlp/modeling/cache.h"
 
 namespace garden::nlp {
@@ -68,6 +71,17 @@ namespace garden::nlp {
 // every "per_example/" entry one row per example still searching.
 using SymbolsToLogitsFn =
     std::function<at::Tensor(const at::Tensor& ids, int64_t step, Cache& cache)>;
+
+// Tokens a row may not take next (no_repeat_ngram_ban in
+// garden/nlp/modeling/decoding.h is one). Given a step's ids [N, step + 1]
+// (initial id first, on the search's device), returns (row, token) pairs.
+// The searches give them log-probability -inf after the log_softmax, as
+// transformers' logits processors and fairseq's no-repeat blocking do: the
+// other tokens keep their probabilities (they are not renormalized). The
+// search may then change the step's logits in place (a model's step returns
+// a tensor of its own). A row may not have every token banned.
+using BannedTokensFn =
+    std::function<std::vector<std::pair<int64_t, int64_t>>(const at::Tensor& ids)>;
 
 struct BeamSearchResult {
   at::Tensor sequences;  // int64 [batch, beam_size, steps + 1], best first
@@ -115,16 +129,19 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
                                       int64_t vocab_size, int64_t beam_size, double alpha,
                                       const at::Tensor& max_decode_lengths, int64_t eos_id,
                                       BeamSearchState state,
-                                      BeamSearchRules rules = BeamSearchRules::kModelGarden);
+                                      BeamSearchRules rules = BeamSearchRules::kModelGarden,
+                                      const BannedTokensFn& banned = {});
 
 // Picks the most likely token at every step until every sequence has produced
 // eos_id or its max_decode_length tokens. Returns sequences
 // [batch, 1, steps + 1] (initial id first, 0 after EOS or the row's limit) and
 // scores [batch, 1]: the summed log-probability of each sequence's tokens,
-// not length-normalized.
+// not length-normalized. `banned` as for the beam search: the argmax is
+// over the other tokens.
 BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
                                const at::Tensor& initial_ids, Cache initial_cache,
-                               const at::Tensor& max_decode_lengths, int64_t eos_id);
+                               const at::Tensor& max_decode_lengths, int64_t eos_id,
+                               const BannedTokensFn& banned = {});
 BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
                                const at::Tensor& initial_ids, Cache initial_cache,
                                int64_t max_decode_length, int64_t eos_id);

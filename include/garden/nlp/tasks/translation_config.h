@@ -40,6 +40,9 @@ struct TranslationModelConfig : config::Config {
   int64_t extra_decode_length = 0;
   int64_t beam_size = 4;
   double alpha = 0.6;
+  // transformers' generate option: no output repeats an n-gram this long;
+  // 0 (its default): off.
+  int64_t no_repeat_ngram_size = 0;
   double label_smoothing = 0.1;
   // Garden's: the sinusoids added to the embeddings (model_garden, or marian
   // for MarianMT checkpoints), a bias on the tied output projection
