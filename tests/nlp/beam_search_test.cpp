@@ -59,33 +59,10 @@ struct Scored {
   std::vector<int64_t> tokens;  // generated tokens, EOS last
 };
 
-// Every sequence that ends with its first EOS within max_length tokens.
-Scored exhaustive_best(const at::Tensor& table, int64_t example, int64_t initial_id,
-                       int64_t max_length, double alpha) {
-  auto lp = table.select(0, example);
-  Scored best;
-  std::vector<int64_t> tokens;
-  std::function<void(int64_t, double)> visit = [&](int64_t prev, double log_prob) {
-    const int64_t step = static_cast<int64_t>(tokens.size());
-    if (step == max_length) return;
-    for (int64_t token = 0; token < kBeamVocab; ++token) {
-      const double next = log_prob + lp[step][prev][token].item<double>();
-      tokens.push_back(token);
-      if (token == kEos) {
-        const double score = next / length_normalization(alpha, step + 1);
-        if (score > best.score) best = {score, tokens};
-      } else {
-        visit(token, next);
-      }
-      tokens.pop_back();
-    }
-  };
-  visit(initial_id, 0.0);
-  return best;
-}
-
-// Whether some n-gram of `tokens` occurs twice (a plain set of n-grams).
+// Whether some n-gram of `tokens` occurs twice (a plain set of n-grams);
+// never for n 0.
 bool has_repeated_ngram(const std::vector<int64_t>& tokens, int64_t n) {
+  if (n <= 0) return false;
   std::set<std::vector<int64_t>> seen;
   for (std::size_t i = 0; i + static_cast<std::size_t>(n) <= tokens.size(); ++i)
     if (!seen.insert({tokens.begin() + static_cast<std::ptrdiff_t>(i),
@@ -95,9 +72,10 @@ bool has_repeated_ngram(const std::vector<int64_t>& tokens, int64_t n) {
   return false;
 }
 
-// exhaustive_best over the sequences with no n-gram of `n` tokens twice.
-Scored exhaustive_best_without_repeats(const at::Tensor& table, int64_t example, int64_t initial_id,
-                                       int64_t max_length, double alpha, int64_t n) {
+// Every sequence that ends with its first EOS within max_length tokens
+// (with no_repeat > 0, those with no n-gram of that many tokens twice).
+Scored exhaustive_best(const at::Tensor& table, int64_t example, int64_t initial_id,
+                       int64_t max_length, double alpha, int64_t no_repeat = 0) {
   auto lp = table.select(0, example);
   Scored best;
   std::vector<int64_t> tokens;
@@ -106,7 +84,7 @@ Scored exhaustive_best_without_repeats(const at::Tensor& table, int64_t example,
     if (step == max_length) return;
     for (int64_t token = 0; token < kBeamVocab; ++token) {
       tokens.push_back(token);
-      if (!has_repeated_ngram(tokens, n)) {
+      if (!has_repeated_ngram(tokens, no_repeat)) {
         const double next = log_prob + lp[step][prev][token].item<double>();
         if (token == kEos) {
           const double score = next / length_normalization(alpha, step + 1);
@@ -721,8 +699,7 @@ TEST(BlockRepeatedNgrams, FullBeamMatchesExhaustiveSearchWithoutRepeats) {
               alpha, torch::full({2}, max_length, torch::kLong), kEos, state,
               BeamSearchRules::kModelGarden, no_repeat_ngram_ban(n));
           for (int64_t e = 0; e < 2; ++e) {
-            const Scored best =
-                exhaustive_best_without_repeats(table, e, initial[e], max_length, alpha, n);
+            const Scored best = exhaustive_best(table, e, initial[e], max_length, alpha, n);
             const Scored free = exhaustive_best(table, e, initial[e], max_length, alpha);
             if (state == BeamSearchState::kHost)
               repeats_without_blocking += has_repeated_ngram(free.tokens, n) ? 1 : 0;

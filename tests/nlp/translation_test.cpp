@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -42,6 +43,34 @@ using garden::Batch;
 using garden::Logs;
 using garden::nlp::TranslationConfig;
 using garden::nlp::TranslationTask;
+
+// Greedy decoding of sentence b of a padded batch by full forward passes
+// (no cache): at every step the argmax over the tokens that `refused` does
+// not refuse as the next one (none refused when it is empty), until EOS or
+// `steps` tokens.
+std::vector<int64_t> greedy_by_forward(
+    garden::nlp::Seq2SeqTransformerImpl& transformer, const at::Tensor& batch, int64_t b,
+    int64_t eos, int steps, const std::function<bool(const std::vector<int64_t>&)>& refused = {}) {
+  torch::NoGradGuard no_grad;
+  const int64_t length = (batch[b] != 0).sum().item<int64_t>();
+  const at::Tensor source = batch.slice(0, b, b + 1).slice(1, 0, length);
+  std::vector<int64_t> decoded = {0};
+  std::vector<int64_t> tokens;
+  for (int step = 0; step < steps; ++step) {
+    const at::Tensor row = transformer.forward(source, torch::tensor(decoded).unsqueeze(0))[0][-1];
+    int64_t next = -1;
+    for (int64_t t = 0; t < row.size(0); ++t) {
+      std::vector<int64_t> extended = tokens;
+      extended.push_back(t);
+      if (refused && refused(extended)) continue;
+      if (next < 0 || row[t].item<float>() > row[next].item<float>()) next = t;
+    }
+    if (next == eos) break;
+    tokens.push_back(next);
+    decoded.push_back(next);
+  }
+  return tokens;
+}
 
 TEST_F(TranslationTest, TsvAlignedAndTfrecordGiveTheSameExamples) {
   const auto pairs = sample_pairs(40);
@@ -395,21 +424,9 @@ TEST_F(TranslationTest, BeamOneIsGreedyAndABatchDecodesAsEachSentenceAlone) {
   // Beam 1: the argmax at every step, computed here by full recomputation.
   options.beam_size = 1;
   const auto greedy = garden::nlp::translate_ids(transformer, batch, eos, options);
-  torch::NoGradGuard no_grad;
-  for (int64_t b = 0; b < batch.size(0); ++b) {
-    const int64_t length = (batch[b] != 0).sum().item<int64_t>();
-    const at::Tensor source = batch.slice(0, b, b + 1).slice(1, 0, length);
-    std::vector<int64_t> decoded = {0};
-    std::vector<int64_t> expected;
-    for (int step = 0; step < 8; ++step) {
-      const at::Tensor logits = transformer.forward(source, torch::tensor(decoded).unsqueeze(0));
-      const int64_t next = logits[0][-1].argmax().item<int64_t>();
-      if (next == eos) break;
-      expected.push_back(next);
-      decoded.push_back(next);
-    }
-    EXPECT_EQ(greedy[static_cast<std::size_t>(b)], expected) << "sentence " << b;
-  }
+  for (int64_t b = 0; b < batch.size(0); ++b)
+    EXPECT_EQ(greedy[static_cast<std::size_t>(b)], greedy_by_forward(transformer, batch, b, eos, 8))
+        << "sentence " << b;
 }
 
 // task.model.no_repeat_ngram_size reaches the decoder: greedy outputs are
@@ -447,27 +464,10 @@ TEST_F(TranslationTest, NoRepeatNgramSizeKeepsEveryOutputFreeOfRepeats) {
   const auto greedy = garden::nlp::translate_ids(transformer, batch, eos, options);
   options.beam_size = 3;
   const auto beam = garden::nlp::translate_ids(transformer, batch, eos, options);
-  torch::NoGradGuard no_grad;
   for (int64_t b = 0; b < batch.size(0); ++b) {
-    const int64_t length = (batch[b] != 0).sum().item<int64_t>();
-    const at::Tensor source = batch.slice(0, b, b + 1).slice(1, 0, length);
-    std::vector<int64_t> decoded = {0};
-    std::vector<int64_t> expected;
-    for (int step = 0; step < 12; ++step) {
-      const at::Tensor logits = transformer.forward(source, torch::tensor(decoded).unsqueeze(0));
-      const at::Tensor row = logits[0][-1];
-      int64_t next = -1;
-      for (int64_t t = 0; t < row.size(0); ++t) {
-        std::vector<int64_t> extended = expected;
-        extended.push_back(t);
-        if (repeats(extended)) continue;
-        if (next < 0 || row[t].item<float>() > row[next].item<float>()) next = t;
-      }
-      if (next == eos) break;
-      expected.push_back(next);
-      decoded.push_back(next);
-    }
-    EXPECT_EQ(greedy[static_cast<std::size_t>(b)], expected) << "sentence " << b;
+    EXPECT_EQ(greedy[static_cast<std::size_t>(b)],
+              greedy_by_forward(transformer, batch, b, eos, 12, repeats))
+        << "sentence " << b;
     EXPECT_FALSE(repeats(beam[static_cast<std::size_t>(b)])) << "sentence " << b;
   }
 
