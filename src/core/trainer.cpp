@@ -1,5 +1,6 @@
 #include "garden/core/trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include "accumulation.h"
@@ -290,7 +291,39 @@ Logs Trainer::train(int64_t num_steps) {
   return train_loop_end();
 }
 
+namespace {
+
+// Puts the random generators back as it found them: an evaluation draws
+// from them (ELECTRA samples its replacements), and the training after it
+// continues the stream where the last training step left it, so a run
+// trains the same with evaluations between its steps or without.
+class RandomStateGuard {
+ public:
+  explicit RandomStateGuard(const at::Device& device)
+      : device_(device),
+        cpu_(cpu_random_state()),
+        device_state_(device.is_cuda() ? device_random_state(device) : at::Tensor()) {}
+  ~RandomStateGuard() {
+    restore(at::detail::getDefaultCPUGenerator(), cpu_);
+    if (device_state_.defined())
+      restore(at::globalContext().defaultGenerator(device_), device_state_);
+  }
+  RandomStateGuard(const RandomStateGuard&) = delete;
+  RandomStateGuard& operator=(const RandomStateGuard&) = delete;
+
+ private:
+  static void restore(at::Generator generator, const at::Tensor& state) {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state);
+  }
+  at::Device device_;
+  at::Tensor cpu_, device_state_;
+};
+
+}  // namespace
+
 Logs Trainer::evaluate(int64_t num_steps) {
+  const RandomStateGuard random_state(device_);
   eval_begin();
   Logs state;
   try {

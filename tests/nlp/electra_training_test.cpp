@@ -142,6 +142,33 @@ TEST_F(ElectraTrainingTest, TrainsUnderBfloat16AutocastOnTheCpu) {
   EXPECT_TRUE(std::isfinite(garden::to_double(logs.at("validation_loss"))));
 }
 
+// Evaluations between the steps draw from the random generator (the
+// generator's samples replace the masked pieces): the training after them
+// goes on with the stream as the last step left it, so a run with
+// evaluations trains bitwise what the same run without them trains.
+TEST_F(ElectraTrainingTest, EvaluationsDoNotChangeWhatARunTrains) {
+  const auto weights_after = [](const std::string& name, const std::string& mode) {
+    auto experiment = small_experiment(20);
+    experiment->trainer.validation_interval = 5;
+    experiment->trainer.validation_steps = 2;
+    garden::RunOptions options;
+    options.model_dir = (dir_ / name).string();
+    options.mode = mode;
+    garden::run_experiment(experiment, options);
+    return garden::read_checkpoint_file((dir_ / name / "ckpt-20").string()).tensors;
+  };
+  const auto alone = weights_after("train_alone", "train");
+  const auto evaluated = weights_after("train_evaluated", "train_and_eval");
+  int64_t compared = 0;
+  for (const auto& [name, tensor] : alone) {
+    if (name.rfind("model/", 0) != 0) continue;
+    ASSERT_TRUE(evaluated.count(name)) << name;
+    EXPECT_TRUE(torch::equal(tensor, evaluated.at(name))) << name;
+    ++compared;
+  }
+  EXPECT_GT(compared, 20);
+}
+
 TEST_F(ElectraTrainingTest, RecordsOfALargerVocabularyAreRefusedNamingTheFile) {
   // The records hold pieces of a 600-piece model; encoders of 400 cannot
   // embed them: one error naming the file and the feature, not an index
