@@ -1,6 +1,5 @@
 #include "garden/core/trainer.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include "accumulation.h"
@@ -304,18 +303,13 @@ class RandomStateGuard {
         cpu_(cpu_random_state()),
         device_state_(device.is_cuda() ? device_random_state(device) : at::Tensor()) {}
   ~RandomStateGuard() {
-    restore(at::detail::getDefaultCPUGenerator(), cpu_);
-    if (device_state_.defined())
-      restore(at::globalContext().defaultGenerator(device_), device_state_);
+    set_cpu_random_state(cpu_);
+    if (device_state_.defined()) set_device_random_state(device_, device_state_);
   }
   RandomStateGuard(const RandomStateGuard&) = delete;
   RandomStateGuard& operator=(const RandomStateGuard&) = delete;
 
  private:
-  static void restore(at::Generator generator, const at::Tensor& state) {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(state);
-  }
   at::Device device_;
   at::Tensor cpu_, device_state_;
 };

@@ -24,6 +24,18 @@ at::Tensor device_random_state(const at::Device& device) {
   return generator.get_state();
 }
 
+void set_cpu_random_state(const at::Tensor& state) {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+void set_device_random_state(const at::Device& device, const at::Tensor& state) {
+  auto generator = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
 CheckpointData Trainer::checkpoint_state() const {
   CheckpointData data;
   for (const auto& [name, tensor] : model_state(*model_)) data.tensors["model/" + name] = tensor;
@@ -78,19 +90,14 @@ void Trainer::restore_checkpoint_state(const CheckpointData& data, bool restore_
   const std::string cuda_rng_key = "rng/cuda" + strategy_->random_state_suffix();
   const nlohmann::json input_state = strategy_->input_position(data.meta);
   if (const auto it = data.tensors.find(rng_key); it != data.tensors.end()) {
-    auto generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(it->second);
+    set_cpu_random_state(it->second);
     random_state_restored_ = true;
   }
   // A GPU's state continues on a GPU; a CPU run, or a checkpoint written on a
   // CPU, leaves the device's generator as the seed set it.
   if (const auto it = data.tensors.find(cuda_rng_key);
-      it != data.tensors.end() && device_.is_cuda()) {
-    auto generator = at::globalContext().defaultGenerator(device_);
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(it->second);
-  }
+      it != data.tensors.end() && device_.is_cuda())
+    set_device_random_state(device_, it->second);
   if (train_dataset_ && !input_state.is_null()) train_dataset_->restore(input_state);
 }
 

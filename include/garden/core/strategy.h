@@ -135,5 +135,8 @@ distribute::ProcessGroupPtr replica_group();
 // device's), on the host: what a checkpoint keeps of each worker.
 at::Tensor cpu_random_state();
 at::Tensor device_random_state(const at::Device& device);
+// Puts a state those return back into the generator.
+void set_cpu_random_state(const at::Tensor& state);
+void set_device_random_state(const at::Device& device, const at::Tensor& state);
 
 }  // namespace garden
