@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -142,6 +143,19 @@ TEST_F(ElectraTrainingTest, TrainsUnderBfloat16AutocastOnTheCpu) {
   EXPECT_TRUE(std::isfinite(garden::to_double(logs.at("validation_loss"))));
 }
 
+// The model tensors of one checkpoint equal another's, name by name.
+void expect_same_model(const std::map<std::string, at::Tensor>& expected,
+                       const std::map<std::string, at::Tensor>& actual) {
+  int64_t compared = 0;
+  for (const auto& [name, tensor] : expected) {
+    if (name.rfind("model/", 0) != 0) continue;
+    ASSERT_TRUE(actual.count(name)) << name;
+    EXPECT_TRUE(torch::equal(tensor, actual.at(name))) << name;
+    ++compared;
+  }
+  EXPECT_GT(compared, 20);
+}
+
 // Evaluations between the steps draw from the random generator (the
 // generator's samples replace the masked pieces): the training after them
 // goes on with the stream as the last step left it, so a run with
@@ -157,16 +171,28 @@ TEST_F(ElectraTrainingTest, EvaluationsDoNotChangeWhatARunTrains) {
     garden::run_experiment(experiment, options);
     return garden::read_checkpoint_file((dir_ / name / "ckpt-20").string()).tensors;
   };
-  const auto alone = weights_after("train_alone", "train");
-  const auto evaluated = weights_after("train_evaluated", "train_and_eval");
-  int64_t compared = 0;
-  for (const auto& [name, tensor] : alone) {
-    if (name.rfind("model/", 0) != 0) continue;
-    ASSERT_TRUE(evaluated.count(name)) << name;
-    EXPECT_TRUE(torch::equal(tensor, evaluated.at(name))) << name;
-    ++compared;
-  }
-  EXPECT_GT(compared, 20);
+  expect_same_model(weights_after("train_alone", "train"),
+                    weights_after("train_evaluated", "train_and_eval"));
+}
+
+// Writing a checkpoint records the input position and the random state
+// without moving either: a run that saves every 5 steps (and keeps them
+// all) trains bitwise what one saving only at its end trains.
+TEST_F(ElectraTrainingTest, CheckpointsDoNotChangeWhatARunTrains) {
+  const auto weights_after = [](const std::string& name, int64_t interval, int64_t keep) {
+    auto experiment = small_experiment(20);
+    experiment->trainer.steps_per_loop = interval;
+    experiment->trainer.checkpoint_interval = interval;
+    experiment->trainer.max_to_keep = keep;
+    garden::RunOptions options;
+    options.model_dir = (dir_ / name).string();
+    options.mode = "train";
+    garden::run_experiment(experiment, options);
+    return garden::read_checkpoint_file((dir_ / name / "ckpt-20").string()).tensors;
+  };
+  const auto often = weights_after("saved_often", 5, 10);
+  EXPECT_TRUE(fs::exists(dir_ / "saved_often" / "ckpt-5"));
+  expect_same_model(weights_after("saved_at_end", 20, 1), often);
 }
 
 TEST_F(ElectraTrainingTest, RecordsOfALargerVocabularyAreRefusedNamingTheFile) {
