@@ -2,14 +2,16 @@
 // against the PyTorch peer bench/peers/peer_translation.py, measured
 // alternately in one run.
 //
-//   translation_bench [--preset tiny|base] [--threads 1] [--steps 5] [--warmup 2] [--batch 64]
+//   translation_bench [--preset tiny|base|demo] [--threads 1] [--steps 5] [--warmup 2] [--batch 64]
 //                     [--length 32] [--rounds 3] [--peer PATH|none] [--peer_malloc glibc|garden]
 //                     [--device cpu|cuda|cuda:N] [--amp none|bf16] [--cuda-graph] [--profile]
 //                     [--replay] [--smoke]
 //
 // The model is the peer's `tiny` preset: shared embedding (V 8000, d 256),
 // 3 + 3 pre-layer-norm layers, 4 heads, feed-forward 1024 with ReLU, biases,
-// (`base`: V 32000, d 512, 6 + 6 layers, 8 heads, feed-forward 2048),
+// (`base`: V 32000, d 512, 6 + 6 layers, 8 heads, feed-forward 2048;
+// `demo`: wmt_transformer/demo's sizes, V 3000, d 128, 2 + 2 layers, 4 heads,
+// feed-forward 512),
 // final layer norms, dropout 0.1 on sublayer outputs, attention
 // probabilities and the feed-forward activation; AdamW at a constant 1e-4
 // with weight decay 0.01 (torch.optim.AdamW's default) and no clipping.
@@ -104,7 +106,7 @@ using Clock = std::chrono::steady_clock;
 
 using Options = garden_bench::StepOptions;
 const char* const kUsage =
-    "translation_bench [--preset tiny|base] [--threads N] [--steps S] [--warmup W] [--batch B] "
+    "translation_bench [--preset tiny|base|demo] [--threads N] [--steps S] [--warmup W] [--batch B] "
     "[--length T] [--rounds "
     "R] [--peer PATH|none] [--peer_malloc glibc|garden] [--device cpu|cuda|cuda:N] [--amp none|bf16] "
     "[--cuda-graph] [--profile] [--replay] [--smoke]";
@@ -115,7 +117,7 @@ Options parse(int argc, char** argv) {
   defaults.batch = 64;
   defaults.length = 32;
   const Options o =
-      garden_bench::parse_step_options(argc, argv, defaults, {"tiny", "base"}, kUsage);
+      garden_bench::parse_step_options(argc, argv, defaults, {"tiny", "base", "demo"}, kUsage);
   try {
     const c10::Device device(o.device);
     if (device.is_cuda() && !torch::cuda::is_available())
@@ -137,7 +139,9 @@ struct Preset {
   int64_t width, layers, heads, ffn, vocab;
 };
 Preset preset_of(const std::string& name) {
-  return name == "base" ? Preset{512, 6, 8, 2048, 32000} : Preset{256, 3, 4, 1024, 8000};
+  if (name == "base") return Preset{512, 6, 8, 2048, 32000};
+  if (name == "demo") return Preset{128, 2, 4, 512, 3000};
+  return Preset{256, 3, 4, 1024, 8000};
 }
 
 // The floating-point operations of one training step's matrix products,
