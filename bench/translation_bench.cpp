@@ -106,10 +106,9 @@ using Clock = std::chrono::steady_clock;
 
 using Options = garden_bench::StepOptions;
 const char* const kUsage =
-    "translation_bench [--preset tiny|base|demo] [--threads N] [--steps S] [--warmup W] [--batch B] "
-    "[--length T] [--rounds "
-    "R] [--peer PATH|none] [--peer_malloc glibc|garden] [--device cpu|cuda|cuda:N] [--amp none|bf16] "
-    "[--cuda-graph] [--profile] [--replay] [--smoke]";
+    "translation_bench [--preset tiny|base|demo] [--threads N] [--steps S] [--warmup W] "
+    "[--batch B] [--length T] [--rounds R] [--peer PATH|none] [--peer_malloc glibc|garden] "
+    "[--device cpu|cuda|cuda:N] [--amp none|bf16] [--cuda-graph] [--profile] [--replay] [--smoke]";
 
 Options parse(int argc, char** argv) {
   Options defaults;
@@ -130,7 +129,8 @@ Options parse(int argc, char** argv) {
   if (o.cuda_graph && o.device.rfind("cuda", 0) != 0)
     garden_bench::usage("--cuda-graph needs --device cuda or cuda:N", kUsage);
   if (o.cuda_graph && o.profile)
-    garden_bench::usage("--profile times the phases of an eager step: leave out --cuda-graph", kUsage);
+    garden_bench::usage("--profile times the phases of an eager step: leave out --cuda-graph",
+                        kUsage);
   return o;
 }
 
