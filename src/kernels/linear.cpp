@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "garden/kernels/autocast.h"
 #include "garden/kernels/gemm.h"
 #include "garden/kernels/linear.h"
+#include "simd/small_gemm.h"
 #include "simd/transpose16.h"
 #include "simd/vector_math.h"
 
@@ -39,11 +42,13 @@ void product(char ta, char tb, int64_t m, int64_t n, int64_t k, const at::Tensor
               n, "] product");
 }
 
-// Tiles [begin, end) of 32 rows of in [rows, cols] into out [cols, rows].
+// Tiles [begin, end) of 32 rows of in [rows, cols] into out [cols, rows],
+// its rows ldo apart.
 template <bool kBlocksOf16>
 __attribute__((always_inline)) inline void transpose_tiles_loop(const float* in, int64_t rows,
                                                                 int64_t cols, float* out,
-                                                                int64_t begin, int64_t end) {
+                                                                int64_t ldo, int64_t begin,
+                                                                int64_t end) {
   constexpr int64_t kTile = 32;
   for (int64_t tile = begin; tile < end; ++tile) {
     const int64_t r0 = tile * kTile, r1 = std::min(rows, r0 + kTile);
@@ -53,40 +58,44 @@ __attribute__((always_inline)) inline void transpose_tiles_loop(const float* in,
         if (r1 - r0 == kTile && c1 - c0 == kTile) {
           for (int64_t r = r0; r < r1; r += 16)
             for (int64_t c = c0; c < c1; c += 16)
-              transpose16_avx512(in + r * cols + c, cols, out + c * rows + r, rows);
+              transpose16_avx512(in + r * cols + c, cols, out + c * ldo + r, ldo);
           continue;
         }
       }
       for (int64_t c = c0; c < c1; ++c)
-        for (int64_t r = r0; r < r1; ++r) out[c * rows + r] = in[r * cols + c];
+        for (int64_t r = r0; r < r1; ++r) out[c * ldo + r] = in[r * cols + c];
     }
   }
 }
 
-using TransposeTiles = void (*)(const float*, int64_t, int64_t, float*, int64_t, int64_t);
+using TransposeTiles = void (*)(const float*, int64_t, int64_t, float*, int64_t, int64_t, int64_t);
 
 __attribute__((target("avx512f,avx512dq"))) void transpose_tiles_avx512(const float* in,
                                                                         int64_t rows, int64_t cols,
-                                                                        float* out, int64_t begin,
+                                                                        float* out, int64_t ldo,
+                                                                        int64_t begin,
                                                                         int64_t end) {
-  transpose_tiles_loop<true>(in, rows, cols, out, begin, end);
+  transpose_tiles_loop<true>(in, rows, cols, out, ldo, begin, end);
 }
-void transpose_tiles_portable(const float* in, int64_t rows, int64_t cols, float* out,
+void transpose_tiles_portable(const float* in, int64_t rows, int64_t cols, float* out, int64_t ldo,
                               int64_t begin, int64_t end) {
-  transpose_tiles_loop<false>(in, rows, cols, out, begin, end);
+  transpose_tiles_loop<false>(in, rows, cols, out, ldo, begin, end);
 }
 
-// out [cols, rows] = in [rows, cols]^T, both contiguous, in 32 x 32 tiles,
-// each as four 16 x 16 blocks in AVX-512 registers where the CPU has them
-// (faster than LibTorch's t().contiguous() on the layers' weight shapes;
-// bench/linear_bench.cpp times linear with and without the transposes).
-void transpose_into(const float* in, int64_t rows, int64_t cols, float* out) {
+// out [cols, rows] = in [rows, cols]^T, both contiguous (or out's rows ldo
+// >= rows apart), in 32 x 32 tiles, each as four 16 x 16 blocks in AVX-512
+// registers where the CPU has them (faster than LibTorch's
+// t().contiguous() on the layers' weight shapes; bench/linear_bench.cpp
+// times linear with and without the transposes).
+void transpose_into(const float* in, int64_t rows, int64_t cols, float* out, int64_t ldo = -1) {
   RECORD_FUNCTION("garden::transpose", std::vector<c10::IValue>());
   constexpr int64_t kTile = 32;
   static const TransposeTiles tiles = widest_kernel<TransposeTiles>(
       transpose_tiles_avx512, transpose_tiles_portable, transpose_tiles_portable);
-  at::parallel_for(0, (rows + kTile - 1) / kTile, 1,
-                   [&](int64_t begin, int64_t end) { tiles(in, rows, cols, out, begin, end); });
+  const int64_t stride = ldo < 0 ? rows : ldo;
+  at::parallel_for(0, (rows + kTile - 1) / kTile, 1, [&](int64_t begin, int64_t end) {
+    tiles(in, rows, cols, out, stride, begin, end);
+  });
 }
 
 // oneDNN 2.6's sgemm runs some of a layer's products markedly slower in
@@ -115,11 +124,120 @@ bool transpose_weight_first(int64_t rows, int64_t in, int64_t out) {
          (transposes.load(std::memory_order_relaxed) && rows >= kTransposeRows && in == out);
 }
 
+// Held weights (FrozenWeights): while a scope is open on a thread, its
+// forward products of up to kHeldRows rows multiply by each weight laid out
+// transposed once, [K, N] with rows padded to 32 columns, in Garden's
+// register-blocked loops (simd/small_gemm.h). oneDNN's sgemm packs both
+// operands on every call, which a decoder's step, a few rows against the
+// same weights thousands of times, pays for each time (bench/linear_bench
+// --held times both). Each transposed copy is kept while its weight's
+// TensorImpl lives with the same storage, sizes and version counter, and
+// all are dropped when the last scope or KeepHeldWeights on any thread ends.
+constexpr int64_t kHeldRows = 256;
+constexpr int64_t kHeldWidth = 32;  // the widest block small_product reads
+
+struct HeldWeight {
+  c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> owner;
+  const void* data;
+  int64_t version;
+  int64_t n, k;
+  at::Tensor transposed;  // [k, ldb], ldb = n rounded up to kHeldWidth, zeros past n
+};
+
+struct HeldWeights {
+  std::mutex mutex;
+  std::unordered_map<const c10::TensorImpl*, HeldWeight> entries;
+  int64_t scopes = 0;  // KeepHeldWeights living, on every thread
+};
+
+HeldWeights& held_weights() {
+  static HeldWeights* held = new HeldWeights;  // outlives static destructors
+  return *held;
+}
+
+thread_local int64_t thread_scopes = 0;
+
+bool same_weight(const HeldWeight& h, const at::Tensor& weight) {
+  return !h.owner.expired() && h.data == weight.data_ptr() && h.version == weight._version() &&
+         h.n == weight.size(0) && h.k == weight.size(1);
+}
+
+// The weight [n, k] as [k, ldb], from the held copies or made now.
+at::Tensor held_transposed(const at::Tensor& weight) {
+  HeldWeights& held = held_weights();
+  const c10::TensorImpl* key = weight.unsafeGetTensorImpl();
+  {
+    std::lock_guard<std::mutex> guard(held.mutex);
+    const auto it = held.entries.find(key);
+    if (it != held.entries.end() && same_weight(it->second, weight)) return it->second.transposed;
+  }
+  const int64_t n = weight.size(0), k = weight.size(1);
+  const int64_t ldb = (n + kHeldWidth - 1) / kHeldWidth * kHeldWidth;
+  at::Tensor transposed = at::empty({k, ldb}, weight.options());
+  if (ldb > n) transposed.narrow(1, n, ldb - n).zero_();
+  transpose_into(weight.data_ptr<float>(), n, k, transposed.data_ptr<float>(), ldb);
+  HeldWeight entry{
+      c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(weight.getIntrusivePtr()),
+      weight.data_ptr(),
+      weight._version(),
+      n,
+      k,
+      transposed};
+  std::lock_guard<std::mutex> guard(held.mutex);
+  if (held.scopes > 0) {
+    // Weights gone since (a view made for one call) leave with their copies.
+    for (auto it = held.entries.begin(); it != held.entries.end();)
+      it = it->second.owner.expired() ? held.entries.erase(it) : std::next(it);
+    held.entries.insert_or_assign(key, std::move(entry));
+  }
+  return transposed;
+}
+
+// An inference tensor counts no versions: its products stay oneDNN's.
+bool held_product_applies(const at::Tensor& weight, int64_t m, int64_t k) {
+  return thread_scopes > 0 && m > 0 && m <= kHeldRows && k > 0 && !weight.is_inference();
+}
+
+// out [m, n] = x2 [m, k] times the held W^T, plus the bias (each sum, then
+// its bias: as oneDNN adds a product to the bias laid in first), each
+// element the same chain of multiply-adds however the columns are divided
+// among threads.
+void held_product(const at::Tensor& x2, const at::Tensor& weight, const at::Tensor& bias,
+                  at::Tensor& out) {
+  RECORD_FUNCTION("garden::mm", std::vector<c10::IValue>({x2, weight.t()}));
+  const at::Tensor transposed = held_transposed(weight);
+  const int64_t m = x2.size(0), k = x2.size(1), n = weight.size(0), ldb = transposed.size(1);
+  const float* a = x2.data_ptr<float>();
+  const float* b = transposed.data_ptr<float>();
+  const float* bias_data = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  float* c = out.data_ptr<float>();
+  // Blocks of 64 columns (four AVX-512 vectors), some 128K multiply-adds a
+  // task at least.
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / (m * k * kBlock));
+  at::parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
+    const int64_t j0 = begin * kBlock, j1 = std::min(n, end * kBlock);
+    SmallProduct p{a, k, 1, b + j0, ldb, 1, m, k, j1 - j0, 1.0f, c + j0, n};
+    p.b_padded = true;
+    small_product(p, nullptr);
+    if (bias_data)
+      for (int64_t i = 0; i < m; ++i) {
+        float* row = c + i * n;
+        for (int64_t j = j0; j < j1; ++j) row[j] += bias_data[j];
+      }
+  });
+}
+
 // rows x [K] -> rows x [N]: out = x W^T (+ b).
 at::Tensor linear_forward(const at::Tensor& x2, const at::Tensor& weight, const at::Tensor& bias) {
   RECORD_FUNCTION("garden::linear", std::vector<c10::IValue>());
   const int64_t m = x2.size(0), k = x2.size(1), n = weight.size(0);
   at::Tensor out = at::empty({m, n}, x2.options());
+  if (held_product_applies(weight, m, k)) {
+    held_product(x2, weight, bias, out);
+    return out;
+  }
   if (bias.defined()) {
     // Every row starts as the bias (the product adds to it), copied row by
     // row: cheaper than expand().contiguous(), LibTorch's strided copy.
@@ -196,6 +314,27 @@ struct Linear : public torch::autograd::Function<Linear> {
 };
 
 }  // namespace
+
+KeepHeldWeights::KeepHeldWeights() {
+  HeldWeights& held = held_weights();
+  std::lock_guard<std::mutex> guard(held.mutex);
+  ++held.scopes;
+}
+
+KeepHeldWeights::~KeepHeldWeights() {
+  HeldWeights& held = held_weights();
+  std::lock_guard<std::mutex> guard(held.mutex);
+  if (--held.scopes == 0) held.entries.clear();
+}
+
+FrozenWeights::FrozenWeights() { ++thread_scopes; }
+FrozenWeights::~FrozenWeights() { --thread_scopes; }
+
+int64_t held_weight_count() {
+  HeldWeights& held = held_weights();
+  std::lock_guard<std::mutex> guard(held.mutex);
+  return static_cast<int64_t>(held.entries.size());
+}
 
 void set_linear_transposes(bool on) { transposes.store(on, std::memory_order_relaxed); }
 bool linear_transposes() { return transposes.load(std::memory_order_relaxed); }

@@ -121,7 +121,7 @@ __attribute__((always_inline)) inline void product(const SmallProduct& p, float*
   constexpr int64_t kWidth = 2 * Lanes;
   const float* b = p.b;
   int64_t ldb = p.b_row_stride;
-  if (p.b_col_stride != 1 || p.n % kWidth != 0) {
+  if (p.b_col_stride != 1 || (p.n % kWidth != 0 && !p.b_padded)) {
     ldb = (p.n + kWidth - 1) / kWidth * kWidth;
     if (p.b_row_stride == 1) {
       // b's columns are contiguous (keys for the scores): read them in order.

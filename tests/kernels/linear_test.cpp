@@ -1,8 +1,12 @@
 // kernels::linear: x W^T + b with Garden's GEMM, forward and backward
 // (garden/kernels/linear.h).
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+
+#include "garden/base/cpu_isa.h"
 #include "garden/core/precision.h"
 #include "garden/kernels/embedding.h"
 #include "garden/kernels/gemm.h"
@@ -144,6 +148,127 @@ TEST(LinearTest, OtherTensorsAreAtLinear) {
     EXPECT_EQ(y.scalar_type(), at::kBFloat16);
     EXPECT_TRUE(y.equal(at::linear(x, w, b)));
   }
+}
+
+// x W^T (+ b) as the held product computes it, element by element: the
+// multiply-adds in order over K, each rounded once (std::fma), then the bias.
+at::Tensor sums_in_order(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+  at::Tensor out = at::empty({m, n});
+  const float* xs = x.data_ptr<float>();
+  const float* ws = w.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (int64_t l = 0; l < k; ++l) acc = std::fma(xs[i * k + l], ws[j * k + l], acc);
+      o[i * n + j] = b.defined() ? acc + b.data_ptr<float>()[j] : acc;
+    }
+  return out;
+}
+
+at::Tensor held_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  torch::NoGradGuard no_grad;
+  const FrozenWeights frozen;
+  return kernels::linear(x, w, b);
+}
+
+// Under FrozenWeights, a product of up to 256 rows without gradients: on
+// widths with a partial block of columns (70, 3,000), a K not a multiple of
+// the vectors (130) and a long one (512), 1 to 256 rows, with and without a
+// bias, it equals the definition in double; where the CPU has FMA, each
+// element is bit for bit the multiply-adds in order then the bias; and one
+// and two threads give the same bits.
+TEST(LinearTest, HeldWeightsGiveTheSumsInOrderThenTheBias) {
+  torch::manual_seed(15);
+  const int threads = at::get_num_threads();
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{70, 130}, {128, 512}, {3000, 130}}) {
+    const at::Tensor w = torch::randn({n, k}) * 0.1;
+    const at::Tensor b = torch::randn({n});
+    for (const int64_t m : {1, 5, 37, 256}) {
+      if (n == 3000 && m == 256) continue;  // the reference's loops: seconds
+      const at::Tensor x = torch::randn({m, k});
+      for (const bool bias : {true, false}) {
+        const at::Tensor bb = bias ? b : at::Tensor();
+        at::set_num_threads(1);
+        const at::Tensor one = held_linear(x, w, bb);
+        at::set_num_threads(2);
+        const at::Tensor two = held_linear(x, w, bb);
+        at::set_num_threads(threads);
+        EXPECT_TRUE(one.equal(two)) << m << " x " << k << " x " << n;
+        const at::Tensor want = at::linear(x.to(at::kDouble), w.to(at::kDouble),
+                                           bias ? b.to(at::kDouble) : at::Tensor());
+        EXPECT_LT(max_abs_error(one, want), 1e-4) << m << " x " << k << " x " << n;
+        if (cpu_isa().avx2_fma) {
+          EXPECT_TRUE(one.equal(sums_in_order(x, w, bb))) << m << " x " << k << " x " << n;
+        }
+      }
+    }
+  }
+}
+
+// The held copies follow their weights: a weight changed in place (its
+// version counter) or given new storage is laid out again; a view made for
+// one call leaves when it goes; more than 256 rows, or gradients, take the
+// products outside the scope; a KeepHeldWeights keeps the copies past
+// their scope but leaves its thread's products as they were; the last scope
+// or keeper to end drops them all.
+TEST(LinearTest, HeldWeightsFollowTheirWeightsAndLeaveWithTheLastScope) {
+  torch::manual_seed(16);
+  const at::Tensor x = torch::randn({8, 64});
+  at::Tensor w = torch::randn({96, 64});
+  const auto near_definition = [&](const at::Tensor& got, const at::Tensor& weight) {
+    return max_abs_error(got, at::linear(x.to(at::kDouble), weight.to(at::kDouble), {})) < 1e-4;
+  };
+  torch::NoGradGuard no_grad;
+  const at::Tensor many = torch::randn({257, 64});
+  const at::Tensor w2 = torch::randn({96, 64});
+  EXPECT_EQ(held_weight_count(), 0);
+  const at::Tensor many_outside = kernels::linear(many, w2, {});
+  EXPECT_EQ(held_weight_count(), 0);
+  {
+    const FrozenWeights frozen;
+    EXPECT_TRUE(near_definition(kernels::linear(x, w, {}), w));
+    EXPECT_EQ(held_weight_count(), 1);
+    kernels::linear(x, w, {});
+    EXPECT_EQ(held_weight_count(), 1);
+    w.mul_(-2.0);
+    EXPECT_TRUE(near_definition(kernels::linear(x, w, {}), w));
+    w.set_data(torch::randn({96, 64}));
+    EXPECT_TRUE(near_definition(kernels::linear(x, w, {}), w));
+    EXPECT_EQ(held_weight_count(), 1);
+    const at::Tensor wide = torch::randn({200, 64});
+    for (int i = 0; i < 3; ++i) {
+      const at::Tensor top = wide.narrow(0, 0, 96);  // a new view each time
+      EXPECT_TRUE(near_definition(kernels::linear(x, top, {}), top));
+    }
+    EXPECT_LE(held_weight_count(), 2);
+    const int64_t before = held_weight_count();
+    EXPECT_TRUE(kernels::linear(many, w2, {}).equal(many_outside));
+    EXPECT_EQ(held_weight_count(), before);
+    { const FrozenWeights nested; }
+    EXPECT_EQ(held_weight_count(), before);  // a nested scope's end keeps them
+    // With gradients, the differentiable product: its gradient is right.
+    torch::AutoGradMode grad(true);
+    at::Tensor wg = w.detach().clone().requires_grad_();
+    kernels::linear(x, wg, {}).sum().backward();
+    EXPECT_LT(max_abs_error(wg.grad(), at::ones({8, 96}).t().mm(x)), 1e-4);
+  }
+  EXPECT_EQ(held_weight_count(), 0);
+
+  {
+    const KeepHeldWeights keep;
+    const at::Tensor same = torch::randn({96, 64});
+    const at::Tensor unheld = kernels::linear(x, same, {});
+    EXPECT_EQ(held_weight_count(), 0);  // a keeper alone holds nothing
+    {
+      const FrozenWeights frozen;
+      kernels::linear(x, same, {});
+    }
+    EXPECT_EQ(held_weight_count(), 1);  // kept past the scope
+    EXPECT_TRUE(kernels::linear(x, same, {}).equal(unheld));
+  }
+  EXPECT_EQ(held_weight_count(), 0);
 }
 
 // A tied table: two lookups' sparse gradients added into the output

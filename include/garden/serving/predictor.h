@@ -23,6 +23,7 @@
 #include "garden/core/checkpoint.h"
 #include "garden/core/serving_module.h"
 #include "garden/core/task.h"
+#include "garden/kernels/linear.h"
 
 namespace garden::fx {
 class Model;
@@ -114,6 +115,9 @@ class Predictor {
   c10::Device device_{c10::kCPU};
   bool int8_ = false;
   mutable std::mutex mutex_;
+  // The weights serve unchanged: the copies a decoder's search lays out for
+  // its steps' products (kernels::FrozenWeights) stay for the next call.
+  kernels::KeepHeldWeights keep_held_weights_;
 };
 
 // A TensorFX model's signature: "inputs", a CSV line (or a serialized

@@ -18,6 +18,10 @@ struct SmallProduct {
   float alpha;
   float* c;
   int64_t c_row_stride;
+  // b's rows (b_col_stride 1) may be read up to n rounded up to 32 columns:
+  // what lies past n is read and its products dropped, so b is not copied
+  // to pad it.
+  bool b_padded = false;
 };
 
 // Whether small_product takes products of these sizes: n and k of a head

@@ -12,6 +12,7 @@
 #include "beam_rows.h"
 #include "garden/base/error.h"
 #include "garden/kernels/beam_candidates.h"
+#include "garden/kernels/linear.h"
 
 namespace garden::nlp {
 
@@ -480,6 +481,9 @@ BeamSearchResult sequence_beam_search(const SymbolsToLogitsFn& symbols_to_logits
   if (vocab_size < 1 || beam_size < 1)
     throw Error("beam search: vocab_size and beam_size must be >= 1");
   torch::NoGradGuard no_grad;
+  // The model's weights hold still while it decodes: its products may take
+  // them laid out once for the steps' few rows.
+  const kernels::FrozenWeights frozen;
   const std::vector<int64_t> limits =
       check_limits(max_decode_lengths, initial_ids.size(0), "beam search");
   if (state == BeamSearchState::kHost) {
@@ -510,6 +514,7 @@ BeamSearchResult greedy_decode(const SymbolsToLogitsFn& symbols_to_logits_fn,
                                const BannedTokensFn& banned) {
   check_initial_ids(initial_ids);
   torch::NoGradGuard no_grad;
+  const kernels::FrozenWeights frozen;  // as in the beam search
   const int64_t batch = initial_ids.size(0);
   // On the device of the ids, as in the beam search.
   const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(initial_ids.device());
