@@ -209,10 +209,11 @@ TEST(LinearTest, HeldWeightsGiveTheSumsInOrderThenTheBias) {
 
 // The held copies follow their weights: a weight changed in place (its
 // version counter) or given new storage is laid out again; a view made for
-// one call leaves when it goes; more than 256 rows, or gradients, take the
-// products outside the scope; a KeepHeldWeights keeps the copies past
-// their scope but leaves its thread's products as they were; the last scope
-// or keeper to end drops them all.
+// one call leaves when it goes; more than 256 rows, or an inference
+// tensor's weight (no version counter), take oneDNN's products; with
+// gradients the product stays differentiable; a KeepHeldWeights keeps the
+// copies past their scope but leaves its thread's products as they were;
+// the last scope or keeper to end drops them all.
 TEST(LinearTest, HeldWeightsFollowTheirWeightsAndLeaveWithTheLastScope) {
   torch::manual_seed(16);
   const at::Tensor x = torch::randn({8, 64});
@@ -248,6 +249,15 @@ TEST(LinearTest, HeldWeightsFollowTheirWeightsAndLeaveWithTheLastScope) {
     EXPECT_EQ(held_weight_count(), before);
     { const FrozenWeights nested; }
     EXPECT_EQ(held_weight_count(), before);  // a nested scope's end keeps them
+    // An inference tensor counts no versions: its products are not held.
+    at::Tensor inference_weight;
+    {
+      const c10::InferenceMode inference;
+      inference_weight = torch::randn({96, 64});
+    }
+    EXPECT_TRUE(
+        kernels::linear(x, inference_weight, {}).equal(kernels::linear(x, inference_weight, {})));
+    EXPECT_EQ(held_weight_count(), before);
     // With gradients, the differentiable product: its gradient is right.
     torch::AutoGradMode grad(true);
     at::Tensor wg = w.detach().clone().requires_grad_();
