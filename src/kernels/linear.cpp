@@ -137,7 +137,10 @@ constexpr int64_t kHeldRows = 256;
 constexpr int64_t kHeldWidth = 32;  // the widest block small_product reads
 
 struct HeldWeight {
+  // The weight's TensorImpl and storage: held weakly, so neither address is
+  // reused while the entry lives.
   c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> owner;
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage;
   const void* data;
   int64_t version;
   int64_t n, k;
@@ -158,41 +161,42 @@ HeldWeights& held_weights() {
 thread_local int64_t thread_scopes = 0;
 
 bool same_weight(const HeldWeight& h, const at::Tensor& weight) {
-  return !h.owner.expired() && h.data == weight.data_ptr() && h.version == weight._version() &&
-         h.n == weight.size(0) && h.k == weight.size(1);
+  return !h.owner.expired() && !h.storage.expired() &&
+         h.storage._unsafe_get_target() == weight.storage().unsafeGetStorageImpl() &&
+         h.data == weight.data_ptr() && h.version == weight._version() && h.n == weight.size(0) &&
+         h.k == weight.size(1);
 }
 
-// The weight [n, k] as [k, ldb], from the held copies or made now.
+// The weight [n, k] as [k, ldb], from the held copies or made now. A miss
+// lays the weight out under the lock (once per weight and model: threads
+// that miss together wait rather than each making a copy).
 at::Tensor held_transposed(const at::Tensor& weight) {
   HeldWeights& held = held_weights();
   const c10::TensorImpl* key = weight.unsafeGetTensorImpl();
-  {
-    std::lock_guard<std::mutex> guard(held.mutex);
-    const auto it = held.entries.find(key);
-    if (it != held.entries.end() && same_weight(it->second, weight)) return it->second.transposed;
-  }
+  std::lock_guard<std::mutex> guard(held.mutex);
+  const auto it = held.entries.find(key);
+  if (it != held.entries.end() && same_weight(it->second, weight)) return it->second.transposed;
   const int64_t n = weight.size(0), k = weight.size(1);
   const int64_t ldb = (n + kHeldWidth - 1) / kHeldWidth * kHeldWidth;
-  at::Tensor transposed = at::empty({k, ldb}, weight.options());
-  if (ldb > n) transposed.narrow(1, n, ldb - n).zero_();
-  transpose_into(weight.data_ptr<float>(), n, k, transposed.data_ptr<float>(), ldb);
   HeldWeight entry{
       c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(weight.getIntrusivePtr()),
+      c10::weak_intrusive_ptr<c10::StorageImpl>(weight.storage().getWeakStorageImpl()),
       weight.data_ptr(),
       weight._version(),
       n,
       k,
-      transposed};
-  std::lock_guard<std::mutex> guard(held.mutex);
-  if (held.scopes > 0) {
-    // Weights gone since (a view made for one call) leave with their copies.
-    for (auto it = held.entries.begin(); it != held.entries.end();)
-      it = it->second.owner.expired() ? held.entries.erase(it) : std::next(it);
-    held.entries.insert_or_assign(key, std::move(entry));
-  }
+      at::empty({k, ldb}, weight.options())};
+  if (ldb > n) entry.transposed.narrow(1, n, ldb - n).zero_();
+  transpose_into(weight.data_ptr<float>(), n, k, entry.transposed.data_ptr<float>(), ldb);
+  const at::Tensor transposed = entry.transposed;
+  // Weights gone since (a view made for one call) leave with their copies.
+  for (auto e = held.entries.begin(); e != held.entries.end();)
+    e = e->second.owner.expired() ? held.entries.erase(e) : std::next(e);
+  held.entries.insert_or_assign(key, std::move(entry));
   return transposed;
 }
 
+// Products without gradients on this thread inside a FrozenWeights scope.
 // An inference tensor counts no versions: its products stay oneDNN's.
 bool held_product_applies(const at::Tensor& weight, int64_t m, int64_t k) {
   return thread_scopes > 0 && m > 0 && m <= kHeldRows && k > 0 && !weight.is_inference();
@@ -214,6 +218,9 @@ void held_product(const at::Tensor& x2, const at::Tensor& weight, const at::Tens
   // Blocks of 64 columns (four AVX-512 vectors), some 128K multiply-adds a
   // task at least.
   constexpr int64_t kBlock = 64;
+  // Each task's columns start on a multiple of kHeldWidth, so its padded
+  // reads stay within the rows of the held copy.
+  static_assert(kBlock % kHeldWidth == 0);
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / (m * k * kBlock));
   at::parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
@@ -234,10 +241,6 @@ at::Tensor linear_forward(const at::Tensor& x2, const at::Tensor& weight, const 
   RECORD_FUNCTION("garden::linear", std::vector<c10::IValue>());
   const int64_t m = x2.size(0), k = x2.size(1), n = weight.size(0);
   at::Tensor out = at::empty({m, n}, x2.options());
-  if (held_product_applies(weight, m, k)) {
-    held_product(x2, weight, bias, out);
-    return out;
-  }
   if (bias.defined()) {
     // Every row starts as the bias (the product adds to it), copied row by
     // row: cheaper than expand().contiguous(), LibTorch's strided copy.
@@ -359,6 +362,11 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
     return Linear::apply(x, weight, bias.defined() ? bias : at::empty({0}, weight.options()),
                          bias.defined());
   const at::Tensor x2 = x.reshape({-1, x.size(-1)}).contiguous();
+  if (held_product_applies(weight, x2.size(0), x2.size(1))) {
+    at::Tensor out = at::empty({x2.size(0), weight.size(0)}, x2.options());
+    held_product(x2, weight, bias, out);
+    return out.view(output_shape(x, weight.size(0)));
+  }
   return linear_forward(x2, weight, bias).view(output_shape(x, weight.size(0)));
 }
 

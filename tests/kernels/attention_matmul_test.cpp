@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -151,6 +152,42 @@ TEST(AttentionMatmulTest, EveryBuildOfTheHeadLoopsMatchesMatmul) {
           EXPECT_LE((c.narrow(1, 0, n).to(at::kDouble) - want).abs().max().item<double>(), 1e-5)
               << lanes << " lanes, m " << m << " n " << n << " k " << k;
           EXPECT_TRUE(torch::all(c.narrow(1, n, 3) == 7.0f).item<bool>());
+        }
+      }
+    }
+  }
+}
+
+// b_padded (kernels::linear's held weights): b read in place from rows of
+// n rounded up to 32 columns, starting 0 or 64 columns into them, whatever
+// the padding holds (NaN here: its products are dropped); every build, C's
+// columns past n untouched.
+TEST(AttentionMatmulTest, EveryBuildReadsPaddedRowsInPlace) {
+  torch::manual_seed(9);
+  for (const int lanes : {16, 8, 4}) {
+    for (const int64_t m : {1, 5, 7}) {
+      for (const int64_t n : {1, 7, 33, 70, 100}) {
+        for (const int64_t k : {3, 130}) {
+          for (const int64_t first : {0, 64}) {
+            const int64_t ldb = first + (n + 31) / 32 * 32;
+            std::vector<float> rows(static_cast<size_t>(k * ldb),
+                                    std::numeric_limits<float>::quiet_NaN());
+            const at::Tensor b = torch::randn({k, n});
+            for (int64_t l = 0; l < k; ++l)
+              for (int64_t j = 0; j < n; ++j)
+                rows[static_cast<size_t>(l * ldb + first + j)] = b[l][j].item<float>();
+            const at::Tensor a = torch::randn({m, k});
+            at::Tensor c = torch::full({m, n + 3}, 7.0f);
+            SmallProduct p{
+                a.data_ptr<float>(), k,          1, rows.data() + first, ldb, 1, m, k, n, 1.0f,
+                c.data_ptr<float>(), c.stride(0)};
+            p.b_padded = true;
+            if (!small_product_with_lanes(lanes, p, nullptr)) continue;
+            const at::Tensor want = at::matmul(a.to(at::kDouble), b.to(at::kDouble));
+            EXPECT_LE((c.narrow(1, 0, n).to(at::kDouble) - want).abs().max().item<double>(), 1e-4)
+                << lanes << " lanes, m " << m << " n " << n << " k " << k << " from " << first;
+            EXPECT_TRUE(torch::all(c.narrow(1, n, 3) == 7.0f).item<bool>());
+          }
         }
       }
     }

@@ -170,7 +170,9 @@ at::Tensor sums_in_order(const at::Tensor& x, const at::Tensor& w, const at::Ten
 at::Tensor held_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   torch::NoGradGuard no_grad;
   const FrozenWeights frozen;
-  return kernels::linear(x, w, b);
+  at::Tensor y = kernels::linear(x, w, b);
+  EXPECT_EQ(held_weight_count(), 1);  // the held product ran
+  return y;
 }
 
 // Under FrozenWeights, a product of up to 256 rows without gradients: on
@@ -209,11 +211,11 @@ TEST(LinearTest, HeldWeightsGiveTheSumsInOrderThenTheBias) {
 
 // The held copies follow their weights: a weight changed in place (its
 // version counter) or given new storage is laid out again; a view made for
-// one call leaves when it goes; more than 256 rows, or an inference
-// tensor's weight (no version counter), take oneDNN's products; with
-// gradients the product stays differentiable; a KeepHeldWeights keeps the
-// copies past their scope but leaves its thread's products as they were;
-// the last scope or keeper to end drops them all.
+// one call leaves by the next copy made; more than 256 rows, an inference
+// tensor's weight (no version counter) and products with gradients are
+// oneDNN's; a KeepHeldWeights keeps the copies past their scope but leaves
+// its thread's products as they were; the last scope or keeper to end
+// drops them all.
 TEST(LinearTest, HeldWeightsFollowTheirWeightsAndLeaveWithTheLastScope) {
   torch::manual_seed(16);
   const at::Tensor x = torch::randn({8, 64});
@@ -224,8 +226,14 @@ TEST(LinearTest, HeldWeightsFollowTheirWeightsAndLeaveWithTheLastScope) {
   torch::NoGradGuard no_grad;
   const at::Tensor many = torch::randn({257, 64});
   const at::Tensor w2 = torch::randn({96, 64});
+  at::Tensor inference_weight;
+  {
+    const c10::InferenceMode inference;
+    inference_weight = torch::randn({96, 64});
+  }
   EXPECT_EQ(held_weight_count(), 0);
   const at::Tensor many_outside = kernels::linear(many, w2, {});
+  const at::Tensor inference_outside = kernels::linear(x, inference_weight, {});
   EXPECT_EQ(held_weight_count(), 0);
   {
     const FrozenWeights frozen;
@@ -250,18 +258,16 @@ TEST(LinearTest, HeldWeightsFollowTheirWeightsAndLeaveWithTheLastScope) {
     { const FrozenWeights nested; }
     EXPECT_EQ(held_weight_count(), before);  // a nested scope's end keeps them
     // An inference tensor counts no versions: its products are not held.
-    at::Tensor inference_weight;
-    {
-      const c10::InferenceMode inference;
-      inference_weight = torch::randn({96, 64});
-    }
-    EXPECT_TRUE(
-        kernels::linear(x, inference_weight, {}).equal(kernels::linear(x, inference_weight, {})));
+    EXPECT_TRUE(kernels::linear(x, inference_weight, {}).equal(inference_outside));
     EXPECT_EQ(held_weight_count(), before);
-    // With gradients, the differentiable product: its gradient is right.
+    // With gradients, the differentiable product, not held.
+    const int64_t held_before_gradients = held_weight_count();
     torch::AutoGradMode grad(true);
     at::Tensor wg = w.detach().clone().requires_grad_();
-    kernels::linear(x, wg, {}).sum().backward();
+    const at::Tensor yg = kernels::linear(x, wg, {});
+    EXPECT_EQ(held_weight_count(), held_before_gradients);
+    EXPECT_TRUE(near_definition(yg.detach(), w));
+    yg.sum().backward();
     EXPECT_LT(max_abs_error(wg.grad(), at::ones({8, 96}).t().mm(x)), 1e-4);
   }
   EXPECT_EQ(held_weight_count(), 0);

@@ -28,15 +28,16 @@ class KeepHeldWeights {
   KeepHeldWeights& operator=(const KeepHeldWeights&) = delete;
 };
 
-// A promise that no weight changes while this object lives: a decoder's
-// search opens one. Then linear() on this thread takes products of up to
-// 256 rows without gradients through Garden's own loops, on each weight
-// laid out transposed once and kept (as large as the weights) while any
-// scope or KeepHeldWeights lives; a copy is made again when its weight's
-// storage, sizes or version counter change. Each sum is the multiply-adds in
-// order over K; oneDNN may split a long K or take a few rows its own way,
-// so the bits can differ in the last place from the products outside a
-// scope.
+// A promise that no weight of any linear() call on this thread changes
+// while this object lives: a decoder's search opens one. Then linear() on
+// this thread takes products of up to 256 rows without gradients through
+// Garden's own loops, on each weight laid out transposed once and kept (as
+// large as the weights) while any scope or KeepHeldWeights lives; a copy is
+// made again when its weight's storage, sizes or version counter change
+// (a raw write to a weight's memory is not seen). Each sum is the
+// multiply-adds in order over K; oneDNN may split a long K or take a few
+// rows its own way, so the bits can differ in the last place from the
+// products outside a scope.
 class FrozenWeights {
  public:
   FrozenWeights();

@@ -18,14 +18,17 @@ struct SmallProduct {
   float alpha;
   float* c;
   int64_t c_row_stride;
-  // b's rows (b_col_stride 1) may be read up to n rounded up to 32 columns:
-  // what lies past n is read and its products dropped, so b is not copied
-  // to pad it.
+  // b's rows (b_col_stride 1) may be read up to n rounded up to 32 columns
+  // (b itself on a multiple of 32 columns of the row it starts in): what
+  // lies past n is read and its products dropped, so b is not copied to pad
+  // it.
   bool b_padded = false;
 };
 
 // Whether small_product takes products of these sizes: n and k of a head
-// (up to kSmallProductMaxDim), any m.
+// (up to kSmallProductMaxDim), any m. With b read in place (rows
+// contiguous and n a multiple of 32, or b_padded) there is no scratch, and
+// any n and k.
 constexpr int64_t kSmallProductMaxDim = 256;
 bool small_product_applies(int64_t k, int64_t n);
 
