@@ -342,11 +342,16 @@ int64_t held_weight_count() {
 void set_linear_transposes(bool on) { transposes.store(on, std::memory_order_relaxed); }
 bool linear_transposes() { return transposes.load(std::memory_order_relaxed); }
 
-bool linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+namespace {
+
+// Float32 strided CPU operands of matching shapes, a contiguous weight and
+// bias, no autocast: what Garden's own products take (the held weights'
+// loops always, the GEMM where it is oneDNN's).
+bool cpu_float_operands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   const auto is_cpu_float = [](const at::Tensor& t) {
     return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
   };
-  return onednn() && x.defined() && weight.defined() && is_cpu_float(x) && is_cpu_float(weight) &&
+  return x.defined() && weight.defined() && is_cpu_float(x) && is_cpu_float(weight) &&
          x.dim() >= 1 && weight.dim() == 2 && weight.is_contiguous() &&
          x.size(-1) == weight.size(1) &&
          (!bias.defined() || (is_cpu_float(bias) && bias.dim() == 1 && bias.is_contiguous() &&
@@ -354,20 +359,29 @@ bool linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Ten
          !autocast_on(x.device());
 }
 
+}  // namespace
+
+bool linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  return onednn() && cpu_float_operands(x, weight, bias);
+}
+
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  if (!linear_applies(x, weight, bias)) return at::linear(x, weight, bias);
+  if (!cpu_float_operands(x, weight, bias)) return at::linear(x, weight, bias);
   const bool grad = at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() ||
                                                    (bias.defined() && bias.requires_grad()));
-  if (grad)
-    return Linear::apply(x, weight, bias.defined() ? bias : at::empty({0}, weight.options()),
-                         bias.defined());
-  const at::Tensor x2 = x.reshape({-1, x.size(-1)}).contiguous();
-  if (held_product_applies(weight, x2.size(0), x2.size(1))) {
-    at::Tensor out = at::empty({x2.size(0), weight.size(0)}, x2.options());
-    held_product(x2, weight, bias, out);
-    return out.view(output_shape(x, weight.size(0)));
+  if (!grad) {
+    const at::Tensor x2 = x.reshape({-1, x.size(-1)}).contiguous();
+    // Inside a search, Garden's loops on the held weights, whatever the GEMM.
+    if (held_product_applies(weight, x2.size(0), x2.size(1))) {
+      at::Tensor out = at::empty({x2.size(0), weight.size(0)}, x2.options());
+      held_product(x2, weight, bias, out);
+      return out.view(output_shape(x, weight.size(0)));
+    }
+    if (onednn()) return linear_forward(x2, weight, bias).view(output_shape(x, weight.size(0)));
   }
-  return linear_forward(x2, weight, bias).view(output_shape(x, weight.size(0)));
+  if (!onednn()) return at::linear(x, weight, bias);
+  return Linear::apply(x, weight, bias.defined() ? bias : at::empty({0}, weight.options()),
+                       bias.defined());
 }
 
 }  // namespace garden::kernels
