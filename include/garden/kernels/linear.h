@@ -11,7 +11,10 @@ namespace garden::kernels {
 // differentiable in all three, not twice). Where linear_applies (float32
 // strided CPU tensors, a contiguous weight and bias, no autocast, and
 // Garden's GEMM is oneDNN: kernels/gemm.h), the products of the forward and
-// the backward go to that GEMM; otherwise at::linear.
+// the backward go to that GEMM; otherwise at::linear. Inside a
+// FrozenWeights scope (below), a few rows without gradients go to Garden's
+// own loops on held weights, whatever the GEMM, for the same float32
+// tensors.
 bool linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
