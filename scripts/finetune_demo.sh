@@ -5,7 +5,8 @@
 # bert/squad_tiny on the man-page questions from its discriminator, export
 # both, answer with `garden predict`, then serve each and ask TF Serving's
 # REST API with raw text. Run after scripts/demo.sh (or any
-# build of build/garden).
+# build of build/garden). Each training sets runtime.seed=1 (the experiments
+# draw a seed per run, as Model Garden's do), so two runs print the same.
 #
 #   bash scripts/finetune_demo.sh [OUT]     (default runs/finetune-demo)
 set -euo pipefail
@@ -26,7 +27,7 @@ set -x
   --max_predictions_per_seq=20 --dupe_factor=5
 "$garden" train --experiment=electra/tiny --mode=train --model_dir=electra --params_override="\
 task.model.generator_encoder.bert.vocab_size=2000,task.model.discriminator_encoder.bert.vocab_size=2000,\
-task.train_data.input_path=pretrain.tfrecord,trainer.train_steps=600"
+task.train_data.input_path=pretrain.tfrecord,trainer.train_steps=600,runtime.seed=1"
 # 2. Fine-tuning records in GLUE's SST-2 layout, then the classifier,
 #    starting from the discriminator (init_checkpoint).
 "$garden" create_finetuning_data --classification_task_name=SST-2 \
@@ -36,7 +37,7 @@ task.train_data.input_path=pretrain.tfrecord,trainer.train_steps=600"
 "$garden" train --experiment=bert/sentence_prediction_tiny --model_dir=classifier --params_override="\
 task.model.encoder.bert.vocab_size=2000,task.init_checkpoint=electra,\
 task.train_data.input_path=train.tfrecord,task.validation_data.input_path=eval.tfrecord,\
-task.train_data.vocab_file=sp.model,task.class_names=[ham,spam]"
+task.train_data.vocab_file=sp.model,task.class_names=[ham,spam],runtime.seed=1"
 # 3. Question answering on the bundled man-page SQuAD set, from the same
 #    discriminator: records, the span labeler, evaluated on dev.json (its
 #    answers in qa/predictions.json).
@@ -47,7 +48,7 @@ task.train_data.vocab_file=sp.model,task.class_names=[ham,spam]"
 "$garden" train --experiment=bert/squad_tiny --model_dir=qa --params_override="\
 task.model.encoder.bert.vocab_size=2000,task.init_checkpoint=electra,\
 task.train_data.input_path=squad.tfrecord,task.validation_data.input_path=$here/data/squad/dev.json,\
-task.train_data.vocab_file=sp.model"
+task.train_data.vocab_file=sp.model,runtime.seed=1"
 # 4. Export both (the SentencePiece model travels in assets/), predict, serve.
 "$garden" export --experiment=bert/sentence_prediction_tiny --model_dir=classifier --export_dir=export
 printf '%s\n' '{"sentence": "Re: patch for the build scripts"}' \

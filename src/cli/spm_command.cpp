@@ -139,6 +139,7 @@ void run_spm_train(const TrainFlags& flags) {
     scratch = std::make_unique<ScratchDirectory>();
     const std::string text = (scratch->path() / "train.txt").string();
     data::write_tsv_columns(options.input, flags.tsv_columns, text);
+    options.recorded_input = options.input;
     options.input = {text};
   }
   // PREFIX.model and PREFIX.vocab are replaced on success only.

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 
 #include "garden/base/error.h"
@@ -32,7 +33,7 @@ struct SentencePieceTokenizer::Impl {
   std::vector<std::string> pieces;
   std::unordered_map<std::string, int64_t> ids;
   int64_t unk_id = 0, bos_id = 1, eos_id = 2, pad_id = -1;  // TrainerSpec's defaults
-  std::shared_ptr<void> processor;                           // in the module
+  std::shared_ptr<void> processor;                          // in the module
 };
 
 namespace {
@@ -132,35 +133,96 @@ struct Wire {
     ok = false;
     return 0;
   }
-  // Calls f(field, wire_type, value or length-delimited bytes) for each field.
+  // Calls f(field, wire_type, value or length-delimited bytes, the field's
+  // bytes from its key on) for each field, fixed-width ones included.
   template <typename F>
-  void fields(F&& f) {
+  void raw_fields(F&& f) {
     while (ok && p < end) {
+      const char* begin = p;
       const uint64_t key = varint();
       const int field = static_cast<int>(key >> 3), type = static_cast<int>(key & 7);
+      uint64_t value = 0;
+      std::string_view data;
       if (type == 0) {
-        f(field, type, varint(), std::string_view());
+        value = varint();
       } else if (type == 2) {
         const uint64_t n = varint();
         if (n > static_cast<uint64_t>(end - p)) {
           ok = false;
-          return;
+        } else {
+          data = std::string_view(p, n);
+          p += n;
         }
-        f(field, type, 0, std::string_view(p, n));
-        p += n;
       } else if (type == 5 || type == 1) {
         const std::ptrdiff_t n = type == 5 ? 4 : 8;
-        if (end - p < n) {
-          ok = false;
-          return;
-        }
-        p += n;
+        if (end - p < n) ok = false;
+        if (ok) p += n;
       } else {
         ok = false;
       }
+      if (!ok) return;
+      f(field, type, value, data, std::string_view(begin, p - begin));
     }
   }
+  // Calls f(field, wire_type, value or length-delimited bytes) for each
+  // varint and length-delimited field.
+  template <typename F>
+  void fields(F&& f) {
+    raw_fields([&](int field, int type, uint64_t value, std::string_view data, std::string_view) {
+      if (type == 0 || type == 2) f(field, type, value, data);
+    });
+  }
 };
+
+void put_varint(std::string& out, uint64_t v) {
+  for (; v >= 0x80; v >>= 7) out += static_cast<char>((v & 0x7F) | 0x80);
+  out += static_cast<char>(v);
+}
+
+void put_bytes_field(std::string& out, int field, std::string_view bytes) {
+  put_varint(out, (static_cast<uint64_t>(field) << 3) | 2);
+  put_varint(out, bytes.size());
+  out.append(bytes);
+}
+
+// `model` (ModelProto bytes) with its trainer_spec's input (TrainerSpec
+// field 1, repeated) and model_prefix (field 2) set to `input` and `prefix`,
+// every other field as it was. Training reads scratch files and writes
+// under a temporary prefix (the outputs are renamed into place), and
+// SentencePiece records the names it was given: the model keeps the names
+// the user gave, as spm_train's does, so two trainings of the same text
+// write the same bytes.
+std::string with_recorded_names(const std::string& model, const std::vector<std::string>& input,
+                                const std::string& prefix, const std::string& what) {
+  std::string out;
+  out.reserve(model.size() + prefix.size());
+  Wire outer{model.data(), model.data() + model.size()};
+  bool inner_ok = true;
+  outer.raw_fields([&](int field, int type, uint64_t, std::string_view data, std::string_view raw) {
+    if (field != 2 || type != 2) {
+      out.append(raw);
+      return;
+    }
+    std::string spec;
+    bool input_written = false;
+    Wire inner{data.data(), data.data() + data.size()};
+    inner.raw_fields([&](int f, int t, uint64_t, std::string_view, std::string_view inner_raw) {
+      if (f == 1 && t == 2) {
+        if (!input_written)
+          for (const auto& name : input) put_bytes_field(spec, 1, name);
+        input_written = true;
+      } else if (f == 2 && t == 2) {
+        put_bytes_field(spec, 2, prefix);
+      } else {
+        spec.append(inner_raw);
+      }
+    });
+    inner_ok = inner_ok && inner.ok;
+    put_bytes_field(out, 2, spec);
+  });
+  if (!outer.ok || !inner_ok) throw Error(what + " is not a SentencePiece model");
+  return out;
+}
 
 std::unique_ptr<SentencePieceTokenizer::Impl> parse_model(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -276,8 +338,8 @@ std::string SentencePieceTokenizer::decode(const std::vector<int64_t>& ids) cons
   }
   char* text = nullptr;
   char* error = nullptr;
-  const int rc = spm_module().decode_ids(impl_->processor.get(), narrow.data(), narrow.size(),
-                                         &text, &error);
+  const int rc =
+      spm_module().decode_ids(impl_->processor.get(), narrow.data(), narrow.size(), &text, &error);
   check(rc, error, "SentencePiece decode with '" + path_ + "'");
   std::string out(text);
   spm_module().free(text);
@@ -396,10 +458,14 @@ void train_sentencepiece(const SentencePieceTrainOptions& options) {
   char* error = nullptr;
   const int rc = spm_module().train(args.c_str(), &error);
   check(rc, error, "SentencePiece training of '" + options.model_prefix + "' failed");
+  const std::string trained = with_recorded_names(
+      read_file(temporary + ".model", "the trained SentencePiece model"),
+      options.recorded_input.empty() ? options.input : options.recorded_input, options.model_prefix,
+      "the trained SentencePiece model '" + temporary + ".model'");
   // The vocabulary first: a loader looks for the model, so a model is never
   // beside a vocabulary older than itself.
   commit_file(temporary + ".vocab", vocab);
-  commit_file(temporary + ".model", model);
+  write_file_atomically(model, trained);
 }
 
 int64_t write_tsv_columns(const std::vector<std::string>& tsv_files,

@@ -87,6 +87,28 @@ TEST_F(SpmCliTest, TsvColumnsNeverTouchTheInputAndLeaveNoScratch) {
   EXPECT_TRUE(fs::is_empty(tmp_));
 }
 
+// Two trainings of the same text, each its own process, write the same
+// bytes: the model records the --input and --model_prefix the user gave (as
+// spm_train does), not the scratch file nor the temporary prefix with its
+// process id.
+TEST_F(SpmCliTest, TwoTrainingsOfTheSameTextWriteTheSameModel) {
+  fs::copy_file(kTsv, work_ / "pairs.tsv");
+  const std::string command = "spm train --input='" + work("pairs.tsv") +
+                              "' --tsv_columns=0,1 --model_prefix='" + work("m") +
+                              "' --vocab_size=200";
+  CliRun run = garden(command);
+  ASSERT_EQ(run.status, 0) << run.err;
+  const std::string model = slurp(work_ / "m.model"), vocab = slurp(work_ / "m.vocab");
+  run = garden(command);
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(slurp(work_ / "m.model"), model);
+  EXPECT_EQ(slurp(work_ / "m.vocab"), vocab);
+  EXPECT_NE(model.find(work("pairs.tsv")), std::string::npos);
+  EXPECT_EQ(model.find("train.txt"), std::string::npos);
+  EXPECT_EQ(model.find(".tmp-"), std::string::npos);
+  EXPECT_EQ(model.find(tmp_.string()), std::string::npos);
+}
+
 // BERT's special pieces survive the command line whole: CLI11 would read
 // "[CLS],[SEP]" as its own bracketed list and strip the brackets.
 TEST_F(SpmCliTest, UserDefinedSymbolsKeepTheirBrackets) {

@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -92,6 +94,54 @@ TEST_F(SentencePieceTest, TrainsQuicklyWithTheAskedVocabulary) {
   EXPECT_EQ(tok.piece_to_id("</s>"), 2);
   EXPECT_EQ(tok.piece_to_id("no such piece"), tok.unk_id());
   EXPECT_THROW(tok.id_to_piece(200), garden::Error);
+}
+
+// A reader of protobuf's wire format of its own (not Garden's): the bytes
+// of the first length-delimited field `wanted` of `message`, or "(absent)".
+std::string length_delimited_field(const std::string& message, int wanted) {
+  std::size_t at = 0;
+  const auto varint = [&] {
+    uint64_t value = 0;
+    for (int shift = 0; at < message.size(); shift += 7) {
+      const auto byte = static_cast<unsigned char>(message[at++]);
+      value |= uint64_t{byte & 0x7Fu} << shift;
+      if (byte < 0x80) break;
+    }
+    return value;
+  };
+  while (at < message.size()) {
+    const uint64_t key = varint();
+    const auto type = key & 7;
+    if (type == 0) {
+      varint();
+    } else if (type == 1 || type == 5) {
+      at += type == 1 ? 8 : 4;
+    } else if (type == 2) {
+      const auto size = static_cast<std::size_t>(varint());
+      if (static_cast<int>(key >> 3) == wanted) return message.substr(at, size);
+      at += size;
+    } else {
+      return "(bad wire type)";
+    }
+  }
+  return "(absent)";
+}
+
+TEST_F(SentencePieceTest, TheModelRecordsThePrefixItWasGiven) {
+  // Trained under a temporary prefix and renamed into place, the model keeps
+  // the prefix the user gave in its TrainerSpec (ModelProto field 2,
+  // model_prefix its field 2), as spm_train's does: no process id in it, so
+  // two trainings of the same text write the same bytes.
+  std::ifstream in(model(), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string spec = length_delimited_field(bytes, 2);
+  EXPECT_EQ(length_delimited_field(spec, 2), (*suite_dir_ / "m").string());
+  EXPECT_EQ(bytes.find(".tmp-"), std::string::npos);
+  // The other fields are untouched: the input it read, and the vocabulary.
+  EXPECT_EQ(length_delimited_field(spec, 1), (*suite_dir_ / "train.txt").string());
+  const auto tok = SentencePieceTokenizer::load(model());
+  EXPECT_EQ(tok.vocab_size(), 200);
+  EXPECT_EQ(tok.decode(tok.encode("Could not open lock file %s")), "Could not open lock file %s");
 }
 
 TEST_F(SentencePieceTest, RoundTripsText) {

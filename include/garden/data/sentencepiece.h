@@ -74,6 +74,10 @@ struct SentencePieceTrainOptions {
   // Plain text files, one sentence a line. For TSV data, extract the text
   // first with write_tsv_columns().
   std::vector<std::string> input;
+  // What the model records as its input (TrainerSpec.input, as spm_train
+  // records --input): the files the text came from when `input` is a scratch
+  // file made from them. Empty: `input`.
+  std::vector<std::string> recorded_input;
   std::string model_prefix;
   int64_t vocab_size = 8000;
   std::string model_type = "unigram";  // unigram, bpe, char or word

@@ -60,6 +60,7 @@ void train_translation_sentencepiece(const TranslationDataConfig& train, int64_t
              << sentences << " sentences of '" << train.input_path << "'";
   data::SentencePieceTrainOptions options;
   options.input = {text_path};
+  options.recorded_input = {train.input_path};
   options.model_prefix = (dir / fs::path(model_path).stem()).string();
   options.vocab_size = vocab_size;
   options.model_type = "unigram";
