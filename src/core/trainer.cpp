@@ -4,6 +4,7 @@
 
 #include "accumulation.h"
 #include "garden/base/error.h"
+#include "garden/config/validation.h"
 #include "garden/config/yaml_io.h"
 #include "garden/core/cuda_graph.h"
 #include "garden/core/strategy.h"
@@ -33,6 +34,12 @@ Trainer::Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr
   const auto build = [this](const config::DataConfig& params, const InputContext& context) {
     return task_->build_inputs(params, context);
   };
+  // The data layers name their keys relative to their DataConfig
+  // (config::refuse("input_path", ...)): say which of the task's it is.
+  const auto build_named = [&](const char* key, const config::DataConfig& params) {
+    const config::detail::KeyPrefix where(key);
+    return distribute_dataset(build, params);
+  };
   if (optimizer_) {
     minimizer_ = std::make_unique<Minimizer>(*optimizer_);
     minimizer_->set_accumulation_steps(config_->trainer.gradient_accumulation_steps);
@@ -46,12 +53,13 @@ Trainer::Trainer(std::shared_ptr<const config::ExperimentConfig> config, TaskPtr
   if (train) {
     if (!optimizer_) throw Error("a training Trainer needs an optimizer");
     if (!train_dataset_ && strategy_->computes_steps())
-      train_dataset_ = distribute_dataset(build, config_->task->train_data_config());
+      train_dataset_ = build_named("task.train_data", config_->task->train_data_config());
     train_metrics_ = task_->build_metrics(/*training=*/true);
   }
   if (evaluate) {
     if (!validation_dataset_)
-      validation_dataset_ = distribute_dataset(build, config_->task->validation_data_config());
+      validation_dataset_ =
+          build_named("task.validation_data", config_->task->validation_data_config());
     validation_metrics_ = task_->build_metrics(/*training=*/false);
   }
 }

@@ -99,6 +99,21 @@ double rate_at(const CliRun& run, int64_t step) {
 // --params_override or a config file; one who also sets decay_steps keeps
 // it and is warned, once, that the last steps run at rate 0. Rates from the
 // schedule's definition: 3e-4 * (1 - step / decay_steps) after 30 warmup steps.
+// An empty input path names which of the task's data it is: the data layers
+// see one DataConfig, and the Trainer says where that stands in the config.
+TEST_F(ExperimentCliTest, AnEmptyInputPathNamesWhichDataItIs) {
+  expect_one_error_line(
+      garden("train --experiment=bert/sentence_prediction_tiny --model_dir='" + path("a") + "'"),
+      {"task.train_data.input_path: is empty", "create_finetuning_data"});
+  expect_one_error_line(
+      garden("train --experiment=electra/tiny --mode=eval --model_dir='" + path("b") + "'"),
+      {"task.validation_data.input_path: is empty", "pretraining TFRecord files"});
+  expect_one_error_line(
+      garden("train --experiment=bert/squad_tiny --mode=train --model_dir='" + path("c") + "'"),
+      {"task.train_data.input_path: is empty"});
+  for (const char* dir : {"a", "b", "c"}) EXPECT_FALSE(fs::exists(path(dir))) << dir;
+}
+
 TEST_F(ExperimentCliTest, AScheduleOverTheTrainingFollowsTheTrainStepsAUserSets) {
   const std::string experiment = "--experiment=bert/sentence_prediction_tiny --steps=1000:1000";
   const std::string decay = "trainer.optimizer_config.learning_rate.polynomial.decay_steps";
@@ -137,8 +152,9 @@ TEST_F(ExperimentCliTest, AScheduleOverTheTrainingFollowsTheTrainStepsAUserSets)
 
   // Steps within the warmup (30) keep the experiment's schedule: following
   // them would leave no rate to warm up to.
-  const CliRun shorter = garden("lr --experiment=bert/sentence_prediction_tiny --steps=10:10 "
-                                "--params_override=trainer.train_steps=20");
+  const CliRun shorter = garden(
+      "lr --experiment=bert/sentence_prediction_tiny --steps=10:10 "
+      "--params_override=trainer.train_steps=20");
   ASSERT_EQ(shorter.status, 0) << shorter.err;
   EXPECT_EQ(shorter.err.find("follows"), std::string::npos) << shorter.err;
   EXPECT_EQ(shorter.err.find("is 0"), std::string::npos) << shorter.err;

@@ -141,7 +141,7 @@ DatasetPtr build_bert_pretrain_inputs(const BertPretrainDataConfig& params,
   // Checked here rather than in validate(): a config may leave a data set it
   // does not use (validation_data when only training) without a path.
   if (params.input_path.empty())
-    throw Error("input_path is empty; name the pretraining TFRecord files, or \"dummy\"");
+    config::refuse("input_path", "is empty; name the pretraining TFRecord files, or \"dummy\"");
 
   auto spec = std::make_shared<const data::ParseSpec>(pretrain_spec(params));
   const std::vector<PretrainFeature> ids = id_features(params);

@@ -94,7 +94,7 @@ Batch parse_record(const std::string& record, const data::RecordLocation& where,
 DatasetPtr build_sentence_prediction_inputs(const SentencePredictionDataConfig& params,
                                             const InputContext& input_context, int64_t vocab_size) {
   if (params.input_path.empty())
-    throw Error("input_path is empty; name the TFRecord files create_finetuning_data wrote");
+    config::refuse("input_path", "is empty; name the TFRecord files create_finetuning_data wrote");
   using data::DType;
   using data::FixedLenFeature;
   const int64_t seq = params.seq_length;

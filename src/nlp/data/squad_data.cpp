@@ -648,7 +648,7 @@ std::vector<config::IgnoredKey> QADataConfig::ignored_keys() const {
 DatasetPtr build_squad_inputs(const QADataConfig& params, const InputContext& input_context,
                               int64_t vocab_size) {
   if (params.input_path.empty())
-    throw Error("input_path is empty; name the TFRecord files create_finetuning_data wrote");
+    config::refuse("input_path", "is empty; name the TFRecord files create_finetuning_data wrote");
   using data::DType;
   using data::FixedLenFeature;
   auto spec = std::make_shared<data::ParseSpec>();

@@ -274,7 +274,7 @@ void TaggingDataConfig::validate() const {
 DatasetPtr build_tagging_inputs(const TaggingDataConfig& params, const InputContext& input_context,
                                 int64_t vocab_size) {
   if (params.input_path.empty())
-    throw Error("input_path is empty; name the TFRecord files create_finetuning_data wrote");
+    config::refuse("input_path", "is empty; name the TFRecord files create_finetuning_data wrote");
   using data::DType;
   using data::FixedLenFeature;
   auto spec = std::make_shared<data::ParseSpec>();

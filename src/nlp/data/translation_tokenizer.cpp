@@ -21,8 +21,8 @@ void train_translation_sentencepiece(const TranslationDataConfig& train, int64_t
                                      const std::string& model_path) {
   if (train.input_path.empty())
     throw Error(
-        "sentencepiece_model_path is empty, and train_data.input_path is too: there is "
-        "no text to train a SentencePiece model on");
+        "task.sentencepiece_model_path is empty, and task.train_data.input_path is too: there "
+        "is no text to train a SentencePiece model on");
   const auto start = std::chrono::steady_clock::now();
   const fs::path dir = fs::path(model_path).parent_path();
   // A failure leaves model_dir as it was: removed again if made here.
