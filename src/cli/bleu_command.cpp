@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "garden/base/encoding.h"
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/nlp/metrics/bleu.h"
@@ -33,6 +34,9 @@ std::vector<std::string> read_lines(const std::string& path, const std::string& 
     std::size_t end = text.find('\n', start);
     if (end == std::string::npos) end = text.size();
     lines.push_back(text.substr(start, end - start));
+    // Python (sacrebleu) fails to decode such a file: say where.
+    if (const std::string bad = unicode::utf8_error(lines.back()); !bad.empty())
+      throw Error(flag + " '" + path + "', line " + std::to_string(lines.size()) + ": " + bad);
     start = end + 1;
   }
   return lines;

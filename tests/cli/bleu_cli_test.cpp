@@ -81,4 +81,17 @@ TEST_F(BleuCliTest, DirectoryOrMissingFileNamesTheFlagAndPath) {
                                      {"--reference '" + missing + "' does not exist"});
 }
 
+// Text that is not UTF-8 is one line naming the flag, the file, the line and
+// the byte (sacrebleu, in Python, fails to decode it).
+TEST_F(BleuCliTest, InvalidUtf8NamesTheFileLineAndByte) {
+  spit(path("latin1.txt"), "The dog bit the man.\nIt was not unexpected.\nCaf\xe9 au lait.\n");
+  garden_test::expect_one_error_line(
+      garden("bleu --hypothesis '" + path("hyp.txt") + "' --reference '" + path("latin1.txt") +
+             "'"),
+      {"--reference '" + path("latin1.txt") + "', line 3", "0xE9", "offset 3"});
+  garden_test::expect_one_error_line(garden("bleu --hypothesis '" + path("latin1.txt") +
+                                            "' --reference '" + path("ref1.txt") + "'"),
+                                     {"--hypothesis '" + path("latin1.txt") + "', line 3"});
+}
+
 }  // namespace
