@@ -12,8 +12,8 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
-#include <sstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,7 +104,8 @@ void run_predict(const PredictFlags& flags) {
   if (flags.batch_size < 1) throw Error("--batch_size must be >= 1");
   if (!flags.images.empty() && !flags.input.empty())
     throw Error("give --input or --images, not both");
-  for (const auto& file : flags.images) refuse_same_file(file, "--images", flags.output, "--output");
+  for (const auto& file : flags.images)
+    refuse_same_file(file, "--images", flags.output, "--output");
   // Image files: one JSON line each, as TF Serving's REST API carries bytes.
   std::istringstream image_lines;
   if (!flags.images.empty()) {
@@ -116,9 +117,10 @@ void run_predict(const PredictFlags& flags) {
   // What names instance `line` (1-based) in an error: its input line or image file.
   const auto where = [&flags](const std::string& message, int64_t line) {
     return input_line_error(
-        message, flags.images.empty()
-                     ? "--input line " + std::to_string(line)
-                     : "--images file '" + flags.images.at(static_cast<std::size_t>(line - 1)) + "'");
+        message,
+        flags.images.empty()
+            ? "--input line " + std::to_string(line)
+            : "--images file '" + flags.images.at(static_cast<std::size_t>(line - 1)) + "'");
   };
   if (!flags.input.empty()) {
     check_input_file(flags.input, "--input");
@@ -180,6 +182,9 @@ void run_predict(const PredictFlags& flags) {
   while (std::getline(in, line)) {
     ++lines;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    // Not UTF-8: neither JSON nor text a tokenizer can read.
+    if (const std::string bad = unicode::utf8_error(line); !bad.empty())
+      throw InputError(where(bad, lines));
     const bool is_blank = line.find_first_not_of(" \t") == std::string::npos;
     blank.push_back(is_blank);
     if (!is_blank) {

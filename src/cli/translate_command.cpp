@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "garden/base/encoding.h"
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/cli/files.h"
@@ -193,8 +194,13 @@ void run_translate(const TranslateFlags& flags) {
     texts.clear();
   };
   while (std::getline(in, text)) {
-    texts.push_back(text);
     ++lines;
+    // Not text a tokenizer can read (Python would fail to decode it): say where.
+    if (const std::string bad = unicode::utf8_error(text); !bad.empty())
+      throw Error(
+          (flags.input.empty() ? std::string("standard input") : "--input '" + flags.input + "'") +
+          ", line " + std::to_string(lines) + ": " + bad);
+    texts.push_back(text);
     if (static_cast<int64_t>(texts.size()) >= window) flush_window();
   }
   if (!texts.empty()) flush_window();

@@ -135,6 +135,11 @@ TEST_F(ServingCliTest, ABadLineIsOneErrorNamingItAndWritesNothing) {
   expect_one_error_line(
       garden("predict --export_dir '" + path("out") + "' --input '" + path("in.jsonl") + "'"),
       {"--input line 2 is not JSON"});
+  // Not UTF-8 (here Latin-1) is refused whatever the model reads.
+  spit(dir_ / "in.jsonl", "[1, 2, 3, 4]\n{\"caf\xe9\": 1}\n");
+  expect_one_error_line(
+      garden("predict --export_dir '" + path("out") + "' --input '" + path("in.jsonl") + "'"),
+      {"--input line 2: invalid UTF-8 byte 0xE9 at offset 5"});
   expect_one_error_line(garden("predict --export_dir '" + path("none") + "'"),
                         {"export '" + path("none") + "' does not exist"});
   expect_one_error_line(garden("export --experiment wmt_transformer/demo --model_dir '" +

@@ -398,6 +398,18 @@ TEST_F(TranslateCliTest, ABadInputOrOutputLeavesTheOutputAsItWas) {
                                      {"--model_dir '" + out + "' is a file"});
   EXPECT_EQ(garden_test::entries(work), (std::set<std::string>{"dir", "out.txt"}));
 
+  // Text that is not UTF-8 (here Latin-1) names its line and byte.
+  spit(work / "latin1.txt", sources_[0] + "\nCaf\xe9 au lait\n");
+  const std::string latin1 = (work / "latin1.txt").string();
+  garden_test::expect_one_error_line(
+      garden(flags + " --input '" + latin1 + "'"),
+      {"--input '" + latin1 + "', line 2", "invalid UTF-8 byte 0xE9 at offset 3"});
+  EXPECT_EQ(slurp(out), "earlier translations\n");
+  garden_test::expect_one_error_line(
+      garden("translate --model_dir '" + model_dir() + "' < '" + latin1 + "'"),
+      {"standard input, line 2"});
+  fs::remove(work / "latin1.txt");
+
   spit(work / "in.txt", sources_[0] + "\n");
   const CliRun run = garden(flags + " --input '" + (work / "in.txt").string() + "'");
   ASSERT_EQ(run.status, 0) << run.err;
