@@ -86,8 +86,7 @@ int64_t warmup_length(const config::WarmupConfig& warmup) {
 // doing so when the user sets trainer.train_steps past its warmup and leaves
 // the length alone; otherwise 2,000 steps would run at rate 0 from step 300
 // on. Returns the line to log ("" when nothing followed).
-std::string follow_train_steps(config::ExperimentConfig& params,
-                               config::ExperimentConfig& defaults,
+std::string follow_train_steps(config::ExperimentConfig& params, config::ExperimentConfig& defaults,
                                const config::SetKeys& set_by_user) {
   auto& opt = params.trainer.optimizer_config;
   const auto length = schedule_length(opt);
@@ -102,8 +101,8 @@ std::string follow_train_steps(config::ExperimentConfig& params,
     return "";
   *length->value = steps;
   return length->path + " follows trainer.train_steps " + std::to_string(steps) + " (set by " +
-         set->second + "): the experiment decays over its training (" +
-         std::to_string(own_steps) + " steps); set " + length->path + " to keep another length";
+         set->second + "): the experiment decays over its training (" + std::to_string(own_steps) +
+         " steps); set " + length->path + " to keep another length";
 }
 
 // One warning line when the schedule (warmup included) is 0 at the last
@@ -466,6 +465,19 @@ int run_main(int argc, char** argv, const std::function<void()>& register_extras
     add_import_command(app);
     add_serving_commands(app);
 
+    // A misspelt command: CLI11 would only say that a subcommand is required.
+    if (argc > 1 && argv[1][0] != '-') {
+      std::vector<std::string> names;
+      for (const auto* command : app.get_subcommands([](CLI::App*) { return true; }))
+        names.push_back(command->get_name());
+      if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+        const std::string suggestion = config::nearest(argv[1], names);
+        std::cerr << "garden: error: unknown command '" << argv[1] << "'"
+                  << (suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?")
+                  << " (see garden --help)\n";
+        return 2;
+      }
+    }
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

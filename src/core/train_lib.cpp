@@ -178,8 +178,7 @@ Logs run(std::shared_ptr<config::ExperimentConfig> params, const RunOptions& opt
     if (trainer_config.optimizer_config.ema) refuse("trainer.optimizer_config.ema");
     if (const auto setting = params->task->learning_rate_scales_setting(); !setting.empty())
       refuse(setting);
-    if (const auto setting = params->task->synchronous_setting(); !setting.empty())
-      refuse(setting);
+    if (const auto setting = params->task->synchronous_setting(); !setting.empty()) refuse(setting);
     if (trainer_config.recovery_max_trials > 0)
       refuse("trainer.recovery_max_trials=" + std::to_string(trainer_config.recovery_max_trials));
   }
@@ -364,7 +363,10 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params, const RunO
   if (std::find(modes.begin(), modes.end(), mode) == modes.end()) {
     std::string list;
     for (const auto& m : modes) list += (list.empty() ? "" : ", ") + m;
-    throw Error("unknown mode '" + mode + "'; modes: " + list);
+    const std::string suggestion = config::nearest(mode, modes);
+    throw Error("unknown mode '" + mode + "'; " +
+                (suggestion.empty() ? "" : "did you mean '" + suggestion + "'? ") +
+                "modes: " + list);
   }
   if (options.model_dir.empty()) throw Error("--model_dir is required");
   if (!params->locked())

@@ -99,6 +99,24 @@ double rate_at(const CliRun& run, int64_t step) {
 // --params_override or a config file; one who also sets decay_steps keeps
 // it and is warned, once, that the last steps run at rate 0. Rates from the
 // schedule's definition: 3e-4 * (1 - step / decay_steps) after 30 warmup steps.
+// A misspelt command, mode or experiment is one line with the nearest name.
+TEST_F(ExperimentCliTest, AMisspeltNameSuggestsTheNearestOne) {
+  CliRun run = garden("trian --experiment=tabular/iris");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_EQ(run.err,
+            "garden: error: unknown command 'trian'; did you mean 'train'? (see garden --help)\n");
+  run = garden("zzzzzz");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_EQ(run.err, "garden: error: unknown command 'zzzzzz' (see garden --help)\n");
+  expect_one_error_line(
+      garden("train --experiment=tabular/iris --mode=trian --model_dir='" + path("m") + "'"),
+      {"unknown mode 'trian'; did you mean 'train'? modes: train, eval"});
+  expect_one_error_line(garden("config --experiment=tabular/irs"),
+                        {"unknown experiment 'tabular/irs'; did you mean 'tabular/iris'?"});
+  EXPECT_FALSE(fs::exists(path("m")));
+  EXPECT_EQ(garden("experiments").status, 0);
+}
+
 // An empty input path names which of the task's data it is: the data layers
 // see one DataConfig, and the Trainer says where that stands in the config.
 TEST_F(ExperimentCliTest, AnEmptyInputPathNamesWhichDataItIs) {

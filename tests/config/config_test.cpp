@@ -302,8 +302,15 @@ TEST(RegistryTest, ExperimentsAreFoundByHierarchicalName) {
 TEST(RegistryTest, UnknownExperimentListsTheRegisteredOnes) {
   const std::string message =
       error_of([] { garden::config::get_experiment_config("tabular/irs"); });
-  EXPECT_NE(message.find("unknown experiment 'tabular/irs'"), std::string::npos) << message;
-  EXPECT_NE(message.find("tabular/iris"), std::string::npos) << message;
+  EXPECT_NE(message.find("unknown experiment 'tabular/irs'; did you mean 'tabular/iris'? "
+                         "registered: "),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("wmt_transformer/demo"), std::string::npos) << message;
+  // Nothing near: no suggestion, the list still.
+  const std::string far = error_of([] { garden::config::get_experiment_config("zzzzzzzz"); });
+  EXPECT_EQ(far.find("did you mean"), std::string::npos) << far;
+  EXPECT_NE(far.find("registered: "), std::string::npos) << far;
 }
 
 TEST(RegistryTest, DuplicateAndMalformedNamesAreRefused) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "garden/config/definitions.h"
+#include "garden/config/yaml_io.h"
 
 namespace garden::config {
 
@@ -39,9 +40,14 @@ class Registry {
     if (it == entries_.end()) {
       std::string known;
       for (const auto& [key, value] : entries_) known += (known.empty() ? "" : ", ") + key;
-      throw ConfigError("unknown " + what_ + " '" + name + "'; registered: " +
-                        (known.empty() ? "(none)" : known) + ". Register it with " +
-                        "garden::config::register_" + what_ + "() before running.");
+      std::vector<std::string> names;
+      for (const auto& [key, value] : entries_) names.push_back(key);
+      const std::string suggestion = nearest(name, names);
+      throw ConfigError("unknown " + what_ + " '" + name + "'; " +
+                        (suggestion.empty() ? "" : "did you mean '" + suggestion + "'? ") +
+                        "registered: " + (known.empty() ? "(none)" : known) +
+                        ". Register it with garden::config::register_" + what_ +
+                        "() before running.");
     }
     return it->second;
   }
