@@ -78,6 +78,8 @@ RawTable read_table(const std::string& path, const std::string& label_column,
 
 void TabularClassificationTask::read_training_rows() {
   if (schema_ready_) return;
+  if (config_.train_data.input_path.empty())
+    throw config::ConfigError("task.train_data.input_path: is empty; it must name a CSV file");
   TableSchema schema;
   schema.feature_columns = config_.feature_columns;
   RawTable table =

@@ -33,8 +33,8 @@ void TabularClassificationConfig::validate() const {
   if (label_column.empty()) config::refuse("label_column", "is empty; name the label column");
   config::check_range("validation_split", validation_split, config::Range::at_least(0).below(1));
   config::check_range("split_seed", split_seed, config::Range::at_least(0));
-  if (train_data.input_path.empty())
-    config::refuse("train_data.input_path", "is empty; it must name a CSV file");
+  // An empty train_data.input_path is refused when the CSV is read, not
+  // here: `garden config` shows an experiment before its paths are set.
   // The CSV file is read into memory once and served by TableDataset: these
   // DataConfig keys of the file pipeline would have no effect.
   const config::DataConfig defaults;

@@ -129,7 +129,12 @@ TEST_F(ExperimentCliTest, AnEmptyInputPathNamesWhichDataItIs) {
   expect_one_error_line(
       garden("train --experiment=bert/squad_tiny --mode=train --model_dir='" + path("c") + "'"),
       {"task.train_data.input_path: is empty"});
-  for (const char* dir : {"a", "b", "c"}) EXPECT_FALSE(fs::exists(path(dir))) << dir;
+  // A CSV experiment shows before its path is set, and refuses to train without it.
+  EXPECT_EQ(garden("config --experiment=tabular/classification").status, 0);
+  expect_one_error_line(
+      garden("train --experiment=tabular/classification --model_dir='" + path("d") + "'"),
+      {"task.train_data.input_path: is empty; it must name a CSV file"});
+  for (const char* dir : {"a", "b", "c", "d"}) EXPECT_FALSE(fs::exists(path(dir))) << dir;
 }
 
 TEST_F(ExperimentCliTest, AScheduleOverTheTrainingFollowsTheTrainStepsAUserSets) {

@@ -25,7 +25,8 @@ using garden::vision::ImageClassificationDataConfig;
 
 std::string record_of(const Image& image, int64_t label) {
   garden::data::Example example;
-  example["image/encoded"] = garden::data::FeatureValue::of_bytes({garden::vision::encode_png(image)});
+  example["image/encoded"] =
+      garden::data::FeatureValue::of_bytes({garden::vision::encode_png(image)});
   example["image/class/label"] = garden::data::FeatureValue::of_ints({label});
   return garden::data::serialize_example(example);
 }
@@ -70,7 +71,8 @@ TEST(ImageClassificationTest, AugmentationChangesWithTheEpochNotWithTheRun) {
   // The same record, epoch and file name (any folder): the same pixels.
   EXPECT_TRUE(torch::equal(draw(5, 0, "/a"), draw(5, 0, "/b")));
   int differ = 0;
-  for (int64_t epoch = 1; epoch < 6; ++epoch) differ += !torch::equal(draw(5, 0, "/a"), draw(5, epoch, "/a"));
+  for (int64_t epoch = 1; epoch < 6; ++epoch)
+    differ += !torch::equal(draw(5, 0, "/a"), draw(5, epoch, "/a"));
   EXPECT_GE(differ, 4);
   EXPECT_FALSE(torch::equal(draw(5, 0, "/a"), draw(6, 0, "/a")));
 }
@@ -120,8 +122,8 @@ TEST(ImageClassificationTest, ABadRecordIsOneErrorNamingIt) {
 
 TEST(ImageClassificationTest, TopKAccuracyCountsTheLabelAmongTheKLargest) {
   garden::SparseTopKCategoricalAccuracy top2("top_2_accuracy", 2);
-  const at::Tensor logits = torch::tensor({{0.1f, 0.5f, 0.4f}, {0.9f, 0.04f, 0.06f},
-                                           {0.2f, 0.3f, 0.5f}});
+  const at::Tensor logits =
+      torch::tensor({{0.1f, 0.5f, 0.4f}, {0.9f, 0.04f, 0.06f}, {0.2f, 0.3f, 0.5f}});
   top2.update_state(torch::tensor({2, 1, 0}), logits);
   // Row 0: label 2 is second (in); row 1: label 1 is last (out); row 2: label 0 last (out).
   EXPECT_NEAR(top2.result(), 1.0 / 3.0, 1e-9);
@@ -148,8 +150,22 @@ TEST(ImageClassificationTest, TheConfigRefusesWhatIsNotBuiltInOneLine) {
     EXPECT_EQ(out[0], '1') << key;
     EXPECT_NE(out.find(words), std::string::npos) << out;
   }
-  const std::string out = run(garden + " config --experiment=vision/mnist");
-  EXPECT_NE(out.find("train_data.input_path: is empty"), std::string::npos) << out;
+  // The experiment shows before its paths are set; training refuses each
+  // empty path naming it, before model_dir exists.
+  const std::string shown = run(garden + " config --experiment=vision/mnist");
+  EXPECT_EQ(shown[0], '0') << shown;
+  EXPECT_NE(shown.find("    input_path: \"\"\n"), std::string::npos) << shown;
+  const fs::path model_dir = fs::path(::testing::TempDir()) / "vision_no_paths";
+  fs::remove_all(model_dir);
+  std::string out =
+      run(garden + " train --experiment=vision/mnist --model_dir='" + model_dir.string() + "'");
+  EXPECT_EQ(out[0], '1') << out;
+  EXPECT_NE(out.find("task.train_data.input_path: is empty: name the records"), std::string::npos)
+      << out;
+  out = run(garden + " train --experiment=vision/mnist --mode=eval --model_dir='" +
+            model_dir.string() + "'");
+  EXPECT_NE(out.find("task.validation_data.input_path: is empty"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(model_dir));
 }
 
 TEST(ImageClassificationTest, FlowersTrainsWithTorchvisionsCropAndImageNetWithModelGardens) {
@@ -190,10 +206,10 @@ TEST(ImageClassificationTest, ATinyRunLearnsSeparableImages) {
     writer.close();
   }
   const std::string out = run(
-      std::string(GARDEN_CLI_PATH) + " train --experiment=vision/mnist --model_dir=" +
-      (dir / "run").string() + " --params_override=task.train_data.input_path=" +
-      (dir / "train.tfrecord").string() + ",task.validation_data.input_path=" +
-      (dir / "valid.tfrecord").string() +
+      std::string(GARDEN_CLI_PATH) +
+      " train --experiment=vision/mnist --model_dir=" + (dir / "run").string() +
+      " --params_override=task.train_data.input_path=" + (dir / "train.tfrecord").string() +
+      ",task.validation_data.input_path=" + (dir / "valid.tfrecord").string() +
       ",task.model.num_classes=2,task.model.input_size=[16,16,3],task.model.backbone.resnet."
       "depth_multiplier=0.25,task.train_data.global_batch_size=16,task.validation_data.global_"
       "batch_size=16,task.train_data.aug_rand_hflip=true,task.train_data.aug_crop=true,"

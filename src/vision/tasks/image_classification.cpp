@@ -6,6 +6,7 @@
 #include <random>
 
 #include "garden/base/error.h"
+#include "garden/config/validation.h"
 #include "garden/core/strategy.h"
 #include "garden/data/example.h"
 #include "garden/data/pipeline.h"
@@ -101,6 +102,9 @@ DatasetPtr ImageClassificationTask::build_inputs(const config::DataConfig& param
   const auto* data = dynamic_cast<const ImageClassificationDataConfig*>(&params);
   if (!data)
     throw Error("image_classification: its data configs are ImageClassificationDataConfig");
+  if (params.input_path.empty())
+    config::refuse("input_path",
+                   "is empty: name the records (garden create_image_records makes them)");
   const bool training = params.is_training.value_or(false);
   const int64_t height = config_.model.input_size[0], width = config_.model.input_size[1];
   const uint64_t seed = static_cast<uint64_t>(params.seed.value_or(0));

@@ -24,8 +24,8 @@ void ResNetConfig::visit(config::Visitor& v) {
 void ResNetConfig::validate() const {
   if (model_id != 10 && model_id != 18 && model_id != 34 && model_id != 50 && model_id != 101 &&
       model_id != 152 && model_id != 200)
-    config::refuse("model_id", std::to_string(model_id) +
-                                   " is not one of 10, 18, 34, 50, 101, 152, 200");
+    config::refuse("model_id",
+                   std::to_string(model_id) + " is not one of 10, 18, 34, 50, 101, 152, 200");
   check_range("depth_multiplier", depth_multiplier, Range::above(0));
   if (stem_type != "v0" && stem_type != "v1")
     config::refuse("stem_type", "'" + stem_type + "' is not one of v0, v1");
@@ -118,12 +118,14 @@ void ImageClassificationDataConfig::validate() const {
   check_range("color_jitter", color_jitter, Range::at_least(0));
   if (color_jitter != 0) config::refuse("color_jitter", "is not implemented yet; leave it 0");
   if (!aug_type.empty())
-    config::refuse("aug_type", "'" + aug_type + "' is not implemented yet (RandAugment, "
-                                                 "AutoAugment); leave it empty");
+    config::refuse("aug_type", "'" + aug_type +
+                                   "' is not implemented yet (RandAugment, "
+                                   "AutoAugment); leave it empty");
   if (is_multilabel) config::refuse("is_multilabel", "true is not implemented yet");
   if (!tfds_name.empty())
-    config::refuse("tfds_name", "TensorFlow Datasets are not available in Garden: make records "
-                                "with garden create_image_records and set input_path");
+    config::refuse("tfds_name",
+                   "TensorFlow Datasets are not available in Garden: make records "
+                   "with garden create_image_records and set input_path");
 }
 
 std::vector<config::IgnoredKey> ImageClassificationDataConfig::ignored_keys() const {
@@ -176,9 +178,8 @@ void ImageClassificationTaskConfig::visit_task_fields(config::Visitor& v) {
 
 void ImageClassificationTaskConfig::validate() const {
   if (freeze_backbone) config::refuse("freeze_backbone", "true is not implemented yet");
-  if (train_data.input_path.empty())
-    config::refuse("train_data.input_path",
-                   "is empty: name the training records (garden create_image_records makes them)");
+  // An empty input_path is refused when the records are read (build_inputs),
+  // not here: `garden config` shows an experiment before its paths are set.
 }
 
 ClassificationModelOptions ImageClassificationTaskConfig::model_options() const {
