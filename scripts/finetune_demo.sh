@@ -6,7 +6,8 @@
 # both, answer with `garden predict`, then serve each and ask TF Serving's
 # REST API with raw text. Run after scripts/demo.sh (or any
 # build of build/garden). Each training sets runtime.seed=1 (the experiments
-# draw a seed per run, as Model Garden's do), so two runs print the same.
+# draw a seed per run, as Model Garden's do), so two runs on one machine
+# print the same.
 #
 #   bash scripts/finetune_demo.sh [OUT]     (default runs/finetune-demo)
 set -euo pipefail
