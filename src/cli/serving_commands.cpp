@@ -88,13 +88,16 @@ struct PredictFlags {
 };
 
 // One input line as an instance: JSON, or for a model whose one input is a
-// string, the line's text itself when it is not a JSON string or object.
+// string, the line's text itself when it is not a JSON string or object. A
+// line that starts with '{' is meant as an object: when it does not parse,
+// it is refused rather than taken as text.
 json parse_line(const std::string& line, bool text_input, int64_t number) {
   try {
     json value = json::parse(line);
     if (!text_input || value.is_string() || value.is_object()) return value;
   } catch (const json::exception& e) {
-    if (!text_input)
+    const auto first = line.find_first_not_of(" \t");
+    if (!text_input || (first != std::string::npos && line[first] == '{'))
       throw InputError("--input line " + std::to_string(number) + " is not JSON: " + e.what());
   }
   return json(line);

@@ -189,6 +189,17 @@ void ServingCliTest::expect_predict_translates_as_translate(const std::string& f
 
 TEST_F(ServingCliTest, PredictOnTextLinesTranslatesAsGardenTranslateDoes) {
   expect_predict_translates_as_translate("");
+  // A line meant as an object that does not parse is refused, not translated
+  // as text; plain text that merely holds braces is still text.
+  spit(dir_ / "broken.jsonl", sources_[0] + "\n {\"inputs\": \"Open file\"\n");
+  expect_one_error_line(
+      garden("predict --export_dir '" + path("out") + "' --input '" + path("broken.jsonl") + "'"),
+      {"--input line 2 is not JSON"});
+  spit(dir_ / "braces.txt", "Open {file}\n");
+  const CliRun run =
+      garden("predict --export_dir '" + path("out") + "' --input '" + path("braces.txt") + "'");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(lines_of(run.out).size(), 1u);
 }
 
 // --int8 is the same decoding through garden predict as through garden
