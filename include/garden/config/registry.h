@@ -39,9 +39,11 @@ class Registry {
     auto it = entries_.find(name);
     if (it == entries_.end()) {
       std::string known;
-      for (const auto& [key, value] : entries_) known += (known.empty() ? "" : ", ") + key;
       std::vector<std::string> names;
-      for (const auto& [key, value] : entries_) names.push_back(key);
+      for (const auto& [key, value] : entries_) {
+        known += (known.empty() ? "" : ", ") + key;
+        names.push_back(key);
+      }
       const std::string suggestion = nearest(name, names);
       throw ConfigError("unknown " + what_ + " '" + name + "'; " +
                         (suggestion.empty() ? "" : "did you mean '" + suggestion + "'? ") +
