@@ -339,6 +339,11 @@ void ExperimentConfig::visit(Visitor& v) {
 
 void ExperimentConfig::validate() const {
   if (!task) throw ConfigError("the experiment has no task config");
+  // Training data repeats; evaluating all of it would never end.
+  if (task->validation_data_config().is_training.value_or(false) && trainer.validation_steps < 0)
+    refuse("task.validation_data.is_training",
+           "true repeats the validation data without end, and trainer.validation_steps -1 "
+           "evaluates until it ends; set is_training: false (or trainer.validation_steps)");
   // Keras refuses these with differential privacy, which does its own
   // clipping (Model Garden's base_task.create_optimizer).
   const auto& optimizer = trainer.optimizer_config.optimizer;

@@ -369,6 +369,12 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params, const RunO
                 "modes: " + list);
   }
   if (options.model_dir.empty()) throw Error("--model_dir is required");
+  const bool trains_at_all =
+      mode == "train" || mode == "train_and_eval" || mode == "train_and_post_eval";
+  if (trains_at_all && params->trainer.train_steps == 0)
+    throw Error("trainer.train_steps is 0, so --mode=" + mode +
+                " has nothing to train; set trainer.train_steps (--mode=eval evaluates a "
+                "checkpoint without training)");
   if (!params->locked())
     throw Error("the config must be finalized (finalize_config) before running");
 

@@ -25,8 +25,15 @@ CsvReader::CsvReader(const std::string& path, char delimiter)
 }
 
 std::size_t CsvReader::column(const std::string& name) const {
-  for (std::size_t i = 0; i < header_.size(); ++i)
-    if (header_[i] == name) return i;
+  for (std::size_t i = 0; i < header_.size(); ++i) {
+    if (header_[i] != name) continue;
+    for (std::size_t j = i + 1; j < header_.size(); ++j)
+      if (header_[j] == name)
+        throw Error("CSV file '" + path_ + "' has two columns named '" + name + "' (columns " +
+                    std::to_string(i + 1) + " and " + std::to_string(j + 1) +
+                    "); rename one in the header");
+    return i;
+  }
   std::string columns;
   for (const auto& h : header_) columns += (columns.empty() ? "" : ", ") + h;
   throw Error("CSV file '" + path_ + "' has no column '" + name + "'; its columns: " + columns);
@@ -40,6 +47,8 @@ bool CsvReader::read_record(std::vector<std::string>& fields) {
     if (!std::getline(in_, line)) return false;
     ++line_;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    // A byte order mark (Excel's "CSV UTF-8") is not part of the first name.
+    if (line_ == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
   } while (line.empty());
   row_line_ = line_;
   std::string field;
@@ -96,6 +105,8 @@ bool CsvReader::next(std::vector<std::string>& fields) {
 
 bool parse_double(const std::string& text, double& value) {
   if (text.empty()) return false;
+  // strtod also reads hexadecimal ("0x10"), which a CSV number is not.
+  if (text.find_first_of("xXpP") != std::string::npos) return false;
   char* end = nullptr;
   value = std::strtod(text.c_str(), &end);
   // ERANGE also flags underflow (1e-320, a subnormal, or 1e-400, zero): still

@@ -26,6 +26,7 @@ namespace {
 struct RawTable {
   std::vector<std::vector<double>> rows;
   std::vector<std::string> labels;
+  std::vector<int64_t> lines;  // the line each row starts on
 };
 
 // Column names and labels end up in the checkpoint's metadata (JSON), which
@@ -49,8 +50,12 @@ RawTable read_table(const std::string& path, const std::string& label_column,
     for (std::size_t i = 0; i < reader.header().size(); ++i)
       if (i != label_index) feature_columns.push_back(reader.header()[i]);
   }
-  for (const auto& name : feature_columns) {
+  for (std::size_t i = 0; i < feature_columns.size(); ++i) {
+    const std::string& name = feature_columns[i];
     if (name == label_column) throw Error("feature_columns lists the label column '" + name + "'");
+    if (std::find(feature_columns.begin(), feature_columns.begin() + static_cast<long>(i), name) !=
+        feature_columns.begin() + static_cast<long>(i))
+      throw Error("task.feature_columns lists '" + name + "' twice");
     feature_index.push_back(reader.column(name));
   }
   if (feature_index.empty()) throw Error("CSV file '" + path + "' has no feature column");
@@ -69,6 +74,7 @@ RawTable read_table(const std::string& path, const std::string& label_column,
     check_utf8(fields[label_index], reader, "label column '" + label_column + "'");
     table.rows.push_back(std::move(row));
     table.labels.push_back(fields[label_index]);
+    table.lines.push_back(reader.line());
   }
   if (table.rows.empty()) throw Error("CSV file '" + path + "' has no data rows");
   return table;
@@ -122,9 +128,16 @@ void TabularClassificationTask::read_training_rows() {
   schema.stddev.assign(width, 0.0);
   for (std::size_t i = 0; i < table.rows.size(); ++i) {
     if (held_out[i]) {
-      // Held-out labels unseen in training cannot be scored.
+      // A held-out label unseen in training cannot be scored; leaving the
+      // row out would change what the accuracy is out of.
       const auto it = class_id.find(table.labels[i]);
-      if (it == class_id.end()) continue;
+      if (it == class_id.end())
+        throw Error("CSV file '" + config_.train_data.input_path + "' line " +
+                    std::to_string(table.lines[i]) + ": label '" + table.labels[i] +
+                    "' is held out for validation (task.validation_split " +
+                    config::number_text(config_.validation_split) +
+                    ") but is in no training row; change task.split_seed or give the class more "
+                    "rows");
       holdout_rows_.push_back(table.rows[i]);
       holdout_labels_.push_back(it->second);
     } else {
@@ -173,8 +186,7 @@ TabularClassificationTask::Table TabularClassificationTask::load(const config::D
     if (!training && config_.validation_split > 0) {
       if (holdout_rows_.empty())
         throw Error("task.validation_split holds out no row of '" + config_.train_data.input_path +
-                    "' to evaluate on (or only rows whose labels are not training "
-                    "classes); raise it or set validation_data.input_path");
+                    "' to evaluate on; raise it or set validation_data.input_path");
       return {rows_to_tensor(holdout_rows_, width), torch::tensor(holdout_labels_, torch::kLong)};
     }
     if (!training)
@@ -188,8 +200,8 @@ TabularClassificationTask::Table TabularClassificationTask::load(const config::D
   for (std::size_t i = 0; i < table.labels.size(); ++i) {
     const auto it = std::find(schema_.classes.begin(), schema_.classes.end(), table.labels[i]);
     if (it == schema_.classes.end())
-      throw Error("CSV file '" + params.input_path + "': label '" + table.labels[i] +
-                  "' (data row " + std::to_string(i + 1) + ") is not a class of the training data");
+      throw Error("CSV file '" + params.input_path + "' line " + std::to_string(table.lines[i]) +
+                  ": label '" + table.labels[i] + "' is not a class of the training data");
     labels.push_back(it - schema_.classes.begin());
   }
   return {rows_to_tensor(table.rows, width), torch::tensor(labels, torch::kLong)};
@@ -259,6 +271,23 @@ void TabularClassificationTask::restore_checkpoint_metadata(const nlohmann::json
   if (schema_ready_ && classes != schema_.classes)
     throw Error("the checkpoint's classes differ from those of the training data '" +
                 config_.train_data.input_path + "'");
+  // The model standardizes and weighs its inputs in the checkpoint's column
+  // order: a file whose columns were reordered or renamed would feed it the
+  // wrong ones.
+  if (schema_ready_ && metadata.contains("feature_columns")) {
+    const std::vector<std::string> columns = metadata.at("feature_columns");
+    if (columns != schema_.feature_columns) {
+      const auto list = [](const std::vector<std::string>& names) {
+        std::string out;
+        for (const auto& name : names) out += (out.empty() ? "" : ",") + name;
+        return "[" + out + "]";
+      };
+      throw Error("the checkpoint's feature columns " + list(columns) + " differ from " +
+                  list(schema_.feature_columns) + " of '" + config_.train_data.input_path +
+                  "'; set task.feature_columns=" + list(columns) +
+                  " to read the file's columns by name");
+    }
+  }
 }
 
 void TabularClassificationTask::use_schema(TableSchema schema) {

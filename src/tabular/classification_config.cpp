@@ -63,8 +63,7 @@ void TabularClassificationConfig::validate() const {
                "'" + data->compression_type + "'");
     refuse_set("skip_corrupt_records", data->skip_corrupt_records == defaults.skip_corrupt_records,
                data->skip_corrupt_records ? "true" : "false");
-    // Always CSV; the generic default (tfrecord) stands for "unset".
-    if (data->file_type != defaults.file_type && data->file_type != "csv")
+    if (data->file_type != "csv")
       config::refuse(name + ".file_type",
                      "'" + data->file_type + "' is not csv; this task reads CSV files only");
   }

@@ -117,6 +117,14 @@ TEST(ConfigValidationTest, TrainerKeys) {
       {"tabular/iris", "trainer.max_to_keep=0", "trainer.max_to_keep: 0 is out of range"},
       {"tabular/iris", "trainer.train_steps=-1", "trainer.train_steps: -1 is out of range"},
       {"tabular/iris", "trainer.train_steps=0", ""},
+      {"tabular/iris", "task.validation_data.is_training=true",
+       "task.validation_data.is_training: true repeats the validation data without end, and "
+       "trainer.validation_steps -1 evaluates until it ends; set is_training: false (or "
+       "trainer.validation_steps)"},
+      {"tabular/iris", "task.validation_data.is_training=true,trainer.validation_steps=3", ""},
+      {"tabular/iris", "task.train_data.file_type=tfrecord",
+       "task.train_data.file_type: 'tfrecord' is not csv; this task reads CSV files only"},
+      {"tabular/iris", "task.validation_data.file_type=csv", ""},
       {"tabular/iris", "trainer.validation_steps=0",
        "trainer.validation_steps: 0 is out of range; must be -1 (the whole validation data) or "
        ">= 1"},

@@ -23,6 +23,11 @@ struct TabularClassificationConfig : config::TaskConfigWith<FeedForwardConfig, c
   std::vector<std::string> feature_columns;  // empty: every column but the label
   double validation_split = 0.0;
   int64_t split_seed = 0;
+  // The task reads CSV files only; params.yaml says so.
+  TabularClassificationConfig() {
+    train_data.file_type = "csv";
+    validation_data.file_type = "csv";
+  }
   void validate() const override;
 
  protected:
