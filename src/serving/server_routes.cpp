@@ -119,12 +119,27 @@ void add_rest_routes(ModelServer::State& s) {
              [&s](const httplib::Request& request, httplib::Response& response) {
                answer(s, response, [&] { return metadata_body(s, request.matches[1]); });
              });
+  // The body is read here, whatever its Content-Type: `curl -d` sends
+  // application/x-www-form-urlencoded, whose bodies cpp-httplib would
+  // otherwise cap at 8 KB (a compiled-in limit) before --max_body_bytes.
   s.http.Post("/v1/models/([^:/]+)(?:/versions/([0-9]+))?:predict",
-              [&s](const httplib::Request& request, httplib::Response& response) {
+              [&s](const httplib::Request& request, httplib::Response& response,
+                   const httplib::ContentReader& read) {
+                std::string body;
+                const bool whole = read([&body](const char* data, std::size_t length) {
+                  body.append(data, length);
+                  return true;
+                });
+                if (!whole) {
+                  // Over the limit (413, set by the reader) or cut short;
+                  // the error handler answers it as JSON.
+                  if (response.status < 400) response.status = 400;
+                  return;
+                }
                 answer(s, response, [&] {
                   // Only a request that waits in the batching queue may
                   // outlive its client.
-                  return predict_body(s, request.matches[1], request.matches[2], request.body,
+                  return predict_body(s, request.matches[1], request.matches[2], body,
                                       s.options.enable_batching ? client_socket(request) : -1);
                 });
               });

@@ -142,6 +142,20 @@ TEST_F(ServerTest, StatusMetadataAndBothRequestFormats) {
   EXPECT_NE(metrics->body.find("garden_serving_instances_total 4"), std::string::npos);
 }
 
+// `curl -d`, as the docs show, sends application/x-www-form-urlencoded:
+// such a body is read up to --max_body_bytes like any other (cpp-httplib
+// alone refuses a form over 8 KB with 413).
+TEST_F(ServerTest, ABodySentAsAFormIsReadUpToTheLimit) {
+  start(iris_export_, garden::serving::ServerOptions());
+  auto c = client();
+  json many = {{"instances", json::array()}};
+  while (many.dump().size() < 20000) many["instances"].push_back(instance(5.1, 3.5, 1.4, 0.2));
+  auto answer = c.Post("/v1/models/iris:predict", many.dump(), "application/x-www-form-urlencoded");
+  ASSERT_TRUE(answer);
+  ASSERT_EQ(answer->status, 200) << answer->body.substr(0, 200);
+  EXPECT_EQ(json::parse(answer->body).at("predictions").size(), many["instances"].size());
+}
+
 TEST_F(ServerTest, MalformedRequestsGet4xxAndTheServerStillAnswers) {
   garden::serving::ServerOptions options;
   options.max_body_bytes = 4096;
@@ -183,6 +197,11 @@ TEST_F(ServerTest, MalformedRequestsGet4xxAndTheServerStillAnswers) {
     if (test.status == 200) continue;
     EXPECT_NE(body.value("error", "(none)").find(test.error), std::string::npos) << answer->body;
   }
+  // A body over the limit sent as a form (`curl -d`) is refused as one sent
+  // as JSON.
+  auto form_too_long = c.Post(path, std::string(5000, ' '), "application/x-www-form-urlencoded");
+  ASSERT_TRUE(form_too_long);
+  EXPECT_EQ(form_too_long->status, 413) << form_too_long->body;
   auto unknown = c.Post("/v1/models/roses:predict", good.dump(), "application/json");
   ASSERT_TRUE(unknown);
   EXPECT_EQ(unknown->status, 404);
