@@ -163,8 +163,8 @@ bool is_loss_scale(const std::string& text) {
 }  // namespace
 
 void RuntimeConfig::validate() const {
-  static const std::set<std::string> strategies = {"", "off", "one_device", "mirrored",
-                                                   "multi_worker_mirrored", "parameter_server"};
+  static const std::set<std::string> strategies = {
+      "", "off", "one_device", "mirrored", "multi_worker_mirrored", "parameter_server"};
   if (!strategies.count(distribution_strategy))
     refuse("distribution_strategy", "'" + distribution_strategy +
                                         "' is not one of off, one_device, mirrored, "
@@ -182,8 +182,8 @@ void RuntimeConfig::validate() const {
                            "runtime.device=cuda (or num_gpus=0 for the CPU)");
   check_range("task_index", task_index, Range::at_least(-1));
   if (task_index >= 0 && !(worker_hosts && !worker_hosts->empty()))
-    refuse("task_index", std::to_string(task_index) +
-                             " is an index into runtime.worker_hosts, which is not set");
+    refuse("task_index",
+           std::to_string(task_index) + " is an index into runtime.worker_hosts, which is not set");
   check_range("bucket_cap_mb", bucket_cap_mb, Range::above(0));
   check_range("collective_timeout_seconds", collective_timeout_seconds, Range::at_least(1));
   if (convolution_algorithm != "auto" && convolution_algorithm != "direct" &&

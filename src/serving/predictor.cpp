@@ -159,8 +159,11 @@ void Predictor::apply_runtime() const {
 nlohmann::json Predictor::normalize_instance(const nlohmann::json& instance,
                                              std::size_t index) const {
   const auto& inputs = signature_.inputs;
-  if (inputs.size() == 1 && !(instance.is_object() && instance.contains(inputs[0].first)))
-    return {{inputs[0].first, instance}};
+  // With one input an instance may be its bare value (TF Serving's rule): a
+  // number, a string, a list, or {"b64": ...}; any other object names its
+  // inputs.
+  const bool b64 = instance.is_object() && instance.size() == 1 && instance.contains("b64");
+  if (inputs.size() == 1 && (!instance.is_object() || b64)) return {{inputs[0].first, instance}};
   if (instance.is_object()) {
     for (const auto& [key, value] : instance.items()) {
       bool known = false;

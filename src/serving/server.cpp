@@ -109,8 +109,9 @@ PredictRequest parse_predict_request(const std::string& body,
     instances.assign(list.begin(), list.end());
   } else {
     const json& columns = request.at("inputs");
-    const bool one_unnamed =
-        input_names.size() == 1 && columns.is_object() && !columns.contains(input_names[0]);
+    // One input's bare value: {"b64": ...} is the only object that is one.
+    const bool one_unnamed = input_names.size() == 1 && columns.is_object() &&
+                             columns.size() == 1 && columns.contains("b64");
     if (columns.is_object() && !one_unnamed) {
       std::size_t rows_count = 0;
       bool first = true;

@@ -9,6 +9,8 @@
 
 #ifdef GARDEN_WITH_GRPC
 
+#include <c10/util/Exception.h>
+
 #include <google/protobuf/util/json_util.h>
 #include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
@@ -298,6 +300,9 @@ class Calls {
       status = grpc::Status(code, e.what());
     } catch (const InputError& e) {
       status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, e.what());
+    } catch (const c10::Error& e) {
+      // LibTorch's message without its C++ stack trace.
+      status = grpc::Status(grpc::StatusCode::INTERNAL, e.what_without_backtrace());
     } catch (const std::exception& e) {
       status = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
     }

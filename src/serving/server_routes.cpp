@@ -1,6 +1,8 @@
 // TF Serving's REST routes: status, metadata, predict, metrics.
 #include "server_state.h"
 
+#include <c10/util/Exception.h>
+
 #include <exception>
 #include <utility>
 #include <vector>
@@ -93,6 +95,10 @@ void answer(ModelServer::State& s, httplib::Response& response, F&& make_body) {
   } catch (const InputError& e) {
     status = 400;
     body = {{"error", e.what()}};
+  } catch (const c10::Error& e) {
+    // LibTorch's message without its C++ stack trace.
+    status = 500;
+    body = {{"error", e.what_without_backtrace()}};
   } catch (const std::exception& e) {
     status = 500;
     body = {{"error", e.what()}};

@@ -386,6 +386,26 @@ TEST_F(SentencePredictionTest, TheLoaderGivesModelGardensFeatureNames) {
 // With the [CLS] output classified (Model Garden's head) and with the mean of
 // the tokens' outputs (task.model.pooling=mean), each export serving what the
 // task computes.
+// A vocabulary with more pieces than the encoder embeds used to train and
+// export, then fail in serving ("index out of range in self"); it is
+// refused when the model is built.
+TEST_F(SentencePredictionTest, AVocabularyLargerThanTheEncoderIsRefusedBeforeTraining) {
+  garden::nlp::TaskTextTokenizer small(vocab_, "WordPiece", true, "task.train_data.vocab_file", 20);
+  EXPECT_THROW_MSG(small.check(), garden::Error,
+                   "task.train_data.vocab_file '" + vocab_ +
+                       "' has 21 pieces, more than the encoder's vocab_size 20: ids from 20 on "
+                       "would have no embedding; use the vocabulary the encoder was trained with");
+  garden::nlp::TaskTextTokenizer fits(vocab_, "WordPiece", true, "task.train_data.vocab_file", 21);
+  EXPECT_NO_THROW(fits.check());
+  auto experiment = garden::config::get_experiment_config("bert/sentence_prediction_tiny");
+  garden::config::apply_override(
+      *experiment, "task.model.encoder.bert.vocab_size=20,task.train_data.tokenization=WordPiece");
+  static_cast<garden::nlp::SentencePredictionConfig&>(*experiment->task).train_data.vocab_file =
+      vocab_;
+  auto task = garden::get_task(experiment->task);
+  EXPECT_THROW_MSG(task->build_model(), garden::Error, "more than the encoder's vocab_size 20");
+}
+
 TEST_F(SentencePredictionTest, ATinyModelLearnsASeparableSetAndItsExportServesRawText) {
   for (const std::string pooling : {"cls", "mean"}) {
     SCOPED_TRACE("task.model.pooling=" + pooling);
@@ -430,7 +450,9 @@ void SentencePredictionTest::learn_and_serve(const std::string& pooling) {
       EXPECT_NEAR(rows[b].at("probabilities")[c].get<double>(),
                   outputs.at("probabilities")[b][c].item<double>(), 1e-6);
   EXPECT_THROW_MSG(predictor.predict(std::vector<json>{json{{"text", "x"}}}), garden::Error,
-                   "instance 0: input 'sentence' must be a string, not object");
+                   "instance 0 has an unknown input 'text'");
+  EXPECT_THROW_MSG(predictor.predict(std::vector<json>{json::object()}), garden::Error,
+                   "instance 0 has no input 'sentence'");
   garden::set_quiet(false);
 }
 
@@ -792,8 +814,7 @@ TEST_F(SentencePredictionTest, LayerwiseLrDecayScalesEachLayersUpdateAsElectraDo
     const at::Tensor decayed = (weights["decayed2"].at(name) - initial).to(torch::kDouble);
     const double moved = full.abs().sum().item<double>();
     ASSERT_GT(moved, 0.0);
-    EXPECT_NEAR(decayed.abs().sum().item<double>() / moved, module->second,
-                module->second * 2e-3);
+    EXPECT_NEAR(decayed.abs().sum().item<double>() / moved, module->second, module->second * 2e-3);
   }
   EXPECT_EQ(seen.size(), expected.size());
   garden::set_quiet(false);
@@ -801,8 +822,9 @@ TEST_F(SentencePredictionTest, LayerwiseLrDecayScalesEachLayersUpdateAsElectraDo
   // A factor outside (0, 1] is one line naming the key.
   auto experiment = tiny_experiment(2);
   static_cast<garden::nlp::SentencePredictionConfig&>(*experiment->task).layerwise_lr_decay = 0.0;
-  EXPECT_NE(garden_test::error_of([&] { garden::config::validate_config(*experiment); })
-                .find("task.layerwise_lr_decay"),
+  EXPECT_NE(garden_test::error_of([&] {
+              garden::config::validate_config(*experiment);
+            }).find("task.layerwise_lr_decay"),
             std::string::npos);
 }
 

@@ -94,8 +94,9 @@ TEST_F(TabularTest, TrainAndEvalOnIrisReachesTheAccuracyBar) {
 TEST_F(TabularTest, AResumedRunEndsBitwiseEqualToAnUninterruptedOne) {
   // Dropout 0.1 and a shuffled, repeating input make the random state and the
   // input position matter, not only the weights.
-  const std::string common = "trainer.checkpoint_interval=100,trainer.steps_per_loop=25,"
-                             "trainer.summary_interval=25,runtime.seed=7";
+  const std::string common =
+      "trainer.checkpoint_interval=100,trainer.steps_per_loop=25,"
+      "trainer.summary_interval=25,runtime.seed=7";
   run("train", "straight", common + ",trainer.train_steps=200");
   run("train", "resumed", common + ",trainer.train_steps=100");
   ASSERT_TRUE(fs::exists(root_ / "resumed" / "ckpt-100"));
@@ -118,8 +119,9 @@ TEST_F(TabularTest, AResumeContinuesFromWhatTheCheckpointHolds) {
   // Guards the test above: a run that ignored its checkpoint and trained
   // 200 steps afresh would also equal the straight run. Here the checkpoint
   // at 100 is altered before resuming: a real resume carries the change on.
-  const std::string common = "trainer.checkpoint_interval=100,trainer.steps_per_loop=25,"
-                             "trainer.summary_interval=25,runtime.seed=7";
+  const std::string common =
+      "trainer.checkpoint_interval=100,trainer.steps_per_loop=25,"
+      "trainer.summary_interval=25,runtime.seed=7";
   run("train", "straight", common + ",trainer.train_steps=200");
   run("train", "resumed", common + ",trainer.train_steps=100");
   const std::string checkpoint = (root_ / "resumed" / "ckpt-100").string();
@@ -184,8 +186,9 @@ TEST_F(TabularTest, ValidationStepsLimitsTheBatchesEvaluated) {
 }
 
 TEST_F(TabularTest, ContinuousEvalFollowsATrainerUntilTrainSteps) {
-  const std::string overrides = "trainer.train_steps=300,trainer.checkpoint_interval=100,"
-                                "trainer.continuous_eval_timeout=60";
+  const std::string overrides =
+      "trainer.train_steps=300,trainer.checkpoint_interval=100,"
+      "trainer.continuous_eval_timeout=60";
   garden::Logs eval_logs;
   std::exception_ptr eval_error;
   // The evaluator starts first, on a model_dir with no checkpoint yet.
@@ -240,8 +243,7 @@ TEST_F(TabularTest, TheSameTaskWorksOnAnyNumericCsv) {
                         "tabular/classification");
   EXPECT_GE(metric(logs, "accuracy"), 0.95);
   const auto ckpt = garden::read_checkpoint_file((root_ / "blobs" / "ckpt-200").string());
-  EXPECT_EQ(ckpt.meta.at("task").at("classes"),
-            (std::vector<std::string>{"blue", "green", "red"}));
+  EXPECT_EQ(ckpt.meta.at("task").at("classes"), (std::vector<std::string>{"blue", "green", "red"}));
   // The standardization statistics travel with the model.
   const at::Tensor mean = ckpt.tensors.at("model/feature_mean");
   EXPECT_NEAR(mean[2].item<float>(), 100.0, 0.2);
@@ -330,9 +332,8 @@ TEST_F(TabularTest, ValidationLabelsMustBeTrainingClasses) {
   std::ofstream(valid) << "label,x\na,1\nc,3\n";
   try {
     run("train_and_eval", "labels",
-        "task.train_data.input_path=" + train.string() +
-            ",task.validation_data.input_path=" + valid.string() +
-            ",task.train_data.global_batch_size=2",
+        "task.train_data.input_path=" + train.string() + ",task.validation_data.input_path=" +
+            valid.string() + ",task.train_data.global_batch_size=2",
         "tabular/classification");
     FAIL() << "expected an error";
   } catch (const garden::Error& e) {
@@ -360,8 +361,8 @@ TEST_F(TabularTest, InitCheckpointRestoresByNameAndAllowsAPartialRestore) {
   auto fresh = task->build_model();
   const auto before = garden::model_state(*fresh).at("dense_1.weight").clone();
   const auto report = garden::load_model_state(*fresh, partial.tensors, "model/", false);
-  EXPECT_TRUE(torch::equal(garden::model_state(*fresh).at("dense_0.weight"),
-                           torch::full({32, 4}, 0.5)));
+  EXPECT_TRUE(
+      torch::equal(garden::model_state(*fresh).at("dense_0.weight"), torch::full({32, 4}, 0.5)));
   EXPECT_TRUE(torch::equal(garden::model_state(*fresh).at("dense_1.weight"), before));
   EXPECT_EQ(report.unexpected, std::vector<std::string>{"not_in_model"});
   EXPECT_NE(std::find(report.missing.begin(), report.missing.end(), "dense_2.bias"),
@@ -482,7 +483,8 @@ TEST_F(TabularTest, AHeldOutLabelThatNoTrainingRowHasNamesItsLine) {
     try {
       run("train", "rare" + std::to_string(seed),
           "task.train_data.input_path=" + csv.string() +
-              ",task.validation_split=0.25,trainer.train_steps=1,task.train_data.global_batch_size=2,"
+              ",task.validation_split=0.25,trainer.train_steps=1,task.train_data.global_batch_size="
+              "2,"
               "task.split_seed=" +
               std::to_string(seed),
           "tabular/classification");
@@ -564,10 +566,10 @@ TEST_F(TabularTest, ACheckpointRefusesAFileWhoseColumnsWereReordered) {
     run("eval", "m", data, "tabular/classification");
     FAIL() << "expected an error";
   } catch (const garden::Error& e) {
-    EXPECT_EQ(std::string(e.what()), "the checkpoint's feature columns [a,b] differ from [b,a] of '" +
-                                         csv.string() +
-                                         "'; set task.feature_columns=[a,b] to read the file's "
-                                         "columns by name");
+    EXPECT_EQ(std::string(e.what()),
+              "the checkpoint's feature columns [a,b] differ from [b,a] of '" + csv.string() +
+                  "'; set task.feature_columns=[a,b] to read the file's "
+                  "columns by name");
   }
   EXPECT_NO_THROW(run("eval", "m", data + ",task.feature_columns=[a,b]", "tabular/classification"));
 }

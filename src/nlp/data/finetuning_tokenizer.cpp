@@ -89,11 +89,12 @@ std::vector<int64_t> FinetuningTokenizer::tokenize(std::string_view text) const 
 }
 
 TaskTextTokenizer::TaskTextTokenizer(std::string vocab_file, std::string tokenization,
-                                     bool lower_case, std::string flag)
+                                     bool lower_case, std::string flag, int64_t model_vocab_size)
     : vocab_file_(std::move(vocab_file)),
       tokenization_(std::move(tokenization)),
       lower_case_(lower_case),
-      flag_(std::move(flag)) {}
+      flag_(std::move(flag)),
+      model_vocab_size_(model_vocab_size) {}
 
 namespace {
 const char* asset_name(const std::string& tokenization) {
@@ -121,8 +122,15 @@ const FinetuningTokenizer& TaskTextTokenizer::get() {
   if (!tokenizer_) {
     const std::string& path = asset_path_.empty() ? vocab_file_ : asset_path_;
     if (path.empty()) throw Error(flag_ + " is empty: the task has no tokenizer for raw text");
-    tokenizer_ =
+    auto opened =
         FinetuningTokenizer::open(tokenization_kind(tokenization_), path, lower_case_, flag_);
+    if (model_vocab_size_ > 0 && opened->vocab_size() > model_vocab_size_)
+      throw Error(flag_ + " '" + path + "' has " + std::to_string(opened->vocab_size()) +
+                  " pieces, more than the encoder's vocab_size " +
+                  std::to_string(model_vocab_size_) + ": ids from " +
+                  std::to_string(model_vocab_size_) +
+                  " on would have no embedding; use the vocabulary the encoder was trained with");
+    tokenizer_ = std::move(opened);
   }
   return *tokenizer_;
 }

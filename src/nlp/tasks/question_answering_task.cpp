@@ -33,7 +33,8 @@ TaskTextTokenizer evaluation_tokenizer(const QuestionAnsweringConfig& c) {
   const bool own = !c.validation_data.vocab_file.empty();
   return TaskTextTokenizer(own ? c.validation_data.vocab_file : c.train_data.vocab_file,
                            c.validation_data.tokenization, c.validation_data.do_lower_case,
-                           own ? "task.validation_data.vocab_file" : "task.train_data.vocab_file");
+                           own ? "task.validation_data.vocab_file" : "task.train_data.vocab_file",
+                           c.model.encoder.bert.vocab_size);
 }
 
 }  // namespace
@@ -124,6 +125,7 @@ void QuestionAnsweringTask::initialize(Model& model) {
 }
 
 ModelPtr QuestionAnsweringTask::build_model() {
+  text_tokenizer_.check();
   return BertSpanLabeler(config_.model_options()).ptr();
 }
 

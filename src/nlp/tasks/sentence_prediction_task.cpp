@@ -24,7 +24,8 @@ SentencePredictionTask::SentencePredictionTask(
     : Task(params, std::move(logging_dir)),
       config_(*params),
       text_tokenizer_(params->train_data.vocab_file, params->train_data.tokenization,
-                      params->train_data.lower_case) {}
+                      params->train_data.lower_case, "task.train_data.vocab_file",
+                      params->model.encoder.bert.vocab_size) {}
 
 DatasetPtr SentencePredictionTask::build_inputs(const config::DataConfig& params,
                                                 const InputContext& input_context) {
@@ -37,6 +38,7 @@ DatasetPtr SentencePredictionTask::build_inputs(const config::DataConfig& params
 ModelPtr SentencePredictionTask::build_model() {
   if (config_.model.num_classes < 1)
     throw Error("task.model.num_classes is 0: set the number of classes (1 for a regression)");
+  text_tokenizer_.check();
   return BertClassifier(config_.model.options()).ptr();
 }
 

@@ -23,7 +23,8 @@ TaggingTask::TaggingTask(std::shared_ptr<const TaggingConfig> params, std::strin
     : Task(params, std::move(logging_dir)),
       config_(*params),
       text_tokenizer_(params->train_data.vocab_file, params->train_data.tokenization,
-                      params->train_data.lower_case) {}
+                      params->train_data.lower_case, "task.train_data.vocab_file",
+                      params->model.encoder.bert.vocab_size) {}
 
 DatasetPtr TaggingTask::build_inputs(const config::DataConfig& params,
                                      const InputContext& input_context) {
@@ -46,6 +47,7 @@ ModelPtr TaggingTask::build_model() {
         "task.class_names is empty: list the label of each id (create_finetuning_data's "
         "meta data holds them as label_list; a training run takes them from the meta data "
         "beside task.train_data.input_path)");
+  text_tokenizer_.check();
   return BertTokenClassifier(config_.model_options()).ptr();
 }
 

@@ -56,8 +56,11 @@ FinetuningTokenizer::Kind tokenization_kind(const std::string& name);
 class TaskTextTokenizer {
  public:
   // `flag`: the config key that gave vocab_file, named in errors.
+  // `model_vocab_size` (when > 0): the encoder's vocab_size; a vocabulary
+  // with more pieces is refused when opened, naming both (its last ids would
+  // have no embedding).
   TaskTextTokenizer(std::string vocab_file, std::string tokenization, bool lower_case,
-                    std::string flag = "task.train_data.vocab_file");
+                    std::string flag = "task.train_data.vocab_file", int64_t model_vocab_size = 0);
   bool configured() const { return !vocab_file_.empty(); }
   // The file export copies: {"vocab.txt" or "sp.model": vocab_file}, or
   // none when no vocab_file is set.
@@ -66,11 +69,17 @@ class TaskTextTokenizer {
   // it); throws garden::Error when the export lacks it.
   void use_assets(const std::map<std::string, std::string>& assets);
   const FinetuningTokenizer& get();
+  // Opens the tokenizer when one is configured, so that a vocabulary the
+  // model cannot embed fails before training rather than at export.
+  void check() {
+    if (configured()) get();
+  }
 
  private:
   std::string vocab_file_, tokenization_;
   bool lower_case_;
   std::string flag_;
+  int64_t model_vocab_size_ = 0;
   std::string asset_path_;
   std::shared_ptr<const FinetuningTokenizer> tokenizer_;
 };
