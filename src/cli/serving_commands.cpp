@@ -191,8 +191,10 @@ void run_predict(const PredictFlags& flags) {
     const bool is_blank = line.find_first_not_of(" \t") == std::string::npos;
     blank.push_back(is_blank);
     if (!is_blank) {
+      // parse_line's refusal names the line itself.
+      json instance = parse_line(line, text_input, lines);
       try {
-        instances.push_back(predictor.normalize_instance(parse_line(line, text_input, lines), 0));
+        instances.push_back(predictor.normalize_instance(instance, 0));
       } catch (const InputError& e) {
         throw InputError(where(e.what(), lines));
       }

@@ -134,7 +134,7 @@ TEST_F(ServingCliTest, ABadLineIsOneErrorNamingItAndWritesNothing) {
   spit(dir_ / "in.jsonl", "[1, 2, 3, 4]\nnot json\n");
   expect_one_error_line(
       garden("predict --export_dir '" + path("out") + "' --input '" + path("in.jsonl") + "'"),
-      {"--input line 2 is not JSON"});
+      {"garden: error: --input line 2 is not JSON"});
   // Not UTF-8 (here Latin-1) is refused whatever the model reads.
   spit(dir_ / "in.jsonl", "[1, 2, 3, 4]\n{\"caf\xe9\": 1}\n");
   expect_one_error_line(
@@ -194,7 +194,7 @@ TEST_F(ServingCliTest, PredictOnTextLinesTranslatesAsGardenTranslateDoes) {
   spit(dir_ / "broken.jsonl", sources_[0] + "\n {\"inputs\": \"Open file\"\n");
   expect_one_error_line(
       garden("predict --export_dir '" + path("out") + "' --input '" + path("broken.jsonl") + "'"),
-      {"--input line 2 is not JSON"});
+      {"garden: error: --input line 2 is not JSON"});
   spit(dir_ / "braces.txt", "Open {file}\n");
   const CliRun run =
       garden("predict --export_dir '" + path("out") + "' --input '" + path("braces.txt") + "'");
