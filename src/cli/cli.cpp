@@ -270,7 +270,11 @@ int run_train(const ExperimentFlags& flags, const std::string& mode, const std::
         cluster, params->runtime.device,
         std::chrono::seconds(params->runtime.collective_timeout_seconds));
   }
-  finalize_config(*params, options.process_group.get());
+  // runtime.seed left null: a run that resumes takes its checkpoint's seed
+  // (the chief's, which owns model_dir), so the same command resumes.
+  const std::optional<int64_t> resumed_seed =
+      cluster.is_chief() ? checkpoint_seed(model_dir) : std::nullopt;
+  finalize_config(*params, options.process_group.get(), resumed_seed);
   options.model_dir = model_dir;
   options.experiment = flags.experiment;
   options.interactive = stderr_is_terminal() && cluster.is_chief();

@@ -2,7 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <yaml-cpp/yaml.h>
+
 #include <cctype>
+#include <filesystem>
 #include <cstdlib>
 #include <limits>
 #include <random>
@@ -11,6 +14,7 @@
 #include "garden/base/error.h"
 #include "garden/base/logging.h"
 #include "garden/config/yaml_io.h"
+#include "garden/core/checkpoint.h"
 #include "garden/kernels/convolution.h"
 #include "garden/platform/allocator.h"
 #include "garden/platform/blas.h"
@@ -20,18 +24,43 @@
 
 namespace garden {
 
-void finalize_config(config::ExperimentConfig& params, distribute::ProcessGroup* process_group) {
-  if (params.locked()) return;
-  if (process_group && !params.runtime.seed) {
-    // Every worker has the same config: the chief draws the seed for all
-    // (below 2^31, exact in a double).
-    const double mine =
-        process_group->is_chief() ? static_cast<double>(std::random_device{}() & 0x7fffffff) : 0.0;
-    params.runtime.seed = static_cast<int64_t>(process_group->sum({mine}, "the chief's seed")[0]);
+std::optional<int64_t> checkpoint_seed(const std::string& model_dir) {
+  std::error_code ec;
+  if (model_dir.empty() || !std::filesystem::is_directory(model_dir, ec)) return std::nullopt;
+  try {
+    const auto latest = latest_checkpoint(model_dir);
+    if (!latest) return std::nullopt;
+    const nlohmann::json meta = read_checkpoint_meta(*latest);
+    if (!meta.contains("params")) return std::nullopt;
+    const YAML::Node seed = YAML::Load(meta.at("params").get<std::string>())["runtime"]["seed"];
+    if (!seed || !seed.IsScalar()) return std::nullopt;
+    const auto value = seed.as<int64_t>();
+    constexpr int64_t kExact = int64_t{1} << 53;  // sent to the workers as a double
+    if (value <= -kExact || value >= kExact) return std::nullopt;
+    return value;
+  } catch (const std::exception&) {
+    return std::nullopt;  // the restore names what is wrong with the checkpoint
   }
+}
+
+void finalize_config(config::ExperimentConfig& params, distribute::ProcessGroup* process_group,
+                     std::optional<int64_t> resumed_seed) {
+  if (params.locked()) return;
   if (!params.runtime.seed) {
-    std::random_device device;
-    params.runtime.seed = static_cast<int64_t>(device() & 0x7fffffff);
+    // A resumed run keeps the seed its checkpoint was trained with; a new one
+    // draws it (below 2^31, exact in a double).
+    const int64_t own = resumed_seed ? *resumed_seed
+                                     : static_cast<int64_t>(std::random_device{}() & 0x7fffffff);
+    if (resumed_seed && (!process_group || process_group->is_chief()))
+      log_info() << "runtime.seed is not set: resuming with the checkpoint's seed " << own;
+    if (process_group) {
+      // Every worker has the same config: the chief's seed for all.
+      const double mine = process_group->is_chief() ? static_cast<double>(own) : 0.0;
+      params.runtime.seed =
+          static_cast<int64_t>(process_group->sum({mine}, "the chief's seed")[0]);
+    } else {
+      params.runtime.seed = own;
+    }
   }
   if (params.task) {
     params.task->resolve_from_files();

@@ -191,3 +191,43 @@ TEST_F(ExperimentCliTest, AScheduleOverTheTrainingFollowsTheTrainStepsAUserSets)
 }
 
 }  // namespace
+
+namespace {
+
+std::string runtime_seed_of(const std::string& params_yaml) {
+  std::istringstream in(slurp(params_yaml));
+  bool runtime = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("runtime:", 0) == 0) runtime = true;
+    if (runtime && line.rfind("  seed: ", 0) == 0) return line.substr(8);
+  }
+  return "";
+}
+
+}  // namespace
+
+// An experiment that leaves runtime.seed null (vision/*, electra/tiny,
+// tabular/classification, as Model Garden's) draws one per run; the command
+// that resumes its model_dir takes the checkpoint's instead of refusing its
+// data order ("the checkpoint's data seed differs"), as "run the same
+// command to resume" promises.
+TEST_F(ExperimentCliTest, TheSameCommandResumesARunWhoseSeedWasDrawn) {
+  const std::string train =
+      "train --experiment=tabular/classification --mode=train --model_dir='" + path("m") +
+      "' --params_override=task.train_data.input_path=" GARDEN_DATA_DIR
+      "/iris/iris.csv,trainer.train_steps=";
+  const CliRun first = garden(train + "100");
+  ASSERT_EQ(first.status, 0) << first.err;
+  const std::string seed = runtime_seed_of(path("m") + "/params.yaml");
+  ASSERT_FALSE(seed.empty());
+  const CliRun second = garden(train + "200");
+  ASSERT_EQ(second.status, 0) << second.err;
+  EXPECT_NE(second.err.find("resuming with the checkpoint's seed " + seed), std::string::npos)
+      << second.err;
+  EXPECT_TRUE(fs::exists(path("m") + "/ckpt-200"));
+  EXPECT_EQ(runtime_seed_of(path("m") + "/params.yaml"), seed);
+  // A seed the user sets is theirs: the data order then differs, and the
+  // resume says so.
+  expect_one_error_line(garden(train + "300,runtime.seed=" + std::to_string(std::stoll(seed) + 1)),
+                        {"the checkpoint's data seed differs"});
+}
