@@ -125,6 +125,12 @@ TEST(ConfigValidationTest, TrainerKeys) {
       {"tabular/iris", "task.train_data.file_type=tfrecord",
        "task.train_data.file_type: 'tfrecord' is not csv; this task reads CSV files only"},
       {"tabular/iris", "task.validation_data.file_type=csv", ""},
+      // Model Garden's key and form: a list of two shares of the area.
+      {"vision/flowers", "task.train_data.crop_area_range=[0.3,0.9]", ""},
+      {"vision/flowers", "task.train_data.crop_area_range=[0.5,0.2]",
+       "task.train_data.crop_area_range: [0.5, 0.2]: the smallest share is above the largest"},
+      {"vision/flowers", "task.train_data.crop_area_range=[0.5]",
+       "task.train_data.crop_area_range: has 1 values; give two, the smallest and largest share"},
       {"tabular/iris", "trainer.validation_steps=0",
        "trainer.validation_steps: 0 is out of range; must be -1 (the whole validation data) or "
        ">= 1"},

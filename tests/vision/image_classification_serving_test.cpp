@@ -92,7 +92,7 @@ TEST(ImageClassificationServingTest, ServedAnswersEqualInferenceStepAndPredictRe
     example["image/class/label"] = garden::data::FeatureValue::of_ints({0});
     images.push_back(garden::vision::image_example(garden::data::serialize_example(example), "f",
                                                    static_cast<int64_t>(i), 0, config.validation_data,
-                                                   20, 20, false, 0)
+                                                   20, 20, false, 0, 1)
                          .at("image"));
   }
   auto restored = task->build_model();

@@ -48,14 +48,14 @@ TEST(ImageClassificationTest, AnExampleIsTheNormalizedImageAndItsLabel) {
   data.aug_rand_hflip = false;
   const std::string record = record_of(gradient(4, 4), 3);
   const auto example =
-      garden::vision::image_example(record, "/x/train-0", 0, 0, data, 4, 4, true, 1);
+      garden::vision::image_example(record, "/x/train-0", 0, 0, data, 4, 4, true, 1, 10);
   EXPECT_EQ(example.at("label").item<int64_t>(), 3);
   const at::Tensor image = example.at("image");
   ASSERT_EQ(image.sizes(), (at::IntArrayRef{3, 4, 4}));
   // Channel 1 at (2, 3): 10 * 2 + 3 + 50 = 73, normalized by ImageNet's green.
   EXPECT_NEAR(image[1][2][3].item<float>(), (73 - 0.456 * 255) / (0.224 * 255), 1e-5);
   // Evaluation: the center crop (0.875 of 4 = 3.5 -> 3, offset 0) resized to 4.
-  const auto eval = garden::vision::image_example(record, "/x/v", 0, 0, data, 3, 3, false, 1);
+  const auto eval = garden::vision::image_example(record, "/x/v", 0, 0, data, 3, 3, false, 1, 10);
   EXPECT_NEAR(eval.at("image")[0][0][0].item<float>(), (0 - 0.485 * 255) / (0.229 * 255), 1e-5);
   EXPECT_NEAR(eval.at("image")[0][2][2].item<float>(), (22 - 0.485 * 255) / (0.229 * 255), 1e-5);
 }
@@ -65,7 +65,7 @@ TEST(ImageClassificationTest, AugmentationChangesWithTheEpochNotWithTheRun) {
   const std::string record = record_of(gradient(32, 32), 1);
   const auto draw = [&](int64_t index, int64_t epoch, const std::string& dir) {
     return garden::vision::image_example(record, dir + "/train-00000-of-00001.tfrecord", index,
-                                         epoch, data, 16, 16, true, 7)
+                                         epoch, data, 16, 16, true, 7, 10)
         .at("image");
   };
   // The same record, epoch and file name (any folder): the same pixels.
@@ -85,7 +85,7 @@ TEST(ImageClassificationTest, TheCropSamplerChoosesWhoseRuleDrawsTheCrop) {
     ImageClassificationDataConfig data;
     data.aug_rand_hflip = false;
     data.crop_sampler = sampler;
-    return garden::vision::image_example(record, "/a/train-0", index, 0, data, 16, 16, true, 7)
+    return garden::vision::image_example(record, "/a/train-0", index, 0, data, 16, 16, true, 7, 10)
         .at("image");
   };
   int differ = 0;
@@ -99,7 +99,7 @@ TEST(ImageClassificationTest, TheCropSamplerChoosesWhoseRuleDrawsTheCrop) {
 TEST(ImageClassificationTest, ABadRecordIsOneErrorNamingIt) {
   ImageClassificationDataConfig data;
   std::string message = garden_test::error_of([&] {
-    garden::vision::image_example("not an example", "f.tfrecord", 12, 0, data, 8, 8, true, 1);
+    garden::vision::image_example("not an example", "f.tfrecord", 12, 0, data, 8, 8, true, 1, 10);
   });
   EXPECT_NE(message.find("'f.tfrecord', record 12"), std::string::npos) << message;
   garden::data::Example example;
@@ -107,17 +107,27 @@ TEST(ImageClassificationTest, ABadRecordIsOneErrorNamingIt) {
   example["image/class/label"] = garden::data::FeatureValue::of_ints({0});
   message = garden_test::error_of([&] {
     garden::vision::image_example(garden::data::serialize_example(example), "f.tfrecord", 3, 0,
-                                  data, 8, 8, true, 1);
+                                  data, 8, 8, true, 1, 10);
   });
   EXPECT_EQ(message, "'f.tfrecord', record 3: not a JPEG or PNG image (6 bytes)");
   example.erase("image/class/label");
   message = garden_test::error_of([&] {
     garden::vision::image_example(garden::data::serialize_example(example), "f.tfrecord", 4, 0,
-                                  data, 8, 8, true, 1);
+                                  data, 8, 8, true, 1, 10);
   });
   EXPECT_NE(message.find("no single int64 feature 'image/class/label' (label_field_key)"),
             std::string::npos)
       << message;
+  // A label the model has no class for (records of 10 classes, num_classes
+  // 5): named with its record, not LibTorch's "Target 8 is out of bounds".
+  for (const int64_t label : {int64_t{8}, int64_t{-1}}) {
+    const std::string record = record_of(gradient(4, 4), label);
+    message = garden_test::error_of(
+        [&] { garden::vision::image_example(record, "f.tfrecord", 5, 0, data, 4, 4, false, 1, 5); });
+    EXPECT_EQ(message, "'f.tfrecord', record 5: label " + std::to_string(label) +
+                           " is not a class of the model (image/class/label must be in [0, 5), "
+                           "task.model.num_classes 5)");
+  }
 }
 
 TEST(ImageClassificationTest, TopKAccuracyCountsTheLabelAmongTheKLargest) {

@@ -52,7 +52,7 @@ at::Tensor evaluation_image(const Image& image, const ImageClassificationDataCon
 
 Batch image_example(const std::string& record, const std::string& file, int64_t index,
                     int64_t epoch, const ImageClassificationDataConfig& data, int64_t height,
-                    int64_t width, bool training, uint64_t seed) {
+                    int64_t width, bool training, uint64_t seed, int64_t num_classes) {
   const std::string where = "'" + file + "', record " + std::to_string(index);
   data::Example example;
   try {
@@ -70,6 +70,13 @@ Batch image_example(const std::string& record, const std::string& file, int64_t 
       label_it->second.ints.size() != 1)
     throw data::DataError(where + ": no single int64 feature '" + data.label_field_key +
                           "' (label_field_key)");
+  // Not a corrupt record (skip_corrupt_records does not skip it): the
+  // records and task.model.num_classes disagree.
+  const int64_t label = label_it->second.ints[0];
+  if (label < 0 || label >= num_classes)
+    throw Error(where + ": label " + std::to_string(label) + " is not a class of the model (" +
+                data.label_field_key + " must be in [0, " + std::to_string(num_classes) +
+                "), task.model.num_classes " + std::to_string(num_classes) + ")");
   const Image image = decode_image(image_it->second.bytes[0], 3, where);
   Batch out;
   if (!training) {
@@ -79,8 +86,8 @@ Batch image_example(const std::string& record, const std::string& file, int64_t 
     CropWindow window{0, 0, image.height, image.width};
     if (data.aug_crop) {
       DistortedCropOptions crop;
-      crop.min_area = data.crop_area_range_min;
-      crop.max_area = data.crop_area_range_max;
+      crop.min_area = data.crop_area_range[0];
+      crop.max_area = data.crop_area_range[1];
       window = data.crop_sampler == "torchvision"
                    ? sample_resized_crop(image.height, image.width, crop, rng)
                    : sample_distorted_crop(image.height, image.width, crop, rng);
@@ -89,7 +96,7 @@ Batch image_example(const std::string& record, const std::string& file, int64_t 
     if (data.aug_rand_hflip && uniform01(rng) < 0.5) pixels = flip_left_right(pixels);
     out["image"] = model_input(pixels);
   }
-  out["label"] = torch::tensor(label_it->second.ints[0], torch::kLong);
+  out["label"] = torch::tensor(label, torch::kLong);
   return out;
 }
 
@@ -109,10 +116,11 @@ DatasetPtr ImageClassificationTask::build_inputs(const config::DataConfig& param
   const int64_t height = config_.model.input_size[0], width = config_.model.input_size[1];
   const uint64_t seed = static_cast<uint64_t>(params.seed.value_or(0));
   const ImageClassificationDataConfig copy = *data;
-  data::LocatedMapFn map_fn = [copy, height, width, training, seed](
+  const int64_t num_classes = config_.model.num_classes;
+  data::LocatedMapFn map_fn = [copy, height, width, training, seed, num_classes](
                                   const std::string& record, const data::RecordLocation& where) {
     return image_example(record, where.file, where.index, where.epoch, copy, height, width,
-                         training, seed);
+                         training, seed, num_classes);
   };
   return std::make_shared<data::InputPipeline>(params, std::move(map_fn), data::BatchingOptions{},
                                                input_context);

@@ -90,8 +90,8 @@ void ImageClassificationDataConfig::visit(config::Visitor& v) {
     "Model Garden decodes JPEG only when true; Garden decodes JPEG and PNG either way.");
   v("aug_rand_hflip", aug_rand_hflip, "Training: flip left-right with probability 0.5.");
   v("aug_crop", aug_crop, "Training: the Inception crop (else the whole image is resized).");
-  v("crop_area_range_min", crop_area_range_min, "Training crop: smallest share of the area.");
-  v("crop_area_range_max", crop_area_range_max, "Training crop: largest share of the area.");
+  v("crop_area_range", crop_area_range,
+    "Training crop: the smallest and largest share of the image's area.");
   v("crop_sampler", crop_sampler,
     "Training crop's rule: tensorflow (Model Garden's) or torchvision (RandomResizedCrop).");
   v("center_crop_fraction", center_crop_fraction,
@@ -108,10 +108,14 @@ void ImageClassificationDataConfig::validate() const {
     config::refuse("file_type", "'" + file_type + "' is not one of tfrecord, tfrecord_compressed");
   if (image_field_key.empty()) config::refuse("image_field_key", "is empty");
   if (label_field_key.empty()) config::refuse("label_field_key", "is empty");
-  check_range("crop_area_range_min", crop_area_range_min, Range::above(0).at_most(1));
-  check_range("crop_area_range_max", crop_area_range_max, Range::above(0).at_most(1));
-  if (crop_area_range_min > crop_area_range_max)
-    config::refuse("crop_area_range_min", "is above crop_area_range_max");
+  config::check_each("crop_area_range", crop_area_range, Range::above(0).at_most(1));
+  if (crop_area_range.size() != 2)
+    config::refuse("crop_area_range", "has " + std::to_string(crop_area_range.size()) +
+                                          " values; give two, the smallest and largest share");
+  if (crop_area_range[0] > crop_area_range[1])
+    config::refuse("crop_area_range", "[" + config::number_text(crop_area_range[0]) + ", " +
+                                          config::number_text(crop_area_range[1]) +
+                                          "]: the smallest share is above the largest");
   if (crop_sampler != "tensorflow" && crop_sampler != "torchvision")
     config::refuse("crop_sampler", "'" + crop_sampler + "' is not one of tensorflow, torchvision");
   check_range("center_crop_fraction", center_crop_fraction, Range::above(0).at_most(1));

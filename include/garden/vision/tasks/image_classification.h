@@ -19,10 +19,12 @@ namespace garden::vision {
 // center crop), resized to input_size, flipped at random when training with
 // aug_rand_hflip. The random draws come from (seed, the file's name, the
 // record's index, the epoch), so the same record is augmented anew each
-// epoch and the same way in every run.
+// epoch and the same way in every run. A label outside [0, num_classes) is
+// an error naming the record.
 Batch image_example(const std::string& record, const std::string& file, int64_t index,
                     int64_t epoch, const ImageClassificationDataConfig& data,
-                    int64_t height, int64_t width, bool training, uint64_t seed);
+                    int64_t height, int64_t width, bool training, uint64_t seed,
+                    int64_t num_classes);
 
 // A decoded image as evaluation and serving give it to the model: the center
 // crop of data.center_crop_fraction, resized to height x width, normalized,

@@ -61,8 +61,7 @@ struct ImageClassificationDataConfig : config::DataConfig {
   bool decode_jpeg_only = true;
   bool aug_rand_hflip = true;
   bool aug_crop = true;
-  double crop_area_range_min = 0.08;  // Model Garden's crop_area_range (0.08, 1.0)
-  double crop_area_range_max = 1.0;
+  std::vector<double> crop_area_range = {0.08, 1.0};  // smallest, largest share of the area
   // Whose rule draws the training crop: "tensorflow" (Model Garden's
   // sample_distorted_bounding_box) or "torchvision" (RandomResizedCrop).
   std::string crop_sampler = "tensorflow";
