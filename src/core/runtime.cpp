@@ -5,8 +5,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
-#include <filesystem>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -49,15 +49,14 @@ void finalize_config(config::ExperimentConfig& params, distribute::ProcessGroup*
   if (!params.runtime.seed) {
     // A resumed run keeps the seed its checkpoint was trained with; a new one
     // draws it (below 2^31, exact in a double).
-    const int64_t own = resumed_seed ? *resumed_seed
-                                     : static_cast<int64_t>(std::random_device{}() & 0x7fffffff);
+    const int64_t own =
+        resumed_seed ? *resumed_seed : static_cast<int64_t>(std::random_device{}() & 0x7fffffff);
     if (resumed_seed && (!process_group || process_group->is_chief()))
       log_info() << "runtime.seed is not set: resuming with the checkpoint's seed " << own;
     if (process_group) {
       // Every worker has the same config: the chief's seed for all.
       const double mine = process_group->is_chief() ? static_cast<double>(own) : 0.0;
-      params.runtime.seed =
-          static_cast<int64_t>(process_group->sum({mine}, "the chief's seed")[0]);
+      params.runtime.seed = static_cast<int64_t>(process_group->sum({mine}, "the chief's seed")[0]);
     } else {
       params.runtime.seed = own;
     }

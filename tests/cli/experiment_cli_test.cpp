@@ -212,10 +212,10 @@ std::string runtime_seed_of(const std::string& params_yaml) {
 // data order ("the checkpoint's data seed differs"), as "run the same
 // command to resume" promises.
 TEST_F(ExperimentCliTest, TheSameCommandResumesARunWhoseSeedWasDrawn) {
-  const std::string train =
-      "train --experiment=tabular/classification --mode=train --model_dir='" + path("m") +
-      "' --params_override=task.train_data.input_path=" GARDEN_DATA_DIR
-      "/iris/iris.csv,trainer.train_steps=";
+  const std::string train = "train --experiment=tabular/classification --mode=train --model_dir='" +
+                            path("m") +
+                            "' --params_override=task.train_data.input_path=" GARDEN_DATA_DIR
+                            "/iris/iris.csv,trainer.train_steps=";
   const CliRun first = garden(train + "100");
   ASSERT_EQ(first.status, 0) << first.err;
   const std::string seed = runtime_seed_of(path("m") + "/params.yaml");

@@ -213,6 +213,30 @@ TEST_F(TaggingTest, RecordsReadBackByAnIndependentReader) {
   }
 }
 
+// Records written with a longer label list than the model's classes: named
+// with their record, not LibTorch's "Target 4 is out of bounds".
+TEST_F(TaggingTest, ALabelIdOutsideTheModelsClassesNamesItsRecord) {
+  garden::nlp::create_finetuning_data(options());
+  garden::nlp::TaggingDataConfig data;
+  data.input_path = (dir_ / "train.tfrecord").string();
+  data.seq_length = 16;
+  data.global_batch_size = 300;
+  data.is_training = false;
+  data.drop_remainder = false;
+  auto dataset = garden::nlp::build_tagging_inputs(data, {}, 15, {"O", "B-PER"});
+  const std::string message = garden_test::error_of([&] { dataset->next(); });
+  EXPECT_NE(message.find("TFRecord file '" + data.input_path + "', record "), std::string::npos)
+      << message;
+  EXPECT_NE(message.find(": feature 'label_ids' holds "), std::string::npos) << message;
+  EXPECT_NE(message.find(", but the model has 2 classes (task.class_names [O, B-PER]); the "
+                         "records were written with another label list"),
+            std::string::npos)
+      << message;
+  // The model's own classes read every record.
+  auto all = garden::nlp::build_tagging_inputs(data, {}, 15, garden::nlp::tagging_labels("panx"));
+  EXPECT_EQ(all->next()->at("label_ids").size(0), 300);
+}
+
 TEST_F(TaggingTest, ATinyModelLearnsToTagAndItsExportServesRawText) {
   garden::set_quiet(true);
   garden::nlp::create_finetuning_data(options());

@@ -122,8 +122,9 @@ TEST(ImageClassificationTest, ABadRecordIsOneErrorNamingIt) {
   // 5): named with its record, not LibTorch's "Target 8 is out of bounds".
   for (const int64_t label : {int64_t{8}, int64_t{-1}}) {
     const std::string record = record_of(gradient(4, 4), label);
-    message = garden_test::error_of(
-        [&] { garden::vision::image_example(record, "f.tfrecord", 5, 0, data, 4, 4, false, 1, 5); });
+    message = garden_test::error_of([&] {
+      garden::vision::image_example(record, "f.tfrecord", 5, 0, data, 4, 4, false, 1, 5);
+    });
     EXPECT_EQ(message, "'f.tfrecord', record 5: label " + std::to_string(label) +
                            " is not a class of the model (image/class/label must be in [0, 5), "
                            "task.model.num_classes 5)");

@@ -272,7 +272,7 @@ void TaggingDataConfig::validate() const {
 }
 
 DatasetPtr build_tagging_inputs(const TaggingDataConfig& params, const InputContext& input_context,
-                                int64_t vocab_size) {
+                                int64_t vocab_size, std::vector<std::string> class_names) {
   if (params.input_path.empty())
     config::refuse("input_path", "is empty; name the TFRecord files create_finetuning_data wrote");
   using data::DType;
@@ -281,11 +281,26 @@ DatasetPtr build_tagging_inputs(const TaggingDataConfig& params, const InputCont
   for (const char* name : {"input_ids", "input_mask", "segment_ids", "label_ids"})
     (*spec)[name] = FixedLenFeature{{params.seq_length}, DType::kInt64, std::nullopt};
   std::shared_ptr<const data::ParseSpec> frozen = spec;
-  data::LocatedMapFn map_fn = [frozen, vocab_size](const std::string& record,
-                                                   const data::RecordLocation& where) {
+  data::LocatedMapFn map_fn = [frozen, vocab_size, class_names = std::move(class_names)](
+                                  const std::string& record, const data::RecordLocation& where) {
     const std::string at = record_place(where);
     Batch parsed = parse_record(record, where, *frozen, at);
     check_input_ids(parsed.at("input_ids"), vocab_size, at);
+    // Records of another label list than the model's classes.
+    if (!class_names.empty()) {
+      const at::Tensor& labels = parsed.at("label_ids");
+      const int64_t* v = labels.data_ptr<int64_t>();
+      const auto count = static_cast<int64_t>(class_names.size());
+      for (int64_t i = 0; i < labels.numel(); ++i)
+        if (v[i] != kPaddingLabelId && (v[i] < 0 || v[i] >= count)) {
+          std::string names;
+          for (const auto& name : class_names) names += (names.empty() ? "" : ", ") + name;
+          throw Error(at + ": feature 'label_ids' holds " + std::to_string(v[i]) + " at index " +
+                      std::to_string(i) + ", but the model has " + std::to_string(count) +
+                      " classes (task.class_names [" + names +
+                      "]); the records were written with another label list");
+        }
+    }
     return Batch{{"input_word_ids", parsed.at("input_ids")},
                  {"input_mask", parsed.at("input_mask")},
                  {"input_type_ids", parsed.at("segment_ids")},

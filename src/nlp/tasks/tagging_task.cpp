@@ -30,7 +30,8 @@ DatasetPtr TaggingTask::build_inputs(const config::DataConfig& params,
                                      const InputContext& input_context) {
   const auto* data = dynamic_cast<const TaggingDataConfig*>(&params);
   if (!data) throw Error("the tagging task reads TaggingDataConfig data");
-  return build_tagging_inputs(*data, input_context, config_.model.encoder.bert.vocab_size);
+  return build_tagging_inputs(*data, input_context, config_.model.encoder.bert.vocab_size,
+                              config_.class_names);
 }
 
 void TaggingTask::initialize(Model& model) {

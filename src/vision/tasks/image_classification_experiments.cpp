@@ -50,9 +50,8 @@ std::shared_ptr<config::ExperimentConfig> resnet_imagenet() {
   opt.learning_rate.type = "stepwise";
   opt.learning_rate.stepwise.boundaries =
       std::vector<int64_t>{30 * kStepsPerEpoch, 60 * kStepsPerEpoch, 80 * kStepsPerEpoch};
-  opt.learning_rate.stepwise.values = std::vector<double>{0.1 * kBatch / 256, 0.01 * kBatch / 256,
-                                                          0.001 * kBatch / 256,
-                                                          0.0001 * kBatch / 256};
+  opt.learning_rate.stepwise.values = std::vector<double>{
+      0.1 * kBatch / 256, 0.01 * kBatch / 256, 0.001 * kBatch / 256, 0.0001 * kBatch / 256};
   opt.warmup.type = "linear";
   opt.warmup.linear.warmup_steps = 5 * kStepsPerEpoch;
   return experiment;

@@ -81,13 +81,13 @@ std::vector<nlohmann::json> ImageClassificationServing::outputs(const Batch& out
     const double* p = probabilities.data_ptr<double>() + row * width;
     const at::Tensor tc = top_classes[row].contiguous();
     const at::Tensor tp = top_probabilities[row].contiguous();
-    rows.push_back(
-        {{"logits", std::vector<double>(l, l + width)},
-         {"probabilities", std::vector<double>(p, p + width)},
-         {"classes", tc.data_ptr<int64_t>()[0]},
-         {"top_k_classes", std::vector<int64_t>(tc.data_ptr<int64_t>(), tc.data_ptr<int64_t>() + k)},
-         {"top_k_probabilities",
-          std::vector<double>(tp.data_ptr<double>(), tp.data_ptr<double>() + k)}});
+    rows.push_back({{"logits", std::vector<double>(l, l + width)},
+                    {"probabilities", std::vector<double>(p, p + width)},
+                    {"classes", tc.data_ptr<int64_t>()[0]},
+                    {"top_k_classes",
+                     std::vector<int64_t>(tc.data_ptr<int64_t>(), tc.data_ptr<int64_t>() + k)},
+                    {"top_k_probabilities",
+                     std::vector<double>(tp.data_ptr<double>(), tp.data_ptr<double>() + k)}});
   }
   return rows;
 }

@@ -101,7 +101,10 @@ struct TaggingDataConfig : config::DataConfig {
 // Batches of input_word_ids, input_mask, input_type_ids, label_ids
 // [B, seq_length] int64. Bad records are one garden::Error naming the file,
 // the record and the feature.
+// `class_names` (when not empty): the model's classes; a label id outside
+// them (other than kPaddingLabelId) is an error naming the record.
 DatasetPtr build_tagging_inputs(const TaggingDataConfig& params,
-                                const InputContext& input_context = {}, int64_t vocab_size = 0);
+                                const InputContext& input_context = {}, int64_t vocab_size = 0,
+                                std::vector<std::string> class_names = {});
 
 }  // namespace garden::nlp
