@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include "garden/base/error.h"
+#include "garden/base/staged_directory.h"
 
 namespace fs = std::filesystem;
 
@@ -48,6 +49,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   }
   if (target_.empty()) target_ = path_;
   temporary_ = temporary_path_for(target_);
+  unfinished_ = std::make_unique<UnfinishedPath>(temporary_);
   fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     const int error = errno;
@@ -86,6 +88,7 @@ void AtomicFile::commit() {
   // that opened temporary_path() itself): commit_file's fsync covers it.
   commit_file(temporary_, target_);
   done_ = true;
+  unfinished_.reset();
 }
 
 void commit_file(const std::string& temporary, const std::string& path) {

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <map>
+#include <mutex>
 #include <string>
 #include <system_error>
 
@@ -11,6 +13,43 @@
 namespace garden {
 
 namespace fs = std::filesystem;
+
+namespace {
+struct Unfinished {
+  std::mutex mutex;
+  std::map<int, fs::path> paths;
+  int next_id = 0;
+};
+// Never destroyed: the stop-signal thread may use it during exit.
+Unfinished& unfinished() {
+  static auto* registry = new Unfinished;
+  return *registry;
+}
+}  // namespace
+
+UnfinishedPath::UnfinishedPath(fs::path path) {
+  Unfinished& u = unfinished();
+  std::lock_guard<std::mutex> lock(u.mutex);
+  id_ = u.next_id++;
+  u.paths.emplace(id_, std::move(path));
+}
+
+UnfinishedPath::~UnfinishedPath() {
+  Unfinished& u = unfinished();
+  std::lock_guard<std::mutex> lock(u.mutex);
+  u.paths.erase(id_);
+}
+
+void remove_unfinished_paths() noexcept {
+  Unfinished& u = unfinished();
+  std::lock_guard<std::mutex> lock(u.mutex);
+  for (const auto& [id, path] : u.paths) {
+    std::error_code ignored;
+    // Twice: a writer may have added a file while the tree was removed.
+    for (int attempt = 0; attempt < 2 && fs::exists(fs::symlink_status(path, ignored)); ++attempt)
+      fs::remove_all(path, ignored);
+  }
+}
 
 void write_directory_whole(const fs::path& target_dir,
                            const std::function<void(const fs::path&)>& fill) {
@@ -22,6 +61,7 @@ void write_directory_whole(const fs::path& target_dir,
   const fs::path staging = target.parent_path() / ("." + target.filename().string() + ".tmp-" +
                                                    std::to_string(::getpid()));
   fs::remove_all(staging, ec);
+  const UnfinishedPath unfinished_staging(staging);
   if (!fs::create_directories(staging, ec) || ec)
     throw Error("cannot create '" + staging.string() + "': " + ec.message());
   try {

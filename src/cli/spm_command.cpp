@@ -15,6 +15,7 @@
 
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
+#include "garden/base/staged_directory.h"
 #include "garden/data/sentencepiece.h"
 
 namespace garden {
@@ -98,6 +99,7 @@ class ScratchDirectory {
                   " (set TMPDIR to a writable directory)");
     }
     path_ = pattern;
+    unfinished_ = std::make_unique<UnfinishedPath>(path_);  // also when a stop signal ends us
   }
   ~ScratchDirectory() {
     std::error_code ignored;
@@ -108,6 +110,7 @@ class ScratchDirectory {
   const std::filesystem::path& path() const { return path_; }
 
  private:
+  std::unique_ptr<UnfinishedPath> unfinished_;
   std::filesystem::path path_;
 };
 

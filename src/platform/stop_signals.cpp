@@ -1,5 +1,7 @@
 #include "garden/platform/stop_signals.h"
 
+#include "garden/base/staged_directory.h"
+
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -51,6 +53,8 @@ sigset_t stop_set() {
 // One line on stderr (write(2): no stream lock another thread may hold),
 // then the exit a shell reports for a process ended by `signal`.
 [[noreturn]] void end_now(int signal, const std::string& what) {
+  // Staging directories and temporary files of work not finished.
+  remove_unfinished_paths();
   const std::string line = "garden: " + what + "\n";
   ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;

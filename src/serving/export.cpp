@@ -11,6 +11,7 @@
 
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
+#include "garden/base/staged_directory.h"
 #include "garden/config/registry.h"
 #include "garden/config/validation.h"
 #include "garden/config/yaml_io.h"
@@ -159,6 +160,7 @@ ExportResult write_version(const std::string& export_dir, const std::string& mod
       if (armed) fs::remove_all(path, ignored);
     }
   } cleanup{staging};
+  const UnfinishedPath unfinished(staging);  // removed if a stop signal ends the process
   fs::create_directories(staging, ec);
   if (ec) throw Error("cannot write in --export_dir '" + export_dir + "': " + ec.message());
   fill(staging);

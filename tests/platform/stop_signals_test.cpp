@@ -13,9 +13,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "garden/base/file_io.h"
+#include "garden/base/staged_directory.h"
 #include "garden/platform/stop_signals.h"
 
 namespace {
@@ -114,6 +118,36 @@ TEST(StopSignalsTest, WithoutAGracefulStopTheProcessEndsAtOnce) {
   ASSERT_TRUE(WIFEXITED(child.status)) << child.err;
   EXPECT_EQ(WEXITSTATUS(child.status), 128 + SIGTERM);
   EXPECT_EQ(child.err, "garden: stopped by SIGTERM\n");
+}
+
+// A command stopped at once (no GracefulStop: export, create_image_records,
+// spm train) leaves neither its staging directory nor an atomic file's
+// temporary behind; what it finished stays.
+TEST(StopSignalsTest, AStopAtOnceRemovesWhatWasNotFinished) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("unfinished_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const ChildResult child = in_child([&dir] {
+    garden::install_stop_signals();
+    garden::write_file_atomically((dir / "done.txt").string(), "kept\n");
+    const std::filesystem::path staging = dir / ".out.tmp-1";
+    std::filesystem::create_directories(staging / "shards");
+    garden::write_file_atomically((staging / "shards" / "a").string(), "half");
+    const garden::UnfinishedPath unfinished(staging);
+    garden::AtomicFile file((dir / "model.bin").string());
+    file.write("partial");
+    ::kill(::getpid(), SIGINT);
+    std::this_thread::sleep_for(10s);  // never reached
+  });
+  ASSERT_TRUE(WIFEXITED(child.status)) << child.err;
+  EXPECT_EQ(WEXITSTATUS(child.status), 128 + SIGINT);
+  EXPECT_EQ(child.err, "garden: stopped by SIGINT\n");
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    left.push_back(entry.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"done.txt"});
+  std::filesystem::remove_all(dir);
 }
 
 TEST(StopSignalsTest, ASecondSigintLaterThanAMomentEndsAtOnce) {

@@ -7,15 +7,19 @@
 // directory, is fsynced, renamed over the target, and the directory is
 // fsynced. A failure or a kill at any moment leaves the target as it was
 // (or absent) and, once the process is gone, at most a `<target>.tmp-<pid>`
-// file, which the next writer of that directory may remove.
+// file, which the next writer of that directory may remove (none when a stop
+// signal ended the process: platform/stop_signals removes it).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace garden {
+
+class UnfinishedPath;  // base/staged_directory.h
 
 // Writes `bytes` to `path` atomically. Throws garden::Error naming the path.
 void write_file_atomically(const std::string& path, std::string_view bytes);
@@ -52,6 +56,7 @@ class AtomicFile {
   std::string path_;
   std::string target_;  // path_, or the file it links to
   std::string temporary_;
+  std::unique_ptr<UnfinishedPath> unfinished_;  // removed if a stop signal ends the process
   int fd_ = -1;
   uint64_t written_ = 0;
   bool done_ = false;

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <string>
 
 namespace garden {
 
@@ -12,5 +13,25 @@ namespace garden {
 // staging directory is removed and `target` is left as it was.
 void write_directory_whole(const std::filesystem::path& target,
                            const std::function<void(const std::filesystem::path&)>& fill);
+
+// A path a command is writing and will rename or remove (a staging
+// directory, an atomic file's temporary): registered while this object
+// lives, and removed by remove_unfinished_paths() when a stop signal ends
+// the process at once (platform/stop_signals), so that a command stopped
+// with Ctrl-C or SIGTERM leaves none behind.
+class UnfinishedPath {
+ public:
+  explicit UnfinishedPath(std::filesystem::path path);
+  ~UnfinishedPath();
+  UnfinishedPath(const UnfinishedPath&) = delete;
+  UnfinishedPath& operator=(const UnfinishedPath&) = delete;
+
+ private:
+  int id_;
+};
+
+// Removes every registered path (files and directory trees), ignoring
+// errors. Called by the stop-signal thread just before the process exits.
+void remove_unfinished_paths() noexcept;
 
 }  // namespace garden
