@@ -180,7 +180,8 @@ TEST(ImageCodecTest, DamagedFilesAreOneErrorNamingTheSource) {
   EXPECT_THROW(decode_image(truncated_jpeg, 3, "cut.jpg"), ImageError);
 
   const std::string png = encode_png(blocks(3));
-  message = garden_test::error_of([&] { decode_image(png.substr(0, png.size() - 30), 0, "cut.png"); });
+  message =
+      garden_test::error_of([&] { decode_image(png.substr(0, png.size() - 30), 0, "cut.png"); });
   EXPECT_NE(message.find("cut.png: damaged PNG"), std::string::npos) << message;
   // A PNG whose pixel data fails its CRC.
   std::string flipped = png;
@@ -195,6 +196,17 @@ TEST(ImageCodecTest, DamagedFilesAreOneErrorNamingTheSource) {
   // The JPEG signature and nothing after it.
   message = garden_test::error_of([&] { decode_image(jpeg.substr(0, 4), 0, "head.jpg"); });
   EXPECT_NE(message.find("head.jpg: damaged JPEG"), std::string::npos) << message;
+}
+
+// A small file whose header claims 20000 x 20000 pixels (1.2 GB decoded)
+// is refused from its header, naming the file.
+TEST(ImageCodecTest, AnImageOfMorePixelsThanTheLimitIsRefusedFromItsHeader) {
+  const std::string bomb = hand_png(20000, 20000, 8, 0, {std::string(20000, '\0')});
+  EXPECT_LT(bomb.size(), 1000u);
+  const std::string message = garden_test::error_of([&] { decode_image(bomb, 3, "bomb.png"); });
+  EXPECT_EQ(message,
+            "bomb.png: 20000 x 20000 pixels, more than the 178956970 an image may have (a "
+            "decompression bomb?); resize it first");
 }
 
 TEST(ImageCodecTest, EncodersRefuseImagesThatDoNotFit) {

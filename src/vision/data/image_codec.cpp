@@ -82,8 +82,7 @@ void init_jpeg_errors(JpegErrors& errors) {
 
 // Fills `image` (its vector exists before the setjmp) and returns "" or the
 // error message.
-std::string decode_jpeg_pixels(std::string_view bytes, bool gray, Image& image,
-                               bool header_only) {
+std::string decode_jpeg_pixels(std::string_view bytes, bool gray, Image& image, bool header_only) {
   jpeg_decompress_struct info;
   JpegErrors errors;
   init_jpeg_errors(errors);
@@ -165,7 +164,9 @@ std::string encode_jpeg_bytes(const Image& image, int quality, std::string& out)
   info.image_width = static_cast<JDIMENSION>(image.width);
   info.image_height = static_cast<JDIMENSION>(image.height);
   info.input_components = static_cast<int>(image.channels);
-  info.in_color_space = image.channels == 1 ? JCS_GRAYSCALE : image.channels == 3 ? JCS_RGB : JCS_CMYK;
+  info.in_color_space = image.channels == 1   ? JCS_GRAYSCALE
+                        : image.channels == 3 ? JCS_RGB
+                                              : JCS_CMYK;
   jpeg_set_defaults(&info);
   jpeg_set_quality(&info, quality, TRUE);
   if (quality >= 90)
@@ -298,6 +299,15 @@ const char* image_format_name(ImageFormat format) {
 
 Image decode_image(std::string_view bytes, int channels, const std::string& source) {
   check_channels(channels);
+  if (sniff_image_format(bytes) != ImageFormat::kUnknown) {
+    // A few hundred bytes can claim 20000 x 20000 pixels: 1.2 GB decoded.
+    const ImageInfo info = read_image_info(bytes, source);
+    if (info.height * info.width > kMaxImagePixels)
+      throw ImageError(source + ": " + std::to_string(info.width) + " x " +
+                       std::to_string(info.height) + " pixels, more than the " +
+                       std::to_string(kMaxImagePixels) +
+                       " an image may have (a decompression bomb?); resize it first");
+  }
   switch (sniff_image_format(bytes)) {
     case ImageFormat::kJpeg: {
       Image image;

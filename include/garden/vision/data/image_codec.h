@@ -46,7 +46,10 @@ struct Image {
 // file has Adobe's marker); 16-bit PNGs are scaled to 8 bits. A truncated or
 // corrupt file is an error (TensorFlow's try_recover_truncated is false),
 // naming `source`.
+// An image of more than kMaxImagePixels (Pillow's limit for a
+// decompression bomb) is refused from its header, before any decoding.
 Image decode_image(std::string_view bytes, int channels, const std::string& source);
+constexpr int64_t kMaxImagePixels = 178956970;
 
 // The file's dimensions and format without decoding the pixels.
 struct ImageInfo {
