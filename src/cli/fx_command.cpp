@@ -1,9 +1,11 @@
 #include "garden/cli/fx_command.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -11,8 +13,9 @@
 #include "garden/base/error.h"
 #include "garden/base/file_io.h"
 #include "garden/base/logging.h"
-#include "garden/platform/stop_signals.h"
+#include "garden/cli/files.h"
 #include "garden/fx/prediction.h"
+#include "garden/platform/stop_signals.h"
 
 namespace garden {
 
@@ -21,6 +24,18 @@ namespace {
 const char* kUsage =
     "usage: garden fx train --model NAME [TensorFX arguments]\n"
     "       garden fx predict --model DIR [--input FILE] [--output FILE] [--batch-size N]\n";
+
+// fx's "the instances line K ..." (K counted within the batch) as the
+// input line it is: "--input line N ...".
+std::string input_line_message(const std::string& message, int64_t first_line) {
+  const std::string prefix = "the instances line ";
+  if (message.rfind(prefix, 0) != 0) return message;
+  std::size_t end = prefix.size();
+  while (end < message.size() && std::isdigit(static_cast<unsigned char>(message[end]))) ++end;
+  if (end == prefix.size()) return message;
+  const int64_t within = std::stoll(message.substr(prefix.size(), end - prefix.size()));
+  return "--input line " + std::to_string(first_line + within - 1) + message.substr(end);
+}
 
 std::string json_string(const std::string& text) {
   std::string out = "\"";
@@ -140,21 +155,25 @@ int predict(const std::vector<std::string>& args) {
   if (model.empty())
     throw Error("--model is required: an exported model directory (<output>/model)");
   const auto loaded = fx::Model::load(model);
-  std::ifstream file;
   if (!input.empty()) {
     check_input_file(input, "--input");
-    file.open(input);
-  }
-  std::istream& in = input.empty() ? std::cin : file;
-  std::ofstream out_file;
-  if (!output.empty()) {
     refuse_same_file(input, "--input", output, "--output");
-    out_file.open(output);
-    if (!out_file) throw Error("cannot write --output '" + output + "'");
   }
-  std::ostream& out = output.empty() ? std::cout : out_file;
+  // Written whole or not at all: a bad line leaves no partial --output.
+  std::unique_ptr<AtomicFile> output_file;
+  if (!output.empty()) output_file = cli::create_output(output, "--output");
+  cli::LineStreams streams(input, std::move(output_file), output, "instances");
+  std::istream& in = streams.in();
+  std::ostream& out = streams.out();
+  int64_t first_line = 1;  // the input line of the batch's first instance
   const auto flush = [&](std::vector<std::string>& lines) {
-    for (const auto& p : loaded->predict(lines)) {
+    std::vector<fx::Model::Prediction> predictions;
+    try {
+      predictions = loaded->predict(lines);
+    } catch (const Error& e) {
+      throw Error(input_line_message(e.what(), first_line));
+    }
+    for (const auto& p : predictions) {
       out << "{\"label\": " << json_string(p.label) << ", \"scores\": [";
       for (std::size_t j = 0; j < p.scores.size(); ++j) {
         char buffer[32];
@@ -163,7 +182,8 @@ int predict(const std::vector<std::string>& args) {
       }
       out << "]}\n";
     }
-    out.flush();
+    if (output.empty()) out.flush();
+    first_line += static_cast<int64_t>(lines.size());
     lines.clear();
   };
   std::vector<std::string> lines;
@@ -175,6 +195,7 @@ int predict(const std::vector<std::string>& args) {
     if (static_cast<int64_t>(lines.size()) >= batch_size) flush(lines);
   }
   flush(lines);
+  streams.finish();
   return 0;
 }
 

@@ -42,9 +42,16 @@ using json = nlohmann::json;
 // "instance 0: input ...") as `where` names the instance ("--input line N",
 // "--images file 'F'").
 std::string input_line_error(std::string message, const std::string& where) {
-  if (message.rfind("instance 0", 0) == 0) {
-    message = message.substr(10);
-    message = message.substr(std::min(message.find_first_not_of(": "), message.size()));
+  // TensorFX's data set names its one instance "the instances line 1"
+  // (or "record 1").
+  for (const char* prefix : {"instance 0", "the instances line 1", "the instances record 1"}) {
+    const std::string text = prefix;
+    if (message.rfind(text, 0) != 0) continue;
+    const char next = message.size() > text.size() ? message[text.size()] : ' ';
+    if (next != ' ' && next != ':' && next != ',') continue;  // not "line 12"
+    message = message.substr(text.size());
+    message = message.substr(std::min(message.find_first_not_of(":, "), message.size()));
+    break;
   }
   return where + ": " + message;
 }
@@ -60,8 +67,15 @@ void run_export(const serving::ExportOptions& options, const std::string& format
     serving::LoadedRun run = serving::load_run(options);
     nlp::write_huggingface_dir(nlp::huggingface_export(*run.task, *run.model), run.assets,
                                options.export_dir);
+    // What was written, as a Hugging Face user will look for it.
+    std::vector<std::string> written;
+    for (const auto& entry : fs::directory_iterator(options.export_dir, ec))
+      written.push_back(entry.path().filename().string());
+    std::sort(written.begin(), written.end());
+    std::string files;
+    for (const auto& name : written) files += (files.empty() ? "" : ", ") + name;
     std::cout << "export:     " << fs::absolute(options.export_dir).string()
-              << " (Hugging Face: config.json, model.safetensors)\n"
+              << " (Hugging Face: " << files << ")\n"
               << "checkpoint: " << fs::absolute(run.checkpoint).string() << " (step "
               << run.global_step << (run.ema ? ", moving averages" : "") << ")\n";
     return;

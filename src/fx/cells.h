@@ -32,6 +32,39 @@ inline std::vector<std::string> split(const std::string& text, char separator) {
   return parts;
 }
 
+// A CSV line's cells as tf.io.decode_csv reads them: a cell in double
+// quotes may hold the separator, and "" inside it is one quote.
+inline std::vector<std::string> split_csv(const std::string& line, char separator = ',') {
+  std::vector<std::string> parts;
+  std::string current;
+  bool quoted = false, cell_start = true;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        current += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        current += c;
+      }
+    } else if (c == '"' && cell_start) {
+      quoted = true;
+      cell_start = false;
+    } else if (c == separator) {
+      parts.push_back(current);
+      current.clear();
+      cell_start = true;
+    } else {
+      current += c;
+      cell_start = false;
+    }
+  }
+  parts.push_back(current);
+  return parts;
+}
+
 // A whole cell as a number, or nullopt.
 inline std::optional<double> to_number(const std::string& cell, bool integer) {
   const std::string text = trim(cell);

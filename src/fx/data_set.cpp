@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 
 #include "cells.h"
 #include "garden/base/encoding.h"
@@ -53,7 +54,7 @@ Instances parse_csv(const Schema& schema, const std::vector<std::string>& lines,
   for (std::size_t r = 0; r < lines.size(); ++r) {
     std::string line = lines[r];
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    auto cells = split(line, ',');
+    auto cells = cells::split_csv(line);
     const std::string where =
         source + " line " + std::to_string(first_line + static_cast<int64_t>(r));
     if (prediction && cells.size() + 1 == fields.size()) cells.insert(cells.begin(), "");
@@ -207,17 +208,48 @@ Instances DataSet::read(const std::string& name) const {
       std::ifstream in(file);
       if (!in) throw Error("cannot read " + file);
       for (std::string line; std::getline(in, line);) lines.push_back(line);
+      // A byte order mark (Excel's "CSV UTF-8") is not part of the first cell.
+      if (!lines.empty() && lines[0].compare(0, 3, "\xEF\xBB\xBF") == 0) lines[0].erase(0, 3);
       // A final empty line is the file's end, not an instance.
       while (!lines.empty() && trim(lines.back()).empty()) lines.pop_back();
       parts.push_back(parse_csv(schema_, lines, file));
+      check_targets(parts.back(),
+                    [&file](std::size_t row) { return file + " line " + std::to_string(row + 1); });
     } else {
       std::vector<std::string> records;
       data::TFRecordReader reader(file);
       for (std::string record; reader.read(record);) records.push_back(record);
       parts.push_back(parse_examples(schema_, records, file));
+      check_targets(parts.back(), [&file](std::size_t row) {
+        return file + " record " + std::to_string(row + 1);
+      });
     }
   }
   return concatenate(parts);
+}
+
+void DataSet::check_targets(const Instances& instances,
+                            const std::function<std::string(std::size_t)>& where) const {
+  if (!features_ || metadata_.empty()) return;
+  for (const auto& feature : features_->features()) {
+    if (feature.type != FeatureType::kTarget) continue;
+    for (const auto& field : feature.fields) {
+      const auto values = instances.discrete.find(field);
+      if (values == instances.discrete.end() || !metadata_.has(field)) continue;
+      const std::vector<std::string> labels = metadata_.entries(field);
+      const std::size_t per_row =
+          instances.rows > 0 ? values->second.size() / static_cast<std::size_t>(instances.rows) : 1;
+      for (std::size_t i = 0; i < values->second.size(); ++i) {
+        const std::string& value = values->second[i];
+        const std::size_t row = i / std::max<std::size_t>(per_row, 1);
+        if (std::find(labels.begin(), labels.end(), value) != labels.end()) continue;
+        std::string list;
+        for (const auto& label : labels) list += (list.empty() ? "" : ", ") + label;
+        throw Error(where(row) + ", field '" + field + "': '" + value +
+                    "' is not one of its labels in " + metadata_.source() + " (" + list + ")");
+      }
+    }
+  }
 }
 
 Instances DataSet::parse(const std::vector<std::string>& instances, const std::string& what) const {

@@ -466,6 +466,22 @@ TEST_F(FxCliTest, TheIrisSampleTrainsOnCsvAndTfRecordAndPredicts) {
   }
   EXPECT_EQ(count, 30);
   EXPECT_GE(right, 28);
+  // A bad line names its place in the input, not in its batch of 10, and
+  // leaves no partial --output.
+  {
+    std::ifstream from(kIris + "eval.csv");
+    std::ofstream to(dir_ / "part.csv");
+    std::string line;
+    for (int i = 0; i < 25 && std::getline(from, line); ++i) to << line << "\n";
+    to << "x,y\n";
+  }
+  const CliRun bad = run_garden("fx predict --model '" + (dir_ / "csv" / "model").string() +
+                                    "' --input '" + (dir_ / "part.csv").string() + "' --output '" +
+                                    (dir_ / "part.out").string() + "'",
+                                dir_);
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.err.find("error: --input line 26 has 2 columns"), std::string::npos) << bad.err;
+  EXPECT_FALSE(fs::exists(dir_ / "part.out"));
   // The export's weights.safetensors, read by the tests' own reader, holds
   // the exported weights under PyTorch's names.
   const auto safetensors =
@@ -546,10 +562,19 @@ TEST_F(FxCliTest, ASecondRunResumesFromTheCheckpointAndBadInputIsOneLine) {
   run = run_garden(common + "--data-train '" + (dir_ / "label.csv").string() + "' --output '" +
                        (dir_ / "other").string() + "'",
                    dir_);
-  EXPECT_NE(run.err.find("target label 'daisy' is not in metadata.json (entries of field "
-                         "'species': setosa, versicolor, virginica)"),
-            std::string::npos)
-      << run.err;
+  // Found when the data is read, naming the line, before any checkpoint.
+  EXPECT_EQ(run.err, "garden fx: error: " + (dir_ / "label.csv").string() +
+                         " line 2, field 'species': 'daisy' is not one of its labels in "
+                         "metadata.json (setosa, versicolor, virginica)\n");
+  EXPECT_FALSE(fs::exists(dir_ / "other")) << "bad data leaves no job directory";
+  // A quoted label and a byte order mark are read as TensorFX's decode_csv
+  // and a spreadsheet mean them.
+  std::ofstream(dir_ / "quoted.csv", std::ios::binary)
+      << "\xEF\xBB\xBFsetosa,5.1,3.5,1.4,0.2\n\"versicolor\",7.0,3.2,4.7,1.4\n";
+  run = run_garden(common + "--data-train '" + (dir_ / "quoted.csv").string() + "' --output '" +
+                       (dir_ / "quoted").string() + "' --max-steps 5",
+                   dir_);
+  EXPECT_EQ(run.status, 0) << run.err;
   run = run_garden("fx predict --model '" + dir_.string() + "'", dir_);
   EXPECT_NE(run.err.find("is not an exported fx model: it has no model.yaml"), std::string::npos)
       << run.err;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -212,7 +213,9 @@ class DataSet {
   // The source's path pattern (a glob), or "" when there is none.
   std::string source(const std::string& name) const;
 
-  // Every instance of a source (its files matched in name order).
+  // Every instance of a source (its files matched in name order). A target
+  // field's value that is not one of its metadata entries is an error
+  // naming the file and line (or record), before any training.
   Instances read(const std::string& name) const;
   // Prediction input: CSV lines or serialized tf.Example records.
   Instances parse(const std::vector<std::string>& instances, const std::string& what) const;
@@ -224,6 +227,8 @@ class DataSet {
   std::optional<FeatureSet> features_;
   std::map<std::string, std::string> sources_;
   std::optional<Transformer> transformer_;
+  void check_targets(const Instances& instances,
+                     const std::function<std::string(std::size_t)>& where) const;
 };
 
 // Files matching a glob pattern, sorted; throws naming the pattern when none.
