@@ -8,6 +8,8 @@
 // Without --sentencepiece a model is trained into a temporary model_dir first.
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -66,7 +68,17 @@ int main(int argc, char** argv) {
     auto config = std::dynamic_pointer_cast<garden::nlp::TranslationConfig>(params->task);
     if (!config) throw std::runtime_error(experiment + " is not a translation experiment");
     config->train_data.seed = 1;
-    const auto model_dir = std::filesystem::temp_directory_path() / "garden_translation_batches";
+    // The task's scratch (a SentencePiece model it trains): this process's
+    // own directory, removed at the end.
+    const auto model_dir = std::filesystem::temp_directory_path() /
+                           ("garden_translation_batches_" + std::to_string(::getpid()));
+    struct Remove {
+      std::filesystem::path path;
+      ~Remove() {
+        std::error_code ignored;
+        std::filesystem::remove_all(path, ignored);
+      }
+    } remove{model_dir};
     garden::nlp::TranslationTask task(config, model_dir.string());
     task.tokenizer();  // trains one first when needed, outside the timing
     auto dataset = task.build_inputs(config->train_data, {});

@@ -89,6 +89,24 @@ TEST_F(FinetuningDataCliTest, TheBundledSquadQuestionsBecomeWindowsAndBadJsonOne
                                path("bad.json") + "'" + common),
                         {path("bad.json") + ": data[0].paragraphs must be a list, not number"});
   EXPECT_FALSE(fs::exists(path("squad.tfrecord")));
+  // A flag of another task type would be ignored: refused, naming its type.
+  expect_one_error_line(
+      garden("create_finetuning_data --fine_tuning_task_type=squad --squad_data_file='" + squad +
+             "' --label_list=O,B-X" + common),
+      {"--label_list applies to tagging, not to --fine_tuning_task_type=squad"});
+  expect_one_error_line(
+      garden("create_finetuning_data --fine_tuning_task_type=squad --squad_data_file='" + squad +
+             "' --input_data_dir='" + path("") + "'" + common),
+      {"--input_data_dir applies to classification, regression and tagging"});
+  expect_one_error_line(garden("create_finetuning_data --fine_tuning_task_type=tagging "
+                               "--input_data_dir='" +
+                               path("") +
+                               "' --max_seq_length=64 --max_query_length=16 "
+                               "--doc_stride=32 --train_data_output_path='" +
+                               path("squad.tfrecord") + "' --meta_data_file_path='" +
+                               path("squad.json") + "' --vocab_file='" + path("vocab.txt") + "'"),
+                        {"--doc_stride applies to squad, not to --fine_tuning_task_type=tagging"});
+  EXPECT_FALSE(fs::exists(path("squad.tfrecord")));
 }
 
 // An output path that names an input (itself, through a link, or another

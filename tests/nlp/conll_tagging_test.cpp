@@ -263,6 +263,21 @@ TEST_F(ConllTaggingTest, Conll2003FilesInIob1AndIob2GiveTheSameIob2Records) {
   }
 }
 
+// A file saved with a byte order mark before -DOCSTART- reads as the same
+// sentences, not one more holding the mark.
+TEST_F(ConllTaggingTest, AByteOrderMarkBeforeTheFirstLineIsNotAWord) {
+  const std::string text =
+      "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\nPeter NNP B-NP B-PER\n";
+  const fs::path plain = dir_ / "plain.txt", marked = dir_ / "marked.txt";
+  std::ofstream(plain, std::ios::binary) << text;
+  std::ofstream(marked, std::ios::binary) << "\xEF\xBB\xBF" << text;
+  const auto a = garden::nlp::read_column_sentences(plain.string(), 0);
+  const auto b = garden::nlp::read_column_sentences(marked.string(), 0);
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].words, b[i].words) << i;
+}
+
 TEST_F(ConllTaggingTest, AnyTagSetTakesItsLabelsFromTheTrainingFileOrLabelList) {
   auto o = options("conll", "pos");
   o.test_data_output_path.clear();

@@ -24,6 +24,7 @@
 #include "garden/core/task.h"
 #include "garden/data/wordpiece.h"
 #include "garden/nlp/interop/huggingface.h"
+#include "garden/nlp/interop/huggingface_config.h"
 #include "garden/nlp/modeling/bert_classifier.h"
 #include "garden/nlp/tasks/huggingface_export.h"
 #include "garden/nlp/tasks/sentence_prediction_config.h"
@@ -199,6 +200,24 @@ TEST_F(HuggingFaceTest, ASequenceClassifierFineTunesFromItsDirectoryWithTheSameL
   garden::nlp::write_huggingface_dir(exported, {}, out.string());
   EXPECT_EQ(garden::nlp::read_huggingface_dir(out.string()).tensors.size(),
             original.tensors.size());
+  // The tokenizer's casing travels with it: BertTokenizer would otherwise
+  // lower-case a cased model's text (its default do_lower_case is true).
+  const auto& sentence =
+      static_cast<const garden::nlp::SentencePredictionConfig&>(*experiment->task);
+  const json settings = json::parse(std::ifstream(out / "tokenizer_config.json"));
+  EXPECT_EQ(settings.at("do_lower_case"), sentence.train_data.lower_case);
+  for (const bool lower_case : {false, true}) {
+    auto cased = exported;
+    garden::nlp::add_huggingface_tokenizer_config(cased, "WordPiece", lower_case);
+    const fs::path again = dir_ / ("export_" + std::to_string(lower_case));
+    garden::nlp::write_huggingface_dir(
+        cased, {{"vocab.txt", (kFixtures / "bert" / "vocab.txt").string()}}, again.string());
+    const auto read_back = garden::nlp::huggingface_wordpiece(again.string());
+    ASSERT_TRUE(read_back.has_value());
+    EXPECT_EQ(read_back->lower_case, lower_case);
+    EXPECT_EQ(json::parse(std::ifstream(again / "tokenizer_config.json")).at("tokenizer_class"),
+              "BertTokenizer");
+  }
   EXPECT_NE(garden_test::error_of([&] {
               garden::nlp::write_huggingface_dir(exported, {}, out.string());
             }).find("exists"),

@@ -260,10 +260,44 @@ std::shared_ptr<const FinetuningTokenizer> open_finetuning_tokenizer(
       wordpiece ? "--vocab_file" : "--sp_model_file");
 }
 
+namespace {
+
+// A flag of another task type would be ignored (Model Garden's script
+// ignores it): refused, naming the type it belongs to.
+void refuse_flags_of_other_types(const FinetuningDataOptions& o) {
+  const FinetuningDataOptions defaults;
+  const std::string& type = o.fine_tuning_task_type;
+  const bool squad = type == "squad", tagging = type == "tagging";
+  const auto refuse = [&type](const char* flag, bool set, const std::string& which) {
+    if (set)
+      throw Error(std::string(flag) + " applies to " + which +
+                  ", not to --fine_tuning_task_type=" + type);
+  };
+  if (!squad) {
+    refuse("--squad_data_file", !o.squad_data_file.empty(), "squad");
+    refuse("--version_2_with_negative", o.version_2_with_negative, "squad");
+    refuse("--doc_stride", o.doc_stride != defaults.doc_stride, "squad");
+    refuse("--max_query_length", o.max_query_length != defaults.max_query_length, "squad");
+  }
+  if (!tagging) {
+    refuse("--tagging_task_name", o.tagging_task_name != defaults.tagging_task_name, "tagging");
+    refuse("--label_list", !o.label_list.empty(), "tagging");
+    refuse("--test_data_output_path", !o.test_data_output_path.empty(), "tagging");
+  }
+  if (squad)
+    refuse("--input_data_dir", !o.input_data_dir.empty(),
+           "classification, regression and tagging (squad reads --squad_data_file)");
+  if (squad || tagging)
+    refuse("--classification_task_name",
+           o.classification_task_name != defaults.classification_task_name,
+           "classification and regression");
+}
+
+}  // namespace
+
 FinetuningDataReport create_finetuning_data(const FinetuningDataOptions& o) {
-  if (o.fine_tuning_task_type == "tagging") return create_tagging_data(o, o.tagging_task_name);
-  if (o.fine_tuning_task_type == "squad") return create_squad_data(o);
-  if (o.fine_tuning_task_type != "classification" && o.fine_tuning_task_type != "regression") {
+  const std::string& type = o.fine_tuning_task_type;
+  if (type != "classification" && type != "regression" && type != "tagging" && type != "squad") {
     if (o.fine_tuning_task_type == "retrieval")
       throw Error(
           "--fine_tuning_task_type=retrieval is not implemented yet; Garden makes "
@@ -271,6 +305,9 @@ FinetuningDataReport create_finetuning_data(const FinetuningDataOptions& o) {
     throw Error("--fine_tuning_task_type '" + o.fine_tuning_task_type +
                 "' is not one of classification, regression, tagging, squad");
   }
+  refuse_flags_of_other_types(o);
+  if (type == "tagging") return create_tagging_data(o, o.tagging_task_name);
+  if (type == "squad") return create_squad_data(o);
   const ClassifierProcessor& processor = classifier_processor(o.classification_task_name);
   if (processor.regression() != (o.fine_tuning_task_type == "regression"))
     throw Error("--classification_task_name=" + processor.name + " is a " +

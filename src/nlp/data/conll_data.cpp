@@ -53,6 +53,8 @@ std::vector<TaggedSentence> read_column_sentences(const std::string& path, int64
   while (std::getline(in, line)) {
     ++number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    // A byte order mark (a file saved by a Windows editor) is not a word.
+    if (number == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
     const std::string where = path + ":" + std::to_string(number);
     if (unicode::invalid_utf8_offset(line) != std::string::npos)
       throw Error(where + ": " + unicode::utf8_error(line));

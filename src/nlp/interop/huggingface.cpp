@@ -34,9 +34,9 @@ std::string encoder_prefix(const HuggingFaceModel& model) {
   for (const char* prefix : {"", "bert.", "electra."})
     if (model.tensors.count(std::string(prefix) + "embeddings.word_embeddings.weight"))
       return prefix;
-  throw Error(model.dir +
-              "/model.safetensors has no embeddings.word_embeddings.weight (nor under bert. or "
-              "electra.): not a BERT or ELECTRA encoder");
+  throw Error(model.dir + "/" + model.weights_file +
+              " has no embeddings.word_embeddings.weight (nor under bert. or electra.): not a "
+              "BERT or ELECTRA encoder");
 }
 
 }  // namespace
@@ -73,6 +73,7 @@ HuggingFaceModel read_huggingface_dir(const std::string& dir) {
     const fs::path pickle = fs::path(dir) / "pytorch_model.bin";
     if (!fs::exists(pickle)) throw Error(dir + " has no model.safetensors");
     model.tensors = read_pytorch_state_dict(pickle.string());
+    model.weights_file = "pytorch_model.bin";
     return model;
   }
   model.tensors = read_safetensors(weights.string()).tensors;
@@ -180,7 +181,7 @@ std::map<std::string, at::Tensor> huggingface_encoder_tensors(const HuggingFaceM
   const auto get = [&](const std::string& name) -> const at::Tensor& {
     const auto it = model.tensors.find(p + name);
     if (it == model.tensors.end())
-      throw Error(model.dir + "/model.safetensors has no tensor '" + p + name + "'");
+      throw Error(model.dir + "/" + model.weights_file + " has no tensor '" + p + name + "'");
     return it->second;
   };
   std::map<std::string, at::Tensor> out;
@@ -335,7 +336,7 @@ bool initialize_from_huggingface(const config::TaskConfig& task, torch::nn::Modu
     if (it == hf.tensors.end()) it = hf.tensors.find(prefix + hf_name);
     if (it == hf.tensors.end()) {
       if (required)
-        throw Error(hf.dir + "/model.safetensors has no tensor '" + prefix + hf_name + "'");
+        throw Error(hf.dir + "/" + hf.weights_file + " has no tensor '" + prefix + hf_name + "'");
       return;
     }
     tensors[garden] = it->second;

@@ -34,6 +34,13 @@ HuggingFaceExport huggingface_encoder_export(Model& model, const BertEncoderOpti
   return out;
 }
 
+void add_huggingface_tokenizer_config(HuggingFaceExport& out, const std::string& tokenization,
+                                      bool lower_case) {
+  json settings = {{"do_lower_case", lower_case}};
+  if (tokenization == "WordPiece") settings["tokenizer_class"] = "BertTokenizer";
+  out.files["tokenizer_config.json"] = settings.dump(2) + "\n";
+}
+
 void add_huggingface_labels(json& config, const std::vector<std::string>& names, int64_t count) {
   json id2label = json::object(), label2id = json::object();
   for (int64_t i = 0; i < count; ++i) {

@@ -234,6 +234,8 @@ HuggingFaceExport QuestionAnsweringTask::to_huggingface(Task& task, Model& model
   out.tensors.emplace_back("qa_outputs.weight",
                            huggingface_parameter(model, "span_labeling.weight"));
   out.tensors.emplace_back("qa_outputs.bias", huggingface_parameter(model, "span_labeling.bias"));
+  add_huggingface_tokenizer_config(out, c->validation_data.tokenization,
+                                   c->validation_data.do_lower_case);
   return out;
 }
 

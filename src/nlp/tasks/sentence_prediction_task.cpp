@@ -197,6 +197,7 @@ HuggingFaceExport SentencePredictionTask::to_huggingface(Task& task, Model& mode
   const int64_t classes = c->model.num_classes;
   add_huggingface_labels(out.config, c->class_names, classes);
   out.config["problem_type"] = classes == 1 ? "regression" : "single_label_classification";
+  add_huggingface_tokenizer_config(out, c->train_data.tokenization, c->train_data.lower_case);
   return out;
 }
 

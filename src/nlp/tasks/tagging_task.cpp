@@ -158,6 +158,7 @@ HuggingFaceExport TaggingTask::to_huggingface(Task& task, Model& model) {
   out.tensors.emplace_back("classifier.bias", huggingface_parameter(model, "classifier.bias"));
   add_huggingface_labels(out.config, c->class_names, static_cast<int64_t>(c->class_names.size()));
   out.config["classifier_dropout"] = c->model.head_dropout;
+  add_huggingface_tokenizer_config(out, c->train_data.tokenization, c->train_data.lower_case);
   return out;
 }
 

@@ -43,10 +43,11 @@ std::map<std::string, at::Tensor> read_pytorch_state_dict(const std::string& pat
 
 struct HuggingFaceModel {
   std::string dir;
-  nlohmann::json config;                      // config.json
-  std::map<std::string, at::Tensor> tensors;  // model.safetensors, by its names
-  std::string architecture;                   // config.json's architectures[0], or ""
-  std::string model_type;                     // bert, electra, marian, ...
+  nlohmann::json config;                           // config.json
+  std::map<std::string, at::Tensor> tensors;       // model.safetensors, by its names
+  std::string weights_file = "model.safetensors";  // or pytorch_model.bin: named in errors
+  std::string architecture;                        // config.json's architectures[0], or ""
+  std::string model_type;                          // bert, electra, marian, ...
 };
 
 // Reads config.json and model.safetensors (else pytorch_model.bin); one

@@ -62,6 +62,11 @@ bool encoder_projects(const BertEncoderOptions& options);
 HuggingFaceExport huggingface_encoder_export(Model& model, const BertEncoderOptions& options,
                                              const std::string& garden_prefix,
                                              const std::string& architecture);
+// tokenizer_config.json for the task's raw-text tokenizer: do_lower_case
+// (so that a cased model reads back cased; BertTokenizer's default is true)
+// and, for a WordPiece vocabulary, tokenizer_class BertTokenizer.
+void add_huggingface_tokenizer_config(HuggingFaceExport& out, const std::string& tokenization,
+                                      bool lower_case);
 // id2label and label2id for `count` labels (LABEL_<i> past `names`).
 void add_huggingface_labels(nlohmann::json& config, const std::vector<std::string>& names,
                             int64_t count);
