@@ -155,6 +155,12 @@ void run_predict(const PredictFlags& flags) {
   predictor.apply_runtime();
   const auto& inputs = predictor.signature().inputs;
   const bool text_input = inputs.size() == 1 && inputs[0].second.dtype == "DT_STRING";
+  if (!flags.images.empty() && !text_input) {
+    std::string names;
+    for (const auto& input : inputs) names += (names.empty() ? "" : ", ") + input.first;
+    throw Error("--images: the export at '" + flags.export_dir + "' takes " + names +
+                ", not an encoded image; give --input with JSON lines");
+  }
   std::unique_ptr<AtomicFile> output;
   if (!flags.output.empty()) output = cli::create_output(flags.output, "--output");
 

@@ -56,10 +56,11 @@ void DataConfig::validate_reading() const {
     refuse("compression_type",
            "'" + compression_type + "' contradicts file_type tfrecord_compressed (GZIP)");
   // Model Garden shuffles training data only.
-  if (!is_training.value_or(false) && shuffle_buffer_size != DataConfig().shuffle_buffer_size)
+  if (!is_training.value_or(false) && shuffle_buffer_size != own_shuffle_buffer_size_)
     refuse("shuffle_buffer_size", std::to_string(shuffle_buffer_size) +
                                       " has no effect: data with is_training false is read in "
-                                      "order; leave it at its default");
+                                      "order; leave it at its default, " +
+                                      std::to_string(own_shuffle_buffer_size_));
   if (skip_corrupt_records && !tfrecord)
     refuse("skip_corrupt_records",
            "true applies only to TFRecord files (their CRCs), not to file_type " + file_type);

@@ -240,9 +240,14 @@ ExportResult export_model(const ExportOptions& options) {
   if (options.experiment.empty() &&
       !fs::is_regular_file(fs::path(options.model_dir) / kParamsFile, ec)) {
     const std::string source = tensorfx_model_dir(options.model_dir);
-    if (source.empty())
-      throw Error("--experiment is needed: '" + options.model_dir +
-                  "' is not the job directory of garden fx train");
+    if (source.empty()) {
+      if (!fs::is_directory(options.model_dir, ec))
+        throw Error("--model_dir '" + options.model_dir + "' does not exist");
+      throw Error("--model_dir '" + options.model_dir +
+                  "' holds no params.yaml (what garden train writes) and no TensorFX model "
+                  "(garden fx train's job directory): name a run's model_dir, or give "
+                  "--experiment");
+    }
     return export_tensorfx(options, source);
   }
   if (options.export_dir.empty()) throw Error("--export_dir is empty");

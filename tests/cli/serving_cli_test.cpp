@@ -127,6 +127,15 @@ TEST_F(ServingCliTest, ABadLineIsOneErrorNamingItAndWritesNothing) {
                                path("in.jsonl") + "' --output '" + path("o.jsonl") + "'"),
                         {"--input line 2", "has no input"});
   EXPECT_FALSE(fs::exists(dir_ / "o.jsonl"));
+  // Images for an export that takes no image; a model_dir that is not one.
+  spit(dir_ / "x.png", "\x89PNG");
+  expect_one_error_line(
+      garden("predict --export_dir '" + path("out") + "' --images '" + path("x.png") + "'"),
+      {"--images: the export at '" + path("out") +
+       "' takes sepal_length, sepal_width, petal_length, petal_width, not an encoded image"});
+  expect_one_error_line(
+      garden("export --model_dir '" + path("typo") + "' --export_dir '" + path("e") + "'"),
+      {"--model_dir '" + path("typo") + "' does not exist"});
   spit(dir_ / "in.jsonl", "[1, 2, 3, 4]\n[1, 2, 3, 4]\n{\"colour\": 1}\n");
   expect_one_error_line(
       garden("predict --export_dir '" + path("out") + "' --input '" + path("in.jsonl") + "'"),

@@ -125,6 +125,11 @@ TEST(ConfigValidationTest, TrainerKeys) {
       {"tabular/iris", "task.train_data.file_type=tfrecord",
        "task.train_data.file_type: 'tfrecord' is not csv; this task reads CSV files only"},
       {"tabular/iris", "task.validation_data.file_type=csv", ""},
+      // Image data starts at Model Garden's 10000, which data read in order keeps.
+      {"vision/flowers", "task.train_data.is_training=false", ""},
+      {"vision/flowers", "task.validation_data.shuffle_buffer_size=500",
+       "task.validation_data.shuffle_buffer_size: 500 has no effect: data with is_training false "
+       "is read in order; leave it at its default, 10000"},
       // Model Garden's key and form: a list of two shares of the area.
       {"vision/flowers", "task.train_data.crop_area_range=[0.3,0.9]", ""},
       {"vision/flowers", "task.train_data.crop_area_range=[0.5,0.2]",

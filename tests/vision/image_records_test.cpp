@@ -88,7 +88,8 @@ class ImageRecordsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::path(::testing::TempDir()) /
-           ("image_records_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("image_records_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -101,8 +102,7 @@ class ImageRecordsTest : public ::testing::Test {
     for (int i = 0; i < 3; ++i)
       write_bytes(root / "tulip" / ("t" + std::to_string(i) + ".png"),
                   garden::vision::encode_png(solid(4 + i, 5, 3, 10 * i)));
-    write_bytes(root / "tulip" / "more" / "t9.PNG",
-                garden::vision::encode_png(solid(2, 2, 1, 99)));
+    write_bytes(root / "tulip" / "more" / "t9.PNG", garden::vision::encode_png(solid(2, 2, 1, 99)));
     for (int i = 0; i < 3; ++i)
       write_bytes(root / "Rose" / ("r" + std::to_string(i) + ".jpg"),
                   garden::vision::encode_jpeg(solid(8, 8, 3, 200), 90));
@@ -161,7 +161,13 @@ TEST_F(ImageRecordsTest, AFolderPerClassBecomesRecordsWithModelGardensFeatures) 
   const auto it = std::find_if(records.begin(), records.end(), is_gray_tulip);
   ASSERT_NE(it, records.end());
   std::ifstream original(dir_ / "images" / "tulip" / "more" / "t9.PNG", std::ios::binary);
-  EXPECT_EQ(it->bytes.at("image/encoded"), std::string(std::istreambuf_iterator<char>(original), {}));
+  EXPECT_EQ(it->bytes.at("image/encoded"),
+            std::string(std::istreambuf_iterator<char>(original), {}));
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 TEST_F(ImageRecordsTest, TheSplitIsSeededPerClassAndStableWhenFilesAreAdded) {
@@ -188,13 +194,33 @@ TEST_F(ImageRecordsTest, TheSplitIsSeededPerClassAndStableWhenFilesAreAdded) {
   EXPECT_EQ(first, run("again", 1));
   EXPECT_NE(first, run("other_seed", 2));
   // Five of each class.
-  EXPECT_EQ(std::count_if(first.begin(), first.end(),
-                          [](const std::string& s) { return s[0] == 'a'; }),
-            5);
+  EXPECT_EQ(
+      std::count_if(first.begin(), first.end(), [](const std::string& s) { return s[0] == 'a'; }),
+      5);
   // The same seed, two runs: bitwise the same files.
-  for (const std::string name : {"train-00000-of-00004.tfrecord", "validation-00000-of-00001.tfrecord"})
+  for (const std::string name :
+       {"train-00000-of-00004.tfrecord", "validation-00000-of-00001.tfrecord"})
     EXPECT_EQ(ref::read_records((dir_ / "one" / name).string()),
               ref::read_records((dir_ / "again" / name).string()));
+  // A class folder that is a symbolic link splits as the folder itself: the
+  // hash takes the path inside --image_dir, not where the link points.
+  {
+    const fs::path linked = dir_ / "linked";
+    fs::create_directories(linked);
+    fs::create_directory_symlink(root / "a", linked / "a");
+    fs::create_directory_symlink(root / "b", linked / "b");
+    ImageRecordsOptions options;
+    options.image_dir = linked.string();
+    options.output_dir = (dir_ / "via_links").string();
+    options.validation_fraction = 0.25;
+    options.seed = 1;
+    create_image_records(options);
+    EXPECT_EQ(
+        ref::read_records((dir_ / "via_links" / "validation-00000-of-00001.tfrecord").string()),
+        ref::read_records((dir_ / "one" / "validation-00000-of-00001.tfrecord").string()));
+    EXPECT_EQ(read_text(dir_ / "via_links" / "validation_files.txt"),
+              read_text(dir_ / "one" / "validation_files.txt"));
+  }
   // Four more files per class: of the 5 held out before, those still among
   // the 6 held out now are all of them (the hash of a path does not move).
   for (const std::string cls : {"a", "b"})
@@ -254,8 +280,10 @@ TEST_F(ImageRecordsTest, MnistIdxFilesBecomePngRecordsOfTheirExactPixels) {
   // 3 training digits of 2 x 3 pixels (gzipped, as published), 2 test ones
   // (unpacked).
   std::vector<uint8_t> train_pixels(3 * 6), test_pixels(2 * 6);
-  for (std::size_t i = 0; i < train_pixels.size(); ++i) train_pixels[i] = static_cast<uint8_t>(i * 13);
-  for (std::size_t i = 0; i < test_pixels.size(); ++i) test_pixels[i] = static_cast<uint8_t>(255 - i);
+  for (std::size_t i = 0; i < train_pixels.size(); ++i)
+    train_pixels[i] = static_cast<uint8_t>(i * 13);
+  for (std::size_t i = 0; i < test_pixels.size(); ++i)
+    test_pixels[i] = static_cast<uint8_t>(255 - i);
   write_idx(mnist / "train-images-idx3-ubyte.gz", 0x803, {3, 2, 3}, train_pixels, true);
   write_idx(mnist / "train-labels-idx1-ubyte.gz", 0x801, {3}, {5, 0, 4}, true);
   write_idx(mnist / "t10k-images-idx3-ubyte", 0x803, {2, 2, 3}, test_pixels, false);
@@ -319,7 +347,8 @@ TEST_F(ImageRecordsTest, BadMnistFilesAreOneErrorAndNoOutput) {
   write_idx(mnist / "train-labels-idx1-ubyte", 0x801, {2}, {1, 2}, false);
   write_idx(mnist / "train-images-idx3-ubyte", 0x803, {2, 2, 2}, {1, 2, 3}, false);
   message = garden_test::error_of([&] { create_image_records(options); });
-  EXPECT_NE(message.find("ends after 3 of the 8 bytes of its pixels"), std::string::npos) << message;
+  EXPECT_NE(message.find("ends after 3 of the 8 bytes of its pixels"), std::string::npos)
+      << message;
   EXPECT_FALSE(fs::exists(dir_ / "out"));
 
   fs::remove(mnist / "t10k-labels-idx1-ubyte");
@@ -351,13 +380,15 @@ TEST_F(ImageRecordsTest, ADamagedImageNamesItsFileAndLeavesNoOutput) {
 TEST_F(ImageRecordsTest, OptionsThatCannotWorkAreRefused) {
   ImageRecordsOptions options;
   options.output_dir = (dir_ / "out").string();
-  EXPECT_NE(garden_test::error_of([&] { create_image_records(options); })
-                .find("give one of --image_dir or --mnist_dir"),
+  EXPECT_NE(garden_test::error_of([&] {
+              create_image_records(options);
+            }).find("give one of --image_dir or --mnist_dir"),
             std::string::npos);
   options.image_dir = make_folder().string();
   options.validation_fraction = 1.0;
-  EXPECT_NE(garden_test::error_of([&] { create_image_records(options); })
-                .find("--validation_fraction must be in [0, 1)"),
+  EXPECT_NE(garden_test::error_of([&] {
+              create_image_records(options);
+            }).find("--validation_fraction must be in [0, 1)"),
             std::string::npos);
   options.validation_fraction = 0.1;
   options.train_shards = 0;
@@ -365,20 +396,23 @@ TEST_F(ImageRecordsTest, OptionsThatCannotWorkAreRefused) {
             std::string::npos);
   options.train_shards = 1;
   write_bytes(dir_ / "out" / "keep.txt", "user's file");
-  EXPECT_NE(garden_test::error_of([&] { create_image_records(options); })
-                .find("exists and is not an empty directory"),
+  EXPECT_NE(garden_test::error_of([&] {
+              create_image_records(options);
+            }).find("exists and is not an empty directory"),
             std::string::npos);
   std::ifstream kept(dir_ / "out" / "keep.txt");
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "user's file");
   options.image_dir = (dir_ / "nowhere").string();
   options.output_dir = (dir_ / "out2").string();
-  EXPECT_NE(garden_test::error_of([&] { create_image_records(options); }).find("is not a directory"),
-            std::string::npos);
+  EXPECT_NE(
+      garden_test::error_of([&] { create_image_records(options); }).find("is not a directory"),
+      std::string::npos);
   fs::create_directories(dir_ / "no_classes" / "cats");
   write_bytes(dir_ / "no_classes" / "cats" / "a.gif", "GIF");
   options.image_dir = (dir_ / "no_classes").string();
-  EXPECT_NE(garden_test::error_of([&] { create_image_records(options); })
-                .find("has no class folders with .jpg, .jpeg or .png files"),
+  EXPECT_NE(garden_test::error_of([&] {
+              create_image_records(options);
+            }).find("has no class folders with .jpg, .jpeg or .png files"),
             std::string::npos);
 }
 
@@ -397,17 +431,19 @@ TEST(ImageRecordsCliTest, TheCommandWritesRecordsAndFailsInOneLine) {
   EXPECT_NE(printed.find("classes:    2 (0: a, 1: b)"), std::string::npos) << printed;
   EXPECT_EQ(ref::read_records((dir / "out" / "train-00000-of-00001.tfrecord").string()).size(), 2u);
 
-  const std::string both = garden + " create_image_records --image_dir=x --mnist_dir=y --output_dir=" +
-                           (dir / "o2").string() + " > " + (dir / "stderr").string() + " 2>&1";
+  const std::string both =
+      garden +
+      " create_image_records --image_dir=x --mnist_dir=y --output_dir=" + (dir / "o2").string() +
+      " > " + (dir / "stderr").string() + " 2>&1";
   EXPECT_NE(std::system(both.c_str()), 0);
-  const std::string again = garden + " create_image_records --image_dir=" +
-                            (dir / "images").string() + " --output_dir=" +
-                            (dir / "out").string() + " > " + (dir / "stderr").string() + " 2>&1";
+  const std::string again =
+      garden + " create_image_records --image_dir=" + (dir / "images").string() +
+      " --output_dir=" + (dir / "out").string() + " > " + (dir / "stderr").string() + " 2>&1";
   EXPECT_NE(std::system(again.c_str()), 0);
   std::ifstream err(dir / "stderr");
   const std::string message(std::istreambuf_iterator<char>(err), {});
-  EXPECT_EQ(message, "garden: error: create_image_records: --output_dir '" + (dir / "out").string() +
-                         "' exists and is not an empty directory\n");
+  EXPECT_EQ(message, "garden: error: create_image_records: --output_dir '" +
+                         (dir / "out").string() + "' exists and is not an empty directory\n");
   fs::remove_all(dir);
 }
 

@@ -40,6 +40,13 @@ struct DataConfig : Config {
   // failing.
   bool skip_corrupt_records = false;
   void visit(Visitor& v) override;
+
+ protected:
+  // The shuffle_buffer_size a subclass starts with (image classification's
+  // is Model Garden's 10000), which data read in order may keep.
+  int64_t own_shuffle_buffer_size_ = 100;
+
+ public:
   // validate_reading(), then file_type is one of the generic types.
   void validate() const override;
   // Everything but file_type: for a task's data config with file types of

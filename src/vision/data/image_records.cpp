@@ -43,8 +43,7 @@ bool hidden(const fs::path& path) {
 // Big-endian 32-bit, from a gzFile; throws naming the file.
 uint32_t read_u32(gzFile file, const std::string& path, const char* what) {
   unsigned char b[4];
-  if (gzread(file, b, 4) != 4)
-    throw Error("IDX file '" + path + "': ends before its " + what);
+  if (gzread(file, b, 4) != 4) throw Error("IDX file '" + path + "': ends before its " + what);
   return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
 }
 
@@ -90,7 +89,8 @@ std::string image_record(const std::string& bytes, const std::string& source, in
   const Image image = decode_image(bytes, 0, source);
   data::Example example;
   example["image/encoded"] = data::FeatureValue::of_bytes({bytes});
-  example["image/format"] = data::FeatureValue::of_bytes({image_format_name(sniff_image_format(bytes))});
+  example["image/format"] =
+      data::FeatureValue::of_bytes({image_format_name(sniff_image_format(bytes))});
   example["image/height"] = data::FeatureValue::of_ints({image.height});
   example["image/width"] = data::FeatureValue::of_ints({image.width});
   example["image/class/label"] = data::FeatureValue::of_ints({label});
@@ -132,10 +132,10 @@ void check_options(const ImageRecordsOptions& o) {
     throw Error("create_image_records: --validation_fraction must be in [0, 1), got " +
                 std::to_string(o.validation_fraction));
   if (!o.mnist_dir.empty() && o.validation_fraction > 0)
-    throw Error("create_image_records: --validation_fraction applies to --image_dir; MNIST's "
-                "validation records are its 10,000 test images");
-  if (fs::exists(o.output_dir) &&
-      (!fs::is_directory(o.output_dir) || !fs::is_empty(o.output_dir)))
+    throw Error(
+        "create_image_records: --validation_fraction applies to --image_dir; MNIST's "
+        "validation records are its 10,000 test images");
+  if (fs::exists(o.output_dir) && (!fs::is_directory(o.output_dir) || !fs::is_empty(o.output_dir)))
     throw Error("create_image_records: --output_dir '" + o.output_dir +
                 "' exists and is not an empty directory");
 }
@@ -177,8 +177,10 @@ void fill_from_folder(const ImageRecordsOptions& o, const fs::path& staging,
     // The manifest: which file went to this split, with its label, so that
     // another program (a peer, an audit) can use the same split.
     std::ofstream manifest(staging / (split + "_files.txt"), std::ios::binary);
-    for (const FolderImage* image : images) manifest << image->relative << '\t' << image->label << '\n';
-    if (!manifest.flush()) throw Error("create_image_records: cannot write " + split + "_files.txt");
+    for (const FolderImage* image : images)
+      manifest << image->relative << '\t' << image->label << '\n';
+    if (!manifest.flush())
+      throw Error("create_image_records: cannot write " + split + "_files.txt");
     report.files.push_back(split + "_files.txt");
     Shards writer(staging, split, shards, report.files);
     for (const FolderImage* image : images) {
@@ -208,8 +210,7 @@ void fill_from_mnist(const ImageRecordsOptions& o, const fs::path& staging,
     const std::vector<uint8_t> labels = read_idx_labels(labels_path);
     if (static_cast<int64_t>(labels.size()) != images.count)
       throw Error("MNIST: '" + images_path + "' holds " + std::to_string(images.count) +
-                  " images but '" + labels_path + "' " + std::to_string(labels.size()) +
-                  " labels");
+                  " images but '" + labels_path + "' " + std::to_string(labels.size()) + " labels");
     std::vector<int64_t> order(static_cast<std::size_t>(images.count));
     for (int64_t i = 0; i < images.count; ++i) order[static_cast<std::size_t>(i)] = i;
     std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
@@ -277,7 +278,10 @@ ImageFolder list_image_folder(const std::string& directory) {
         continue;
       }
       if (!it->is_regular_file()) continue;
-      const std::string relative = fs::relative(it->path(), directory).generic_string();
+      // The path as it is inside --image_dir, a class folder that is a
+      // symbolic link included (fs::relative would resolve the link).
+      const std::string relative =
+          (class_dir.filename() / it->path().lexically_relative(class_dir)).generic_string();
       if (!decodable_extension(it->path())) {
         folder.skipped.push_back(relative);
         continue;

@@ -56,6 +56,10 @@ struct ImageClassificationModelConfig : config::Config {
 };
 
 struct ImageClassificationDataConfig : config::DataConfig {
+  ImageClassificationDataConfig() {
+    shuffle_buffer_size = 10000;  // Model Garden's
+    own_shuffle_buffer_size_ = 10000;
+  }
   std::string image_field_key = "image/encoded";
   std::string label_field_key = "image/class/label";
   bool decode_jpeg_only = true;
@@ -97,7 +101,6 @@ struct ImageClassificationTaskConfig
     : config::TaskConfigWith<ImageClassificationModelConfig, ImageClassificationDataConfig> {
   ImageClassificationTaskConfig() {
     train_data.is_training = true;
-    train_data.shuffle_buffer_size = 10000;  // Model Garden's
     validation_data.is_training = false;
     validation_data.drop_remainder = false;
   }
