@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
 #include "garden/base/error.h"
@@ -98,7 +99,17 @@ void Task::initialize(Model& model) {
 void initialize_from_checkpoint(Model& model, const std::string& path,
                                 InitCheckpointMapping mapping) {
   const auto file = latest_checkpoint(path);
-  if (!file) throw Error("task.init_checkpoint '" + path + "' holds no checkpoint");
+  if (!file) {
+    // Weights of a Hugging Face model without the config.json that says
+    // what they are.
+    std::error_code ec;
+    for (const char* weights : {"model.safetensors", "pytorch_model.bin"})
+      if (std::filesystem::is_regular_file(std::filesystem::path(path) / weights, ec))
+        throw Error("task.init_checkpoint '" + path + "' holds " + weights +
+                    " but no config.json: a Hugging Face model directory needs the config.json "
+                    "saved with it");
+    throw Error("task.init_checkpoint '" + path + "' holds no checkpoint");
+  }
   const CheckpointData data = read_checkpoint_file(*file);
   // Model Garden's checkpoint_items: a selected module the checkpoint does
   // not hold under its own name, but names as an item of its model, is read

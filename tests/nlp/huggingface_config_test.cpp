@@ -19,6 +19,7 @@
 #include "garden/config/yaml_io.h"
 #include "garden/core/safetensors.h"
 #include "garden/core/task.h"
+#include "garden/nlp/tasks/huggingface_export.h"
 #include "garden/nlp/tasks/question_answering_config.h"
 #include "garden/nlp/tasks/sentence_prediction_config.h"
 #include "garden/nlp/tasks/tagging_config.h"
@@ -178,6 +179,68 @@ TEST_F(HuggingFaceConfigTest, TheTinyExperimentsBiasesAndMeanHeadGiveWayToTheDir
                 resolve_hf("bert/sentence_prediction_tiny", bare + ",task.model.pooling=mean"))
                 .model.pooling,
             "mean");
+}
+
+// A *ForTokenClassification or *ForQuestionAnswering directory: [all]
+// restores its head into Garden's (it was dropped, or refused, before), and
+// the default [encoder] starts a fresh head whose labels are the data's, so
+// the model fine-tunes on another label set.
+TEST_F(HuggingFaceConfigTest, AHeadedDirectoryRestoresItsHeadWithAllAndLeavesTheLabelsOtherwise) {
+  const std::string bert = (kHfDir / "bert").string();
+  const auto head_of = [](garden::Task& task, garden::Model& model, const std::string& name) {
+    (void)task;
+    for (const auto& item : model.named_parameters())
+      if (item.key() == name) return item.value().detach().clone();
+    throw std::runtime_error("no parameter " + name);
+  };
+  struct Case {
+    std::string experiment, extra, head, file_head;
+  };
+  for (const Case& c : {Case{"bert/tagging", ",task.class_names=[O,B-X,I-X]", "classifier.weight",
+                             "classifier.weight"},
+                        Case{"bert/squad", ",task.validation_data.query_length=16",
+                             "span_labeling.weight", "qa_outputs.weight"}}) {
+    SCOPED_TRACE(c.experiment);
+    // Garden's model from the bare encoder, its head set to known values,
+    // exported as Hugging Face's architecture with a head.
+    auto source = resolve_hf(c.experiment, "task.init_checkpoint=" + bert + c.extra);
+    auto task = garden::get_task(source->task, "");
+    auto model = task->build_model();
+    task->initialize(*model);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& item : model->named_parameters())
+        if (item.key() == c.head)
+          item.value().copy_(torch::arange(item.value().numel()).reshape(item.value().sizes()));
+    }
+    const fs::path headed = dir_ / (c.experiment.substr(5) + "_hf");
+    garden::nlp::write_huggingface_dir(garden::nlp::huggingface_export(*task, *model),
+                                       {{"vocab.txt", bert + "/vocab.txt"}}, headed.string());
+    const at::Tensor expected = head_of(*task, *model, c.head);
+    EXPECT_TRUE(garden::read_safetensors((headed / "model.safetensors").string())
+                    .tensors.count(c.file_head));
+    // [all]: the head is the file's.
+    auto all = resolve_hf(c.experiment, "task.init_checkpoint=" + headed.string() +
+                                            ",task.init_checkpoint_modules=[all]" + c.extra);
+    auto restored_task = garden::get_task(all->task, "");
+    auto restored = restored_task->build_model();
+    restored_task->initialize(*restored);
+    EXPECT_TRUE(torch::equal(head_of(*restored_task, *restored, c.head), expected));
+  }
+  // Tagging on another label set from a token classifier: the default
+  // [encoder] takes the user's (or the meta data's) labels, not id2label.
+  const std::string tagger = (dir_ / "tagging_hf").string();
+  auto other = resolve_hf("bert/tagging",
+                          "task.init_checkpoint=" + tagger + ",task.class_names=[O,B-GENE,I-GENE]");
+  EXPECT_EQ(adopted_task<garden::nlp::TaggingConfig>(other).class_names,
+            (std::vector<std::string>{"O", "B-GENE", "I-GENE"}));
+  auto unset = resolve_hf("bert/tagging", "task.init_checkpoint=" + tagger);
+  EXPECT_TRUE(adopted_task<garden::nlp::TaggingConfig>(unset).class_names.empty());
+  // With its head restored the labels must be the head's.
+  auto with_head = resolve_hf(
+      "bert/tagging", "task.init_checkpoint=" + tagger + ",task.init_checkpoint_modules=[all]");
+  EXPECT_EQ(adopted_task<garden::nlp::TaggingConfig>(with_head).class_names,
+            (std::vector<std::string>{"O", "B-X", "I-X"}));
 }
 
 TEST_F(HuggingFaceConfigTest, AKeyTheUserSetToAnotherValueIsOneLineNamingBoth) {

@@ -245,6 +245,20 @@ TEST_F(HuggingFaceTest, ASequenceClassifierFineTunesFromItsDirectoryWithTheSameL
       << no_pooler;
 }
 
+// Weights copied without their config.json: named as such, not "holds no
+// checkpoint".
+TEST_F(HuggingFaceTest, WeightsWithoutTheirConfigJsonAreNamedAsSuch) {
+  const fs::path bare = dir_ / "weights_only";
+  fs::create_directories(bare);
+  fs::copy_file(kFixtures / "bert" / "model.safetensors", bare / "model.safetensors");
+  torch::nn::Linear model(2, 2);
+  EXPECT_EQ(
+      garden_test::error_of([&] { garden::initialize_from_checkpoint(*model, bare.string(), {}); }),
+      "task.init_checkpoint '" + bare.string() +
+          "' holds model.safetensors but no config.json: a Hugging Face model directory "
+          "needs the config.json saved with it");
+}
+
 TEST_F(HuggingFaceTest, MismatchesAreOneLineNamingTheKeyOrTensor) {
   // A config key that differs from the task's encoder.
   auto experiment = classifier_experiment((kFixtures / "bert").string(),

@@ -416,6 +416,23 @@ TEST_F(QuestionAnsweringTest, ConfigRefusesWhatItCannotDo) {
   EXPECT_NE(refused("task.n_best_size=0").find("n_best_size"), std::string::npos);
   EXPECT_NE(refused("task.train_data.seq_length=1024").find("max_position_embeddings"),
             std::string::npos);
+  // Records made for SQuAD 2.0 (create_finetuning_data's meta data beside
+  // them says so) are not trained and scored as 1.1 without a word.
+  const fs::path records = dir_ / "v2_records";
+  fs::create_directories(records);
+  std::ofstream(records / "meta.json")
+      << "{\"task_type\": \"bert_squad\", \"version_2_with_negative\": true}\n";
+  auto v1 = garden::config::get_experiment_config("bert/squad");
+  auto& task = dynamic_cast<garden::nlp::QuestionAnsweringConfig&>(*v1->task);
+  task.train_data.input_path = (records / "train.tfrecord").string();
+  EXPECT_EQ(garden_test::error_of([&] { task.resolve_from_files(); }),
+            "'" + (records / "meta.json").string() +
+                "' says the records beside it were made with version_2_with_negative true, but "
+                "task.train_data.version_2_with_negative is false: set "
+                "task.train_data.version_2_with_negative=true,"
+                "task.validation_data.version_2_with_negative=true");
+  task.train_data.version_2_with_negative = true;
+  EXPECT_NO_THROW(task.resolve_from_files());
 }
 
 }  // namespace

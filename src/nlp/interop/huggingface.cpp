@@ -352,7 +352,8 @@ bool initialize_from_huggingface(const config::TaskConfig& task, torch::nn::Modu
   // silently.
   if (all)
     for (const auto& [name, tensor] : hf.tensors)
-      if (name.rfind("classifier.", 0) == 0 && !taken.count(name))
+      if ((name.rfind("classifier.", 0) == 0 || name.rfind("qa_outputs.", 0) == 0) &&
+          !taken.count(name))
         throw Error(hf.dir + ": " + name + " (" +
                     (hf.architecture.empty() ? hf.model_type : hf.architecture) +
                     "'s head) has no place in this task's model: restore the encoder alone "

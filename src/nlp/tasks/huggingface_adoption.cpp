@@ -249,6 +249,14 @@ std::vector<std::string> adopt_tagging_checkpoint(config::TaskConfig& base,
                                                   const config::SetKeys& set_by_user) {
   const auto head = [](TaggingConfig& task, const HuggingFaceModel& hf, ConfigAdoption& adoption) {
     if (!architecture_ends_with(hf, "ForTokenClassification")) return;
+    // A head the run does not restore starts fresh: its labels are the
+    // data's (the meta data's label_list, or task.class_names), not the
+    // checkpoint's id2label.
+    const auto& modules = task.init_checkpoint_modules;
+    const auto names = [&modules](const char* module) {
+      return std::find(modules.begin(), modules.end(), module) != modules.end();
+    };
+    if (!modules.empty() && !names("all") && !names("classifier")) return;
     const auto labels = huggingface_labels(hf);
     if (!labels.empty())
       adoption.take("task.class_names", task.class_names, labels, adoption.config_key("id2label"));

@@ -120,7 +120,11 @@ DatasetPtr QuestionAnsweringTask::build_inputs(const config::DataConfig& params,
 void QuestionAnsweringTask::initialize(Model& model) {
   // A Hugging Face BERT or ELECTRA directory gives the encoder; anything
   // else is a Garden checkpoint.
-  if (!initialize_from_huggingface(config_, model, config_.model.encoder.bert.options()))
+  // A *ForQuestionAnswering's qa_outputs is Garden's span_labeling layer,
+  // restored with init_checkpoint_modules [all] (or [span_labeling]).
+  if (!initialize_from_huggingface(config_, model, config_.model.encoder.bert.options(),
+                                   {{"span_labeling.weight", "qa_outputs.weight"},
+                                    {"span_labeling.bias", "qa_outputs.bias"}}))
     Task::initialize(model);
 }
 

@@ -37,7 +37,11 @@ DatasetPtr TaggingTask::build_inputs(const config::DataConfig& params,
 void TaggingTask::initialize(Model& model) {
   // A Hugging Face BERT or ELECTRA directory gives the encoder; anything
   // else is a Garden checkpoint.
-  if (!initialize_from_huggingface(config_, model, config_.model.encoder.bert.options()))
+  // A *ForTokenClassification's head is Garden's classifier layer, restored
+  // with init_checkpoint_modules [all] (or [classifier]).
+  if (!initialize_from_huggingface(
+          config_, model, config_.model.encoder.bert.options(),
+          {{"classifier.weight", "classifier.weight"}, {"classifier.bias", "classifier.bias"}}))
     Task::initialize(model);
 }
 

@@ -26,13 +26,19 @@ struct QuestionAnsweringConfig
   // ELECTRA's layerwise_lr_decay (nlp::layerwise_learning_rate_scales).
   double layerwise_lr_decay = 1.0;
   std::string learning_rate_scales_setting() const override {
-    return layerwise_lr_decay == 1.0 ? ""
-                                     : "task.layerwise_lr_decay=" + config::number_text(layerwise_lr_decay);
+    return layerwise_lr_decay == 1.0
+               ? ""
+               : "task.layerwise_lr_decay=" + config::number_text(layerwise_lr_decay);
   }
   int64_t n_best_size = 20;
   int64_t max_answer_length = 30;
   double null_score_diff_threshold = 0.0;
   void validate() const override;
+  // The SQuAD meta data create_finetuning_data wrote beside the training
+  // records (task_type bert_squad) must agree on version_2_with_negative:
+  // v2 records trained and evaluated as v1 would score unanswerable
+  // questions as answerable, with no word.
+  void resolve_from_files() override;
   BertSpanLabelerOptions model_options() const;
 
  protected:
