@@ -212,29 +212,38 @@ FinetuningDataReport create_tagging_data(const FinetuningDataOptions& options,
   return report;
 }
 
-std::optional<TaggingMetaData> find_tagging_meta_data(const std::string& input_path) {
+std::vector<std::pair<std::string, nlohmann::json>> meta_data_beside(const std::string& input_path,
+                                                                     const std::string& task_type) {
   namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, nlohmann::json>> found;
   const std::string first = input_path.substr(0, input_path.find(','));
-  if (first.empty()) return std::nullopt;
+  if (first.empty()) return found;
   fs::path dir = fs::path(first).parent_path();
   if (dir.empty()) dir = ".";
-  if (dir.string().find_first_of("*?[") != std::string::npos) return std::nullopt;
+  if (dir.string().find_first_of("*?[") != std::string::npos) return found;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return std::nullopt;
+  if (!fs::is_directory(dir, ec)) return found;
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir, ec))
     if (entry.is_regular_file(ec) && entry.file_size(ec) <= kMaxMetaDataBytes)
       files.push_back(entry.path());
   std::sort(files.begin(), files.end());
-  std::vector<TaggingMetaData> found;
   for (const auto& file : files) {
     std::ifstream in(file, std::ios::binary);
-    const auto meta = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (!meta.is_object() || meta.value("task_type", nlohmann::json()) != "bert_tagging") continue;
+    auto meta = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (meta.is_object() && meta.value("task_type", nlohmann::json()) == task_type)
+      found.emplace_back(file.string(), std::move(meta));
+  }
+  return found;
+}
+
+std::optional<TaggingMetaData> find_tagging_meta_data(const std::string& input_path) {
+  std::vector<TaggingMetaData> found;
+  for (const auto& [path, meta] : meta_data_beside(input_path, "bert_tagging")) {
     const auto labels = meta.find("label_list");
     if (labels == meta.end() || !labels->is_array()) continue;
     TaggingMetaData m;
-    m.path = file.string();
+    m.path = path;
     for (const auto& label : *labels)
       if (label.is_string()) m.label_list.push_back(label.get<std::string>());
     if (m.label_list.size() == labels->size()) found.push_back(std::move(m));

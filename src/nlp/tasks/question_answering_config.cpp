@@ -1,15 +1,8 @@
 #include "garden/nlp/tasks/question_answering_config.h"
 
-#include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <vector>
-
-#include <nlohmann/json.hpp>
-
 #include "garden/base/error.h"
 #include "garden/config/validation.h"
-#include "garden/nlp/data/tagging_data.h"  // kMaxMetaDataBytes
+#include "garden/nlp/data/tagging_data.h"  // meta_data_beside
 
 namespace garden::nlp {
 
@@ -18,35 +11,15 @@ void QuestionAnsweringModelConfig::visit(config::Visitor& v) {
 }
 
 void QuestionAnsweringConfig::resolve_from_files() {
-  namespace fs = std::filesystem;
-  const std::string& input_path = train_data.input_path;
-  const std::string first = input_path.substr(0, input_path.find(','));
-  if (first.empty()) return;
-  fs::path dir = fs::path(first).parent_path();
-  if (dir.empty()) dir = ".";
-  std::error_code ec;
-  if (dir.string().find_first_of("*?[") != std::string::npos || !fs::is_directory(dir, ec)) return;
-  std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.is_regular_file(ec) && entry.path().extension() == ".json" &&
-        entry.file_size(ec) <= kMaxMetaDataBytes)
-      files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
-  for (const auto& file : files) {
-    std::ifstream in(file, std::ios::binary);
-    const auto meta = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (!meta.is_object() || meta.value("task_type", nlohmann::json()) != "bert_squad") continue;
+  for (const auto& [path, meta] : meta_data_beside(train_data.input_path, "bert_squad")) {
     const auto v2 = meta.find("version_2_with_negative");
     if (v2 == meta.end() || !v2->is_boolean()) continue;
     const bool records_v2 = v2->get<bool>();
     if (records_v2 == train_data.version_2_with_negative) continue;
     const std::string value = records_v2 ? "true" : "false";
-    throw Error("'" + file.string() +
-                "' says the records beside it were made with "
-                "version_2_with_negative " +
-                value +
-                ", but task.train_data.version_2_with_negative "
-                "is " +
+    throw Error("'" + path + "' says the records beside it were made with " +
+                "version_2_with_negative " + value +
+                ", but task.train_data.version_2_with_negative is " +
                 (records_v2 ? "false" : "true") + ": set task.train_data." +
                 "version_2_with_negative=" + value + ",task.validation_data." +
                 "version_2_with_negative=" + value);

@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "garden/base/dataset.h"
 #include "garden/config/definitions.h"
@@ -73,6 +76,14 @@ struct TaggingMetaData {
 
 // Meta data files are small: larger files are not read when looking for one.
 constexpr std::uintmax_t kMaxMetaDataBytes = 1 << 20;
+
+// The meta data create_finetuning_data wrote in the folder of
+// `input_path`'s first file (a comma-separated list or a pattern in the file
+// name): each file there, by name, of at most kMaxMetaDataBytes that is a
+// JSON object with this `task_type` (bert_tagging, bert_squad), with its
+// path; none when the folder is a pattern or not a directory.
+std::vector<std::pair<std::string, nlohmann::json>> meta_data_beside(const std::string& input_path,
+                                                                     const std::string& task_type);
 
 // The tagging meta data in the folder of `input_path`'s first file (a
 // comma-separated list or a pattern in the file name): the first file, by
