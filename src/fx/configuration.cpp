@@ -150,12 +150,14 @@ void ArgumentParser::parse(const std::vector<std::string>& args) const {
 
 std::string ArgumentParser::help() const {
   std::ostringstream out;
-  for (const auto& option : options_)
-    out << "  " << std::left << std::setw(30)
-        << (option.flag + (option.indexed       ? "[:N] N"
-                           : option.takes_value ? " VALUE"
-                                                : ""))
+  for (const auto& option : options_) {
+    const std::string usage = option.flag + (option.indexed       ? "[:N] N"
+                                             : option.takes_value ? " VALUE"
+                                                                  : "");
+    // The help text starts in column 32, or two spaces after a longer usage.
+    out << "  " << std::left << std::setw(30) << usage << (usage.size() >= 30 ? "  " : "")
         << option.help << "\n";
+  }
   return out.str();
 }
 
