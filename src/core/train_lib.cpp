@@ -369,18 +369,16 @@ Logs run_experiment(std::shared_ptr<config::ExperimentConfig> params, const RunO
                 "modes: " + list);
   }
   if (options.model_dir.empty()) throw Error("--model_dir is required");
-  const bool trains_at_all =
-      mode == "train" || mode == "train_and_eval" || mode == "train_and_post_eval";
-  if (trains_at_all && params->trainer.train_steps == 0)
+  // A training run owns its model_dir: locked, logged from the first line,
+  // and rolled back when it fails before its first checkpoint.
+  const bool trains = mode == "train" || mode == "train_and_eval" || mode == "train_and_post_eval";
+  if (trains && params->trainer.train_steps == 0)
     throw Error("trainer.train_steps is 0, so --mode=" + mode +
                 " has nothing to train; set trainer.train_steps (--mode=eval evaluates a "
                 "checkpoint without training)");
   if (!params->locked())
     throw Error("the config must be finalized (finalize_config) before running");
 
-  // A training run owns its model_dir: locked, logged from the first line,
-  // and rolled back when it fails before its first checkpoint.
-  const bool trains = mode == "train" || mode == "train_and_eval" || mode == "train_and_post_eval";
   // From here on a stop signal asks the run to stop where it can: at a step
   // (after a checkpoint), between evaluation batches, or before the first
   // step when it comes while the task is built (a tokenizer trained). A
